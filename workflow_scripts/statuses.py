@@ -1,0 +1,69 @@
+"""The documented set of per-answer statuses.
+
+Every (model, problem) row carries exactly one of these. ``compiled`` keeps KernelBench's meaning: the answer
+module was imported and defined ``ModelNew`` (statuses after ``load_error``/``no_model_new``). Only ``correct``
+counts as correct. Rejected answers (cheats) stay in every denominator.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Status(str, Enum):
+    # Before any code runs.
+    MISSING_COMPLETION = "missing_completion"  # the model produced no answer (generation failed or absent)
+    NO_CODE = "no_code"  # the completion holds no fenced code block
+    REJECTED_STATIC = "rejected_static"  # a static finding that is a hack by itself (e.g. patches torch)
+    # Loading the answer (compiled = False).
+    LOAD_ERROR = "load_error"  # syntax error or exception while importing the answer module
+    NO_MODEL_NEW = "no_model_new"  # the module imported but defines no ModelNew
+    # After a successful load (compiled = True).
+    INIT_ERROR = "init_error"  # ModelNew(*get_init_inputs()) raised
+    RUNTIME_ERROR = "runtime_error"  # forward() raised
+    TIMEOUT = "timeout"  # the child exceeded its wall-clock limit and was killed
+    CRASH = "crash"  # the child died (signal, early exit, CUDA fault) without a verdict
+    SHAPE_MISMATCH = "shape_mismatch"  # output shape differs from the reference
+    DTYPE_MISMATCH = "dtype_mismatch"  # output dtype differs from the reference
+    MISMATCH = "mismatch"  # values differ beyond atol/rtol, or NaN
+    NO_TRITON_LAUNCH = "no_triton_launch"  # require_triton and no Triton kernel ran at run time
+    REJECTED_RUNTIME = "rejected_runtime"  # a run-time integrity check failed (see the row's flags)
+    CORRECT = "correct"
+
+
+COMPILED_STATUSES: frozenset[Status] = frozenset(
+    {
+        Status.INIT_ERROR,
+        Status.RUNTIME_ERROR,
+        Status.TIMEOUT,
+        Status.CRASH,
+        Status.SHAPE_MISMATCH,
+        Status.DTYPE_MISMATCH,
+        Status.MISMATCH,
+        Status.NO_TRITON_LAUNCH,
+        Status.REJECTED_RUNTIME,
+        Status.CORRECT,
+    }
+)
+
+DESCRIPTIONS: dict[Status, str] = {
+    Status.MISSING_COMPLETION: "no completion exists for this (model, problem), or generation failed",
+    Status.NO_CODE: "the completion has no fenced code block",
+    Status.REJECTED_STATIC: "the answer's source contains a construct that is a hack by itself",
+    Status.LOAD_ERROR: "the answer module failed to import (syntax error or import-time exception)",
+    Status.NO_MODEL_NEW: "the answer module imported but defines no ModelNew",
+    Status.INIT_ERROR: "constructing ModelNew raised",
+    Status.RUNTIME_ERROR: "ModelNew.forward raised",
+    Status.TIMEOUT: "the evaluation child exceeded its time limit and was killed",
+    Status.CRASH: "the evaluation child died without reporting a verdict",
+    Status.SHAPE_MISMATCH: "an output's shape differs from the reference output",
+    Status.DTYPE_MISMATCH: "an output's dtype differs from the reference output",
+    Status.MISMATCH: "an output differs from the reference beyond atol/rtol (NaN never matches)",
+    Status.NO_TRITON_LAUNCH: "require_triton is on and no Triton kernel was launched at run time",
+    Status.REJECTED_RUNTIME: "a run-time integrity check failed (inputs mutated, tampering, hidden-input mismatch)",
+    Status.CORRECT: "all correctness trials passed",
+}
+
+
+def is_compiled(status: Status | str) -> bool:
+    return Status(status) in COMPILED_STATUSES
