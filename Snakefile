@@ -1,0 +1,20 @@
+# Triton KernelBench pipeline: generation -> extraction -> static analysis -> evaluation -> collect -> summary.
+# The rules live in rules/<stage>.smk; their computations in workflow_scripts/<stage>.py (each also a CLI).
+# Default configuration: the bundled demo suite (config.yaml). The study: --configfile config/study.yaml.
+
+configfile: "config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/problems.smk"
+include: "rules/generation.smk"
+include: "rules/answers.smk"
+include: "rules/evaluation.smk"
+include: "rules/report.smk"
+include: "rules/store.smk"
+
+
+rule all:
+    input:
+        final_targets(),
+    default_target: True

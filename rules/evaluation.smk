@@ -1,0 +1,74 @@
+# Stages 6-7: the environment fingerprint, shared per-problem baselines and per-answer evaluations.
+# GPU jobs declare `gpu` and `gpu_mem_gb`; the job itself locks one specific GPU (Snakemake assigns no ids).
+
+
+rule environment:
+    output:
+        f"{RESULTS}/environment/{DEVICE}.json",
+    params:
+        device=DEVICE,
+    log:
+        f"{RESULTS}/logs/environment.log",
+    resources:
+        mem_mb=2000,
+    conda:
+        "../envs/evaluation.yaml"
+    shell:
+        "{PYTHON} -m workflow_scripts.evaluation_jobs environment --device {params.device} --out {output} > {log} 2>&1"
+
+
+rule baseline:
+    input:
+        problem=problem_file,
+        environment=f"{RESULTS}/environment/{DEVICE}.json",
+    output:
+        f"{RESULTS}/baselines/level{{level}}_{{problem_id}}.json",
+    wildcard_constraints:
+        level=r"\d+",
+        problem_id=r"\d+",
+    params:
+        settings=eval_settings(),
+        compile_mode=config["baselines"]["compile_mode"],
+        store=STORE,
+        locks=LOCKS,
+    log:
+        f"{RESULTS}/logs/baselines/level{{level}}_{{problem_id}}.log",
+    resources:
+        mem_mb=8000,
+        runtime=max(1, int(config["baselines"]["timeout_s"] // 60) + 1),
+        **gpu_resources(),
+    conda:
+        "../envs/evaluation.yaml"
+    shell:
+        "{PYTHON} -m workflow_scripts.evaluation_jobs --store {params.store} --lock-dir {params.locks} baseline"
+        " --problem {input.problem} --environment {input.environment} --settings '{params.settings}'"
+        " --compile-mode {params.compile_mode} --out {output} > {log} 2>&1"
+
+
+rule evaluate:
+    input:
+        answers=f"{RESULTS}/answers/{{model}}.parquet",
+        problem=problem_file,
+        environment=f"{RESULTS}/environment/{DEVICE}.json",
+    output:
+        f"{RESULTS}/evaluations/{{model}}/level{{level}}_{{problem_id}}.json",
+    wildcard_constraints:
+        level=r"\d+",
+        problem_id=r"\d+",
+    params:
+        settings=eval_settings(),
+        store=STORE,
+        locks=LOCKS,
+    log:
+        f"{RESULTS}/logs/evaluations/{{model}}/level{{level}}_{{problem_id}}.log",
+    resources:
+        mem_mb=8000,
+        runtime=max(1, int(EVAL["timeout_s"] // 60) + 1),
+        **gpu_resources(),
+    conda:
+        "../envs/evaluation.yaml"
+    shell:
+        "{PYTHON} -m workflow_scripts.evaluation_jobs --store {params.store} --lock-dir {params.locks} answer"
+        " --answers {input.answers} --level {wildcards.level} --problem-id {wildcards.problem_id}"
+        " --problem {input.problem} --environment {input.environment} --settings '{params.settings}'"
+        " --out {output} > {log} 2>&1"

@@ -1,0 +1,158 @@
+"""Stages 6-7 as Snakemake jobs: the environment fingerprint, per-problem baselines and per-answer evaluations.
+
+Each job looks its work up in the content-addressed store first and only computes what is missing:
+
+- ``environment``: the fingerprint of the machine the timings come from (written once per results folder; its
+  timing-relevant part is in every timing key, so a different GPU, driver, torch or Triton never reuses a
+  timing).
+- ``baseline``: eager and torch.compile timings for one problem, shared by every model.
+- ``answer``: one model's answer to one problem. The key holds the problem's and the code's sha256 but not the
+  model's name, so two models with the same answer are evaluated once. Answers without code (no completion, no
+  code block) get their failed verdict without running anything.
+
+GPU jobs lock one specific GPU (workflow_scripts.gpu_lock); Snakemake only bounds how many run at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from workflow_scripts.statuses import Status
+from workflow_scripts.store import Store, code_version, sha256_file, write_json
+
+EVALUATE_MODULES = ["evaluate", "harness", "timing", "environment", "statuses", "static_analysis"]
+BASELINE_MODULES = ["baselines", "harness", "timing", "environment"]
+
+
+def load_answer(answers_parquet: Path, level: int, problem_id: int) -> dict[str, Any]:
+    answers = pd.read_parquet(answers_parquet)
+    match = answers[(answers["level"] == level) & (answers["problem_id"] == problem_id)]
+    if len(match) != 1:
+        raise SystemExit(f"error: {answers_parquet} has {len(match)} rows for level {level} problem {problem_id}")
+    return match.iloc[0].to_dict()
+
+
+def failed_without_running(answer: dict[str, Any], device: str) -> dict[str, Any]:
+    """The verdict of an answer that has no code to run."""
+    status = Status.MISSING_COMPLETION if answer["extract_status"] == "missing_completion" else Status.NO_CODE
+    return {
+        "status": status.value, "compiled": False, "correct": False, "runtime_ms": None, "runtime_stats": None,
+        "max_abs_diff": None, "triton_launches": None, "flags": [], "device": device, "timing_mode": None,
+        "error": f"completion status: {answer['completion_status']}" if status is Status.MISSING_COMPLETION
+        else "no fenced code block in the completion",
+    }
+
+
+@contextlib.contextmanager
+def gpu_for_job(device: str, gpus: list[int] | None, lock_dir: Path, exclusive: bool) -> Iterator[int | None]:
+    if device != "cuda":
+        yield None
+        return
+    from workflow_scripts.gpu_lock import acquire_gpu
+
+    with acquire_gpu(lock_dir, candidates=gpus, exclusive=exclusive) as index:
+        yield index
+
+
+def environment_job(device: str, out: Path) -> None:
+    from workflow_scripts.environment import fingerprint
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out, fingerprint(device))
+
+
+def _environment_key(environment_file: Path) -> str:
+    from workflow_scripts.environment import fingerprint_key
+
+    return fingerprint_key(json.loads(environment_file.read_text()))
+
+
+def answer_job(args: argparse.Namespace) -> bool:
+    from workflow_scripts.evaluate import EvalConfig, evaluate_answer
+
+    answer = load_answer(args.answers, args.level, args.problem_id)
+    settings = json.loads(args.settings)
+    config = EvalConfig(**settings)
+    if not answer["require_triton"]:
+        config = replace(config, require_triton=False)
+    params = {k: v for k, v in asdict(config).items() if k != "gpu_index"}
+    inputs = {
+        "problem": sha256_file(args.problem),
+        "code": answer["code_sha256"] or f"none:{answer['extract_status']}",
+        "environment": _environment_key(args.environment),
+    }
+
+    def compute(out: dict[str, Path]) -> None:
+        if answer["extract_status"] != "ok":
+            write_json(out["json"], failed_without_running(answer, config.device))
+            return
+        with gpu_for_job(config.device, settings.get("gpus"), args.lock_dir, exclusive=True) as gpu, \
+                tempfile.TemporaryDirectory(prefix="answer-") as tmp:
+            answer_file = Path(tmp) / "answer.py"
+            answer_file.write_text(answer["code"], encoding="utf-8")
+            result = evaluate_answer(args.problem, answer_file, replace(config, gpu_index=gpu)).to_dict()
+        write_json(out["json"], result)
+
+    return Store(args.store).build({"json": args.out}, "evaluate", code_version(EVALUATE_MODULES), params, inputs, compute)
+
+
+def baseline_job(args: argparse.Namespace) -> bool:
+    from workflow_scripts.baselines import measure_baselines
+    from workflow_scripts.evaluate import EvalConfig
+
+    settings = json.loads(args.settings)
+    config = EvalConfig(**settings)
+    params = {k: v for k, v in asdict(config).items() if k != "gpu_index"}
+    params["compile_mode"] = args.compile_mode
+    inputs = {"problem": sha256_file(args.problem), "environment": _environment_key(args.environment)}
+
+    def compute(out: dict[str, Path]) -> None:
+        with gpu_for_job(config.device, settings.get("gpus"), args.lock_dir, exclusive=True) as gpu:
+            result = measure_baselines(args.problem, replace(config, gpu_index=gpu), compile_mode=args.compile_mode)
+        write_json(out["json"], result.to_dict())
+
+    return Store(args.store).build({"json": args.out}, "baselines", code_version(BASELINE_MODULES), params, inputs, compute)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workflow_scripts.evaluation_jobs", description=__doc__.splitlines()[0])
+    parser.add_argument("--store", type=Path, default=Path("results/.store"))
+    parser.add_argument("--lock-dir", type=Path, default=Path("results/.locks"))
+    sub = parser.add_subparsers(dest="job", required=True)
+    env = sub.add_parser("environment", help="write the environment fingerprint")
+    env.add_argument("--device", choices=["cpu", "cuda"], required=True)
+    env.add_argument("--out", type=Path, required=True)
+    for name in ("answer", "baseline"):
+        job = sub.add_parser(name)
+        job.add_argument("--problem", type=Path, required=True, help="the problem's source file")
+        job.add_argument("--environment", type=Path, required=True, help="results/environment/<device>.json")
+        job.add_argument("--settings", required=True, help="the evaluation settings as JSON (EvalConfig fields)")
+        job.add_argument("--out", type=Path, required=True)
+        if name == "answer":
+            job.add_argument("--answers", type=Path, required=True, help="results/answers/<model>.parquet")
+            job.add_argument("--level", type=int, required=True)
+            job.add_argument("--problem-id", type=int, required=True)
+        else:
+            job.add_argument("--compile-mode", default="max-autotune")
+    args = parser.parse_args(argv)
+    if args.job == "environment":
+        environment_job(args.device, args.out)
+        return 0
+    computed = answer_job(args) if args.job == "answer" else baseline_job(args)
+    print(f"{args.job} {'computed' if computed else 'reused from the store'}: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    raise SystemExit(main())
