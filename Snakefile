@@ -2,7 +2,11 @@
 # The rules live in rules/<stage>.smk; their computations in workflow_scripts/<stage>.py (each also a CLI).
 # Default configuration: the bundled demo suite (config.yaml). The study: --configfile config/study.yaml.
 
-configfile: "config.yaml"
+# config.yaml is the default; a --configfile replaces it instead of being merged into it (merging would add the
+# demo's models to the study's).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
 
 
 include: "rules/common.smk"

@@ -224,7 +224,9 @@ def main(argv=None) -> int:
     if args.problem:
         problems = [(k, f) for k, f in problems if k in set(args.problem)]
     models = args.model or sorted(d.name for d in args.completions.iterdir() if d.is_dir())
-    expected = json.loads(args.expected.read_text()) if args.expected and args.expected.exists() else {}
+    expected = {}
+    if args.expected and args.expected.is_file() and args.expected.stat().st_size:
+        expected = json.loads(args.expected.read_text())
 
     rows, unexpected = [], 0
     print(f"{'model':<10} {'problem':<10} {'verdict':<19} {'expected':<19} {'fwd_s':>7} {'first_s':>7} "

@@ -102,3 +102,4 @@ def final_targets():
         f"{RESULTS}/summary.md",
         f"{RESULTS}/tables/levels.parquet",
     ]
+FIGURES = ["fast_p_level1", "fast_p_level2", "bootstrap_forest", "level2_strategy", "correct_compiled"]

@@ -1,0 +1,247 @@
+"""Figures of the summary, drawn from the per-problem rows and the summary JSON (never from typed-in numbers).
+
+Each figure is written as PNG and SVG under the output folder:
+
+* ``fast_p``: share of problems that are correct and faster than p x the baseline, against p on a grid
+  (0..3 by default, computed from the rows), one line per model, one panel per baseline x level; the summary's
+  counts at p = 1, 1.5, 2 are drawn as dots on the curves (a visible cross-check of rows vs JSON).
+* ``bootstrap_forest``: the paired-bootstrap differences to the reference with their 95% intervals, one panel per
+  metric (skipped when the summary has no comparisons).
+* ``level_strategy``: per level, the eager-fast unflagged answers split into pure Triton and hybrid (keeps a
+  PyTorch op), stacked bars per model.
+* ``correct_compiled``: compiled and correct rates per model, one panel per level.
+
+Re-runs give identical bytes: Agg backend, fixed ``svg.hashsalt``, no dates in the metadata, text kept as text
+in the SVG (``svg.fonttype = none``), fixed DPI.
+
+CLI: ``python -m workflow_scripts.figures --rows ROWS.parquet --summary SUMMARY.json --out-dir DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless and deterministic; must precede pyplot
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from workflow_scripts.summarize import (  # noqa: E402
+    BOOTSTRAP_METRICS, THRESHOLDS, bootstrap_reference, normalize_rows, outcomes_by_model,
+)
+
+P_GRID = np.round(np.linspace(0.0, 3.0, 301), 10)  # 0.00, 0.01, ..., 3.00
+BASELINES: tuple[tuple[str, str], ...] = (("eager", "eager PyTorch"), ("compile", "torch.compile"))
+METRIC_TITLES = {
+    "correct": "correct",
+    "fast_eager": "fast_1 vs eager (correct, > 1x)",
+    "fast_compile": "fast_1 vs torch.compile (correct, > 1x)",
+}
+RC = {
+    "svg.hashsalt": "kernelbench-summary",  # stable ids in the SVG
+    "svg.fonttype": "none",  # keep text as text: smaller, searchable, stable
+    "font.size": 9,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+}
+DPI = 110
+
+
+@dataclass(frozen=True)
+class FastPCurve:
+    model: str
+    level: str  # "overall" or the level number as text
+    baseline: str  # "eager" | "compile"
+    p: np.ndarray
+    fraction: np.ndarray  # share of the level's problems that are correct and have speedup > p
+
+
+def _count_above(speedups: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """How many values are strictly greater than each grid point (NaN never counts)."""
+    values = np.sort(speedups[~np.isnan(speedups)])
+    return values.size - np.searchsorted(values, grid, side="right")
+
+
+def fast_p_curves(rows: pd.DataFrame, grid: np.ndarray = P_GRID) -> list[FastPCurve]:
+    """fast_p(p) for every model x level (and overall) x baseline, straight from the rows."""
+    outcomes = outcomes_by_model(normalize_rows(rows))
+    curves = []
+    for model, o in outcomes.items():
+        levels = [("overall", np.ones_like(o.correct))]
+        levels += [(str(int(level)), o.levels == level) for level in np.unique(o.levels)]
+        for level, mask in levels:
+            n = int(np.count_nonzero(mask))
+            for baseline, _ in BASELINES:
+                speedup = o.speedup_eager if baseline == "eager" else o.speedup_compile
+                counts = _count_above(speedup[o.correct & mask], grid)
+                curves.append(FastPCurve(model, level, baseline, grid, counts / n))
+    return curves
+
+
+def _colors(n: int) -> list[Any]:
+    cmap = plt.get_cmap("tab20" if n > 10 else "tab10")
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _linestyle(i: int) -> str:
+    return ("-", "--", "-.", ":")[(i // 10) % 4]
+
+
+def _save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
+    paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.svg"]
+    fig.savefig(paths[0], dpi=DPI, metadata={"Software": None})
+    fig.savefig(paths[1], metadata={"Date": None, "Creator": None})
+    plt.close(fig)
+    return paths
+
+
+def _level_title(level: str) -> str:
+    return "all levels" if level == "overall" else f"level {level}"
+
+
+def plot_fast_p(curves: Sequence[FastPCurve], summary: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    models = list(summary["models"])
+    levels = list(next(iter(summary["models"].values()))["levels"])
+    colors = dict(zip(models, _colors(len(models))))
+    by_key = {(c.model, c.level, c.baseline): c for c in curves}
+    fig, axes = plt.subplots(len(BASELINES), len(levels), figsize=(4.2 * len(levels) + 2.6, 7.0), squeeze=False,
+                             sharey="row")
+    for row, (baseline, baseline_name) in enumerate(BASELINES):
+        for col, level in enumerate(levels):
+            ax = axes[row][col]
+            for i, model in enumerate(models):
+                curve = by_key[(model, level, baseline)]
+                ax.plot(curve.p, 100 * curve.fraction, color=colors[model], linestyle=_linestyle(i), linewidth=1.4,
+                        label=model)
+                counts = summary["models"][model]["levels"][level]
+                ps = [p for _, p in THRESHOLDS]
+                ys = [100 * counts[f"{baseline}_fast_{k}"] / counts["n"] for k, _ in THRESHOLDS]
+                ax.plot(ps, ys, "o", color=colors[model], markersize=3.5)  # the JSON's counts, on the curve
+            for _, p in THRESHOLDS:
+                ax.axvline(p, color="grey", linewidth=0.7, linestyle=":")
+            ax.set_title(f"{_level_title(level)}: vs {baseline_name}")
+            ax.set_xlabel(f"speedup threshold p (x {baseline_name})")
+            ax.set_ylabel("fast_p: correct and speedup > p (% of problems)")
+            ax.set_xlim(P_GRID[0], P_GRID[-1])
+            ax.set_ylim(bottom=0)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", title="model", frameon=False)
+    fig.suptitle("fast_p against p: share of all problems solved correctly and faster than p x the baseline "
+                 "(dots: summary counts at p = 1, 1.5, 2)")
+    fig.tight_layout(rect=(0, 0, 1 - 2.4 / fig.get_figwidth(), 0.96))
+    return _save(fig, out_dir, "fast_p")
+
+
+def plot_bootstrap_forest(summary: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    reference = bootstrap_reference(summary)
+    block = summary[f"paired_bootstrap_vs_{reference}"]
+    if not block:
+        return []
+    models = list(block)
+    y = np.arange(len(models))[::-1]  # first model on top
+    fig, axes = plt.subplots(1, len(BOOTSTRAP_METRICS), figsize=(4.0 * len(BOOTSTRAP_METRICS) + 1.5,
+                                                                 1.2 + 0.42 * len(models)),
+                             sharey=True, squeeze=False)
+    for ax, metric in zip(axes[0], BOOTSTRAP_METRICS):
+        deltas = np.array([block[m][metric]["delta_pp"] for m in models])
+        lows = np.array([block[m][metric]["ci95_pp"][0] for m in models])
+        highs = np.array([block[m][metric]["ci95_pp"][1] for m in models])
+        ax.errorbar(deltas, y, xerr=[deltas - lows, highs - deltas], fmt="o", color="tab:blue", ecolor="tab:blue",
+                    capsize=3, label="difference, 95% CI")
+        ax.axvline(0.0, color="black", linewidth=0.8)
+        for yi, m in zip(y, models):
+            r = block[m][metric]
+            ax.annotate(f"+{r['gained']}/-{r['lost']}", (highs[list(models).index(m)], yi), xytext=(4, 0),
+                        textcoords="offset points", va="center", fontsize=7, color="dimgrey")
+        ax.set_title(METRIC_TITLES.get(metric, metric))
+        ax.set_xlabel(f"difference to {reference} (percentage points)")
+        ax.margins(x=0.25)
+    axes[0][0].set_yticks(y, models)
+    axes[0][0].set_ylabel("model")
+    axes[0][0].legend(loc="lower left", fontsize=7, title="+gained/-lost problems", title_fontsize=7)
+    fig.suptitle(f"Paired bootstrap against {reference}: difference in percentage points with 95% interval")
+    fig.tight_layout()
+    return _save(fig, out_dir, "bootstrap_forest")
+
+
+def plot_level_strategy(summary: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    strategy = summary["level2_strategy"]
+    models = list(strategy)
+    levels = sorted({level for entry in strategy.values() for level in entry}, key=int)
+    x = np.arange(len(models))
+    fig, axes = plt.subplots(1, len(levels), figsize=(max(6.0, 0.55 * len(models) + 2.0) * len(levels) / 1.4, 4.8),
+                             squeeze=False, sharey=True)
+    for ax, level in zip(axes[0], levels):
+        pure = np.array([strategy[m][level]["fast_unflagged_pure_triton"] for m in models])
+        hybrid = np.array([strategy[m][level]["fast_unflagged_hybrid"] for m in models])
+        ax.bar(x, pure, color="tab:green", label="pure Triton (no PyTorch op kept)")
+        ax.bar(x, hybrid, bottom=pure, color="tab:orange", label="hybrid (keeps a PyTorch op)")
+        ax.set_xticks(x, models, rotation=60, ha="right")
+        ax.set_title(f"level {level}: how the fast answers are built")
+        ax.set_xlabel("model")
+        ax.set_ylabel("answers correct, > 1x eager, unflagged")
+    axes[0][0].legend(loc="upper left")
+    fig.suptitle("Strategy split of the eager-fast unflagged answers (static check: forward() keeps a PyTorch op)")
+    fig.tight_layout()
+    return _save(fig, out_dir, "level_strategy")
+
+
+def plot_correct_compiled(summary: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    models = list(summary["models"])
+    levels = list(next(iter(summary["models"].values()))["levels"])
+    x = np.arange(len(models))
+    width = 0.4
+    fig, axes = plt.subplots(1, len(levels), figsize=(max(6.0, 0.5 * len(models) + 2.0) * len(levels) / 1.4, 4.8),
+                             squeeze=False, sharey=True)
+    for ax, level in zip(axes[0], levels):
+        rates = {key: np.array([100 * summary["models"][m]["levels"][level][key] / summary["models"][m]["levels"][level]["n"]
+                                for m in models]) for key in ("compiled", "correct")}
+        ax.bar(x - width / 2, rates["compiled"], width, color="tab:grey", label="compiled")
+        ax.bar(x + width / 2, rates["correct"], width, color="tab:blue", label="correct")
+        ax.set_xticks(x, models, rotation=60, ha="right")
+        ax.set_title(_level_title(level))
+        ax.set_xlabel("model")
+        ax.set_ylabel("% of problems")
+        ax.set_ylim(0, 100)
+    axes[0][0].legend(loc="upper left")
+    fig.suptitle("Compiled and correct answers per model (share of all problems)")
+    fig.tight_layout()
+    return _save(fig, out_dir, "correct_compiled")
+
+
+def make_figures(rows_df: pd.DataFrame, summary_dict: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """Draw every figure (PNG + SVG) into ``out_dir``; returns the written paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    with matplotlib.rc_context(RC):
+        written += plot_fast_p(fast_p_curves(rows_df), summary_dict, out_dir)
+        written += plot_bootstrap_forest(summary_dict, out_dir)
+        written += plot_level_strategy(summary_dict, out_dir)
+        written += plot_correct_compiled(summary_dict, out_dir)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workflow_scripts.figures",
+                                     description="Draw the summary figures (PNG and SVG) from the rows and the summary JSON.")
+    parser.add_argument("--rows", type=Path, required=True, help="per-problem rows (parquet)")
+    parser.add_argument("--summary", type=Path, required=True, help="summary JSON written by workflow_scripts.summarize")
+    parser.add_argument("--out-dir", type=Path, required=True, help="folder for the figures")
+    args = parser.parse_args(argv)
+    paths = make_figures(pd.read_parquet(args.rows), json.loads(args.summary.read_text()), args.out_dir)
+    for path in paths:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
