@@ -6,7 +6,7 @@ every problem under demo/suite/KernelBench/level*/, it takes the first fenced co
 runs reference and answer in a child process (TRITON_INTERPRET=1, fresh temporary directory, own process
 group, killed on timeout), and prints a verdict and the answer's time per forward. Verdicts use the names of
 workflow_scripts/statuses.py. With --expected (default demo/expected_statuses.json) it also compares each
-verdict with the intended one and exits non-zero on any difference.
+verdict with the intended one for --device and exits non-zero on any difference.
 
 Protocol, as KernelBench's: torch.manual_seed(seed) before building each model, then `trials` input sets,
 each generated after seeding with a per-trial seed, compared with torch.allclose(atol, rtol).
@@ -71,7 +71,21 @@ def _clone(xs):
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
 
 
-def child_main(problem: Path, answer: Path, trials: int, seed: int, atol: float, rtol: float) -> dict:
+def _to(xs, device):
+    import torch
+
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def child_main(problem: Path, answer: Path, trials: int, seed: int, atol: float, rtol: float,
+               device: str = "cpu") -> dict:
     import torch
 
     launches = [0]
@@ -113,11 +127,11 @@ def child_main(problem: Path, answer: Path, trials: int, seed: int, atol: float,
 
     init_inputs = ref.get_init_inputs()
     torch.manual_seed(seed)
-    model = ref.Model(*init_inputs)
+    model = ref.Model(*init_inputs).to(device)
     try:
         torch.manual_seed(seed)
         t0 = time.perf_counter()
-        new = ans.ModelNew(*init_inputs)
+        new = ans.ModelNew(*init_inputs).to(device)
         init_s = time.perf_counter() - t0
     except BaseException as e:  # noqa: BLE001
         return {"status": "init_error", "error": f"{type(e).__name__}: {e}"}
@@ -128,13 +142,16 @@ def child_main(problem: Path, answer: Path, trials: int, seed: int, atol: float,
     with torch.no_grad():
         for s in trial_seeds:
             torch.manual_seed(s)
-            inputs = ref.get_inputs()
+            inputs = _to(ref.get_inputs(), device)
+            _sync(device)
             t0 = time.perf_counter()
             expected = model(*_clone(inputs))
+            _sync(device)
             ref_times.append(time.perf_counter() - t0)
             try:
                 t0 = time.perf_counter()
                 got = new(*_clone(inputs))
+                _sync(device)
                 new_times.append(time.perf_counter() - t0)
             except BaseException as e:  # noqa: BLE001
                 return {"status": "runtime_error", "error": f"{type(e).__name__}: {e}"}
@@ -175,10 +192,14 @@ def check_one(problem: Path, completion: Path, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="check_demo_") as tmp:
         answer = Path(tmp) / "answer.py"
         answer.write_text(code)
-        env = dict(os.environ, TRITON_INTERPRET="1", PYTHONDONTWRITEBYTECODE="1")
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        if args.device == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+        else:
+            env.pop("TRITON_INTERPRET", None)
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(problem.resolve()), str(answer),
                "--trials", str(args.trials), "--seed", str(args.seed), "--atol", str(args.atol),
-               "--rtol", str(args.rtol)]
+               "--rtol", str(args.rtol), "--device", args.device]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
@@ -194,8 +215,10 @@ def check_one(problem: Path, completion: Path, args) -> dict:
             res = json.loads(line[len(RESULT_MARK):])
             res["wall_s"] = wall
             return res
-    tail = (err or "").strip().splitlines()[-1:] or [""]
-    return {"status": "crash", "error": f"exit {proc.returncode}: {tail[0][:200]}", "wall_s": wall}
+    lines = [ln for ln in (err or "").splitlines() if ln.strip()]
+    first = next((ln for ln in lines if "Fatal Python error" in ln), lines[-1] if lines else "")
+    how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+    return {"status": "crash", "error": f"{how} {first.strip()[:200]}".strip(), "wall_s": wall}
 
 
 def main(argv=None) -> int:
@@ -210,12 +233,14 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--atol", type=float, default=1e-4)
     p.add_argument("--rtol", type=float, default=1e-4)
+    p.add_argument("--device", default="cpu", help="cpu (Triton interpreter) or cuda (real GPU Triton)")
     p.add_argument("--json", type=Path, help="also write all results here")
     p.add_argument("--child", nargs=2, metavar=("PROBLEM", "ANSWER"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     if args.child:
-        res = child_main(Path(args.child[0]), Path(args.child[1]), args.trials, args.seed, args.atol, args.rtol)
+        res = child_main(Path(args.child[0]), Path(args.child[1]), args.trials, args.seed, args.atol, args.rtol,
+                         args.device)
         sys.stdout.flush()
         print(RESULT_MARK + json.dumps(res), flush=True)
         return 0
@@ -226,7 +251,7 @@ def main(argv=None) -> int:
     models = args.model or sorted(d.name for d in args.completions.iterdir() if d.is_dir())
     expected = {}
     if args.expected and args.expected.is_file() and args.expected.stat().st_size:
-        expected = json.loads(args.expected.read_text())
+        expected = json.loads(args.expected.read_text()).get(args.device, {})
 
     rows, unexpected = [], 0
     print(f"{'model':<10} {'problem':<10} {'verdict':<19} {'expected':<19} {'fwd_s':>7} {'first_s':>7} "

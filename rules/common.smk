@@ -102,4 +102,9 @@ def final_targets():
         f"{RESULTS}/summary.md",
         f"{RESULTS}/tables/levels.parquet",
     ]
-FIGURES = ["fast_p_level1", "fast_p_level2", "bootstrap_forest", "level2_strategy", "correct_compiled"]
+
+
+def figure_names():
+    """The figures workflow_scripts.figures draws: one fast_p curve per level, then the cross-level figures."""
+    return [f"fast_p_level{level}" for level in sorted({level for level, _ in PROBLEMS})] + [
+        "bootstrap_forest", "level2_strategy", "correct_compiled"]

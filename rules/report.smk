@@ -34,7 +34,8 @@ rule summary:
         json=f"{RESULTS}/summary.json",
         markdown=f"{RESULTS}/summary.md",
         levels=f"{RESULTS}/tables/levels.parquet",
-        figures=[f"{RESULTS}/figures/{name}.{ext}" for name in FIGURES for ext in ("png", "svg")],
+        bootstrap=f"{RESULTS}/tables/bootstrap.parquet",
+        figures=[f"{RESULTS}/figures/{name}.{ext}" for name in figure_names() for ext in ("png", "svg")],
     params:
         settings=json.dumps({
             "models": {name: {k: m[k] for k in ("label", "generation", "kind") if k in m}
@@ -54,4 +55,5 @@ rule summary:
     shell:
         "{PYTHON} -m workflow_scripts.report --rows {input.rows} --environment {input.environment}"
         " --settings '{params.settings}' --out {output.json} --markdown {output.markdown} --levels {output.levels}"
+        " --bootstrap {output.bootstrap}"
         " --figures-dir {params.figures_dir} --store {params.store} > {log} 2>&1 && cat {output.markdown}"

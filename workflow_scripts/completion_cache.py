@@ -29,7 +29,6 @@ Completions JSONL (``results/completions/<model>.jsonl``), one line per problem,
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -485,7 +484,3 @@ def missing_record(model: str, item: PromptItem, key: str, error: str, provenanc
         error=error,
         provenance=provenance,
     )
-
-
-def as_dict(obj: Any) -> Any:
-    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj

@@ -2,12 +2,13 @@
 
 Each figure is written as PNG and SVG under the output folder:
 
-* ``fast_p``: share of problems that are correct and faster than p x the baseline, against p on a grid
-  (0..3 by default, computed from the rows), one line per model, one panel per baseline x level; the summary's
-  counts at p = 1, 1.5, 2 are drawn as dots on the curves (a visible cross-check of rows vs JSON).
+* ``fast_p_level<L>`` (one per level in the rows): share of the level's problems that are correct and faster
+  than p x the baseline, against p on a grid (0..3, computed from the rows), one line per model, one panel per
+  baseline; the summary's counts at p = 1, 1.5, 2 are drawn as dots on the curves (a visible cross-check of rows
+  vs JSON).
 * ``bootstrap_forest``: the paired-bootstrap differences to the reference with their 95% intervals, one panel per
-  metric (skipped when the summary has no comparisons).
-* ``level_strategy``: per level, the eager-fast unflagged answers split into pure Triton and hybrid (keeps a
+  metric (a figure saying so when the summary has no comparisons).
+* ``level2_strategy``: per level, the eager-fast unflagged answers split into pure Triton and hybrid (keeps a
   PyTorch op), stacked bars per model.
 * ``correct_compiled``: compiled and correct rates per model, one panel per level.
 
@@ -108,15 +109,18 @@ def _level_title(level: str) -> str:
 
 
 def plot_fast_p(curves: Sequence[FastPCurve], summary: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """One figure per level (``fast_p_level<L>``): a panel per baseline, a line per model."""
     models = list(summary["models"])
-    levels = list(next(iter(summary["models"].values()))["levels"])
+    levels = [lv for lv in next(iter(summary["models"].values()))["levels"] if lv != "overall"]
     colors = dict(zip(models, _colors(len(models))))
     by_key = {(c.model, c.level, c.baseline): c for c in curves}
-    fig, axes = plt.subplots(len(BASELINES), len(levels), figsize=(4.2 * len(levels) + 2.6, 7.0), squeeze=False,
-                             sharey="row")
-    for row, (baseline, baseline_name) in enumerate(BASELINES):
-        for col, level in enumerate(levels):
-            ax = axes[row][col]
+    written: list[Path] = []
+    for level in levels:
+        top = max(float(by_key[(m, level, b)].fraction.max()) for m in models for b, _ in BASELINES)
+        fig, axes = plt.subplots(1, len(BASELINES), figsize=(4.6 * len(BASELINES) + 2.4, 4.6), squeeze=False,
+                                 sharey=True)
+        for col, (baseline, baseline_name) in enumerate(BASELINES):
+            ax = axes[0][col]
             for i, model in enumerate(models):
                 curve = by_key[(model, level, baseline)]
                 ax.plot(curve.p, 100 * curve.fraction, color=colors[model], linestyle=_linestyle(i), linewidth=1.4,
@@ -129,45 +133,51 @@ def plot_fast_p(curves: Sequence[FastPCurve], summary: Mapping[str, Any], out_di
                 ax.axvline(p, color="grey", linewidth=0.7, linestyle=":")
             ax.set_title(f"{_level_title(level)}: vs {baseline_name}")
             ax.set_xlabel(f"speedup threshold p (x {baseline_name})")
-            ax.set_ylabel("fast_p: correct and speedup > p (% of problems)")
+            if col == 0:
+                ax.set_ylabel("fast_p: correct and speedup > p\n(% of the level's problems)")
             ax.set_xlim(P_GRID[0], P_GRID[-1])
-            ax.set_ylim(bottom=0)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", title="model", frameon=False)
-    fig.suptitle("fast_p against p: share of all problems solved correctly and faster than p x the baseline "
-                 "(dots: summary counts at p = 1, 1.5, 2)")
-    fig.tight_layout(rect=(0, 0, 1 - 2.4 / fig.get_figwidth(), 0.96))
-    return _save(fig, out_dir, "fast_p")
+            ax.set_ylim(0, max(5.0, 100 * top * 1.05))
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="center right", title="model", frameon=False)
+        fig.suptitle(f"fast_p against p, {_level_title(level)}: share of problems solved correctly and faster than "
+                     "p x the baseline\n(dots: the summary's counts at p = 1, 1.5, 2)")
+        fig.tight_layout(rect=(0, 0, 1 - 2.2 / fig.get_figwidth(), 1))
+        written += _save(fig, out_dir, f"fast_p_level{level}")
+    return written
 
 
 def plot_bootstrap_forest(summary: Mapping[str, Any], out_dir: Path) -> list[Path]:
     reference = bootstrap_reference(summary)
     block = summary[f"paired_bootstrap_vs_{reference}"]
-    if not block:
-        return []
+    if not block:  # still write the file (the workflow expects it), saying why it is empty
+        fig, ax = plt.subplots(figsize=(6.0, 2.0))
+        ax.axis("off")
+        ax.text(0.5, 0.5, f"No model compared with {reference}: nothing to plot", ha="center", va="center")
+        fig.suptitle(f"Paired bootstrap against {reference}")
+        return _save(fig, out_dir, "bootstrap_forest")
     models = list(block)
     y = np.arange(len(models))[::-1]  # first model on top
     fig, axes = plt.subplots(1, len(BOOTSTRAP_METRICS), figsize=(4.0 * len(BOOTSTRAP_METRICS) + 1.5,
-                                                                 1.2 + 0.42 * len(models)),
+                                                                 1.8 + 0.42 * len(models)),
                              sharey=True, squeeze=False)
     for ax, metric in zip(axes[0], BOOTSTRAP_METRICS):
         deltas = np.array([block[m][metric]["delta_pp"] for m in models])
         lows = np.array([block[m][metric]["ci95_pp"][0] for m in models])
         highs = np.array([block[m][metric]["ci95_pp"][1] for m in models])
         ax.errorbar(deltas, y, xerr=[deltas - lows, highs - deltas], fmt="o", color="tab:blue", ecolor="tab:blue",
-                    capsize=3, label="difference, 95% CI")
+                    capsize=3)
         ax.axvline(0.0, color="black", linewidth=0.8)
-        for yi, m in zip(y, models):
+        for yi, m, high in zip(y, models, highs):
             r = block[m][metric]
-            ax.annotate(f"+{r['gained']}/-{r['lost']}", (highs[list(models).index(m)], yi), xytext=(4, 0),
+            ax.annotate(f"+{r['gained']}/-{r['lost']}", (high, yi), xytext=(4, 0),
                         textcoords="offset points", va="center", fontsize=7, color="dimgrey")
         ax.set_title(METRIC_TITLES.get(metric, metric))
         ax.set_xlabel(f"difference to {reference} (percentage points)")
         ax.margins(x=0.25)
     axes[0][0].set_yticks(y, models)
     axes[0][0].set_ylabel("model")
-    axes[0][0].legend(loc="lower left", fontsize=7, title="+gained/-lost problems", title_fontsize=7)
-    fig.suptitle(f"Paired bootstrap against {reference}: difference in percentage points with 95% interval")
+    fig.suptitle(f"Paired bootstrap against {reference}: difference in percentage points\n"
+                 "(dot: difference; bar: 95% percentile interval; +g/-l: problems gained / lost)")
     fig.tight_layout()
     return _save(fig, out_dir, "bootstrap_forest")
 
@@ -191,7 +201,7 @@ def plot_level_strategy(summary: Mapping[str, Any], out_dir: Path) -> list[Path]
     axes[0][0].legend(loc="upper left")
     fig.suptitle("Strategy split of the eager-fast unflagged answers (static check: forward() keeps a PyTorch op)")
     fig.tight_layout()
-    return _save(fig, out_dir, "level_strategy")
+    return _save(fig, out_dir, "level2_strategy")
 
 
 def plot_correct_compiled(summary: Mapping[str, Any], out_dir: Path) -> list[Path]:
@@ -202,16 +212,17 @@ def plot_correct_compiled(summary: Mapping[str, Any], out_dir: Path) -> list[Pat
     fig, axes = plt.subplots(1, len(levels), figsize=(max(6.0, 0.5 * len(models) + 2.0) * len(levels) / 1.4, 4.8),
                              squeeze=False, sharey=True)
     for ax, level in zip(axes[0], levels):
-        rates = {key: np.array([100 * summary["models"][m]["levels"][level][key] / summary["models"][m]["levels"][level]["n"]
-                                for m in models]) for key in ("compiled", "correct")}
+        counts = [summary["models"][m]["levels"][level] for m in models]
+        rates = {key: np.array([100 * c[key] / c["n"] for c in counts]) for key in ("compiled", "correct")}
         ax.bar(x - width / 2, rates["compiled"], width, color="tab:grey", label="compiled")
         ax.bar(x + width / 2, rates["correct"], width, color="tab:blue", label="correct")
         ax.set_xticks(x, models, rotation=60, ha="right")
         ax.set_title(_level_title(level))
         ax.set_xlabel("model")
         ax.set_ylabel("% of problems")
-        ax.set_ylim(0, 100)
-    axes[0][0].legend(loc="upper left")
+        ax.set_ylim(0, 115)  # headroom for the legend above 100%
+        ax.set_yticks(np.arange(0, 101, 20))
+    axes[0][0].legend(loc="upper left", ncol=2)
     fig.suptitle("Compiled and correct answers per model (share of all problems)")
     fig.tight_layout()
     return _save(fig, out_dir, "correct_compiled")
@@ -231,10 +242,13 @@ def make_figures(rows_df: pd.DataFrame, summary_dict: Mapping[str, Any], out_dir
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workflow_scripts.figures",
-                                     description="Draw the summary figures (PNG and SVG) from the rows and the summary JSON.")
+    parser = argparse.ArgumentParser(
+        prog="python -m workflow_scripts.figures",
+        description="Draw the summary figures (PNG and SVG) from the rows and the summary JSON.",
+    )
     parser.add_argument("--rows", type=Path, required=True, help="per-problem rows (parquet)")
-    parser.add_argument("--summary", type=Path, required=True, help="summary JSON written by workflow_scripts.summarize")
+    parser.add_argument("--summary", type=Path, required=True,
+                        help="summary JSON written by workflow_scripts.summarize")
     parser.add_argument("--out-dir", type=Path, required=True, help="folder for the figures")
     args = parser.parse_args(argv)
     paths = make_figures(pd.read_parquet(args.rows), json.loads(args.summary.read_text()), args.out_dir)

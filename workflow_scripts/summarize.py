@@ -227,7 +227,9 @@ def parse_context(data: Mapping[str, Any] | None) -> SummaryContext:
             raise ValueError(f"context.models.{name} must be an object")
         bad = set(entry) - CONTEXT_MODEL_KEYS
         if bad:
-            raise ValueError(f"unknown keys {sorted(bad)} in context.models.{name}; allowed: {sorted(CONTEXT_MODEL_KEYS)}")
+            raise ValueError(
+                f"unknown keys {sorted(bad)} in context.models.{name}; allowed: {sorted(CONTEXT_MODEL_KEYS)}"
+            )
         generation = entry.get("generation")
         if generation is not None and not isinstance(generation, Mapping):
             raise ValueError(f"context.models.{name}.generation must be an object")
@@ -281,7 +283,9 @@ def normalize_rows(rows: pd.DataFrame) -> pd.DataFrame:
     duplicated = frame.duplicated(["model", "level", "problem_id"])
     if duplicated.any():
         first = frame[duplicated].iloc[0]
-        raise ValueError(f"duplicate row for model {first['model']!r}, level {first['level']}, problem {first['problem_id']}")
+        raise ValueError(
+            f"duplicate row for model {first['model']!r}, level {first['level']}, problem {first['problem_id']}"
+        )
     problems = {(int(l), int(p)) for l, p in zip(frame["level"], frame["problem_id"])}
     for model, group in frame.groupby("model", sort=False):
         have = set(zip(group["level"].astype(int), group["problem_id"].astype(int)))
@@ -647,14 +651,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Summarize per-problem rows into the published results JSON, per-level tables, a markdown "
                     "table and (optionally) figures.",
     )
-    parser.add_argument("--rows", type=Path, required=True, help="per-problem rows (parquet, one row per model x problem)")
+    parser.add_argument("--rows", type=Path, required=True,
+                        help="per-problem rows (parquet, one row per model x problem)")
     parser.add_argument("--out", type=Path, required=True, help="summary JSON to write")
     parser.add_argument("--reference", help="model the paired bootstrap compares against (default: first model)")
     parser.add_argument("--compare", nargs="+", metavar="NAME",
                         help="models to compare with the reference (default: every other model)")
     parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES, help="bootstrap resamples (default 100000)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed (default 42)")
-    parser.add_argument("--tables-dir", type=Path, help="where levels.parquet / bootstrap.parquet go (default: OUT's folder/tables)")
+    parser.add_argument("--tables-dir", type=Path,
+                        help="where levels.parquet / bootstrap.parquet go (default: OUT's folder/tables)")
     parser.add_argument("--figures-dir", type=Path, help="also draw the figures (PNG + SVG) here")
     parser.add_argument("--markdown", type=Path, help="write the headline markdown table here too")
     parser.add_argument("--context", type=Path,

@@ -62,6 +62,12 @@ def _bytes_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in zip(bs, cs)}
 
 
+def _merges_in(tokenizer) -> list[str]:
+    """The merged (multi-character, non-special) tokens of :func:`build_tokenizer`'s vocabulary."""
+    vocab = tokenizer.get_vocab()
+    return [t for t, i in vocab.items() if 256 <= i and t not in SPECIAL_TOKENS + THINK_TOKENS]
+
+
 def build_tokenizer():
     """A byte-level BPE ``PreTrainedTokenizerFast`` with Qwen's special tokens and the chat template."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
@@ -144,6 +150,14 @@ def build_tiny_qwen3(
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+        # Only printable ASCII, newline, the BPE merges and <|im_end|> can win the argmax: zero the output rows
+        # of every other token (control/non-ASCII bytes, other special tokens), whose logit is then exactly 0
+        # while the best of ~100 random logits is far above 0. Outputs therefore always decode to valid text.
+        allowed = set(range(0x20, 0x7F)) | {0x0A} | set(range(256, 256 + len(_merges_in(tokenizer))))
+        allowed.add(eos_id)
+        for tid in range(config.vocab_size):
+            if tid not in allowed:
+                model.lm_head.weight[tid].zero_()
     model.eval()
     model.generation_config = GenerationConfig(
         bos_token_id=pad_id, eos_token_id=eos_id, pad_token_id=pad_id, do_sample=False

@@ -1,0 +1,166 @@
+"""One GPU per job, through per-GPU lock files.
+
+Each visible GPU ``g`` has a lock file ``<lock_dir>/gpu<g>.lock`` (default lock dir ``results/.locks``). A job
+takes an ``fcntl.flock`` on one of them:
+
+* **exclusive** (``LOCK_EX``) for timing: nothing else runs on that GPU while the job times;
+* **shared** (``LOCK_SH``) for correctness-only work: several such jobs may share a GPU, but never with a timing
+  job.
+
+A job tries the GPUs in turn without blocking (starting at an offset derived from its pid, to spread jobs) and
+sleeps ``poll_s`` between rounds until ``timeout_s``. flock locks belong to the open file description and vanish
+when the holder dies, so a crashed or killed job never leaves a GPU locked. The chosen GPU's id is what the
+evaluation child gets as ``CUDA_VISIBLE_DEVICES`` (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so the id means the same
+card to CUDA as to ``nvidia-smi``).
+
+Starvation: a stream of shared holders can keep an exclusive job waiting (flock is not fair). To bound that, an
+exclusive job first takes ``gpu<g>.gate`` exclusively while it waits on that GPU and shared jobs must briefly take
+the gate shared before locking, so new shared jobs queue behind a waiting timing job.
+
+Memory: the lock does not budget GPU memory. Shared (correctness-only) holders may each use large amounts; the
+holder writes ``gpu<g>.<pid>.json`` (mode, pid, expected peak memory if given) next to the lock for operators,
+removed on release. On CPU no lock is taken (``acquire_gpu`` is not called).
+
+Visible GPUs come from, in order: an explicit list (config), ``CUDA_VISIBLE_DEVICES``, ``nvidia-smi -L``,
+``torch.cuda.device_count()`` asked in a child process (the caller never initialises CUDA itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+DEFAULT_LOCK_DIR = Path("results/.locks")
+
+
+class GpuLockTimeout(TimeoutError):
+    pass
+
+
+@dataclass
+class GpuLease:
+    gpu: str  # the id given to the child as CUDA_VISIBLE_DEVICES
+    mode: str  # "exclusive" | "shared"
+    lock_path: Path
+    waited_s: float
+    _fd: int = -1
+    _info_path: Path | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"gpu": self.gpu, "mode": self.mode, "lock_path": str(self.lock_path), "waited_s": self.waited_s}
+
+
+def visible_gpus(configured: Sequence[str | int] | None = None) -> list[str]:
+    if configured:
+        return [str(g) for g in configured]
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
+    exe = shutil.which("nvidia-smi")
+    if exe:
+        try:
+            out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
+            n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+            if n:
+                return [str(i) for i in range(n)]
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:  # last resort: a child process, so this process stays CUDA-free
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                             capture_output=True, text=True, timeout=120)
+        return [str(i) for i in range(int(out.stdout.strip().splitlines()[-1]))]
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return []
+
+
+def _safe(gpu: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in gpu)
+
+
+def _try_lock(fd: int, op: int) -> bool:
+    try:
+        fcntl.flock(fd, op | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+@contextlib.contextmanager
+def acquire_gpu(
+    exclusive: bool,
+    gpus: Sequence[str | int] | None = None,
+    lock_dir: Path | str = DEFAULT_LOCK_DIR,
+    timeout_s: float | None = None,
+    poll_s: float = 0.5,
+    expected_mem_gib: float | None = None,
+) -> Iterator[GpuLease]:
+    """Hold one GPU (exclusive for timing, shared for correctness-only) for the ``with`` block. ``gpus``: the
+    candidates (e.g. ``[N]`` for ``--gpu-index N``); default: all visible GPUs."""
+    cands = [str(g) for g in gpus] if gpus else visible_gpus()
+    if not cands:
+        raise RuntimeError("no visible GPU to lock")
+    lock_dir = Path(lock_dir)
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    mode = "exclusive" if exclusive else "shared"
+    op = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    fds = {g: os.open(lock_dir / f"gpu{_safe(g)}.lock", os.O_RDWR | os.O_CREAT, 0o666) for g in cands}
+    gates = {g: os.open(lock_dir / f"gpu{_safe(g)}.gate", os.O_RDWR | os.O_CREAT, 0o666) for g in cands}
+    t0 = time.monotonic()
+    start = os.getpid() % len(cands)
+    order = cands[start:] + cands[:start]
+    chosen: str | None = None
+    held_gate: str | None = None
+    try:
+        while chosen is None:
+            for g in order:
+                if exclusive:
+                    # Hold the gate of the first GPU we wait on, so shared jobs queue behind us there.
+                    if held_gate is None and _try_lock(gates[g], fcntl.LOCK_EX):
+                        held_gate = g
+                    if _try_lock(fds[g], op):
+                        chosen = g
+                        break
+                else:
+                    if not _try_lock(gates[g], fcntl.LOCK_SH):
+                        continue  # a timing job is queued on this GPU
+                    ok = _try_lock(fds[g], op)
+                    fcntl.flock(gates[g], fcntl.LOCK_UN)
+                    if ok:
+                        chosen = g
+                        break
+            if chosen is None:
+                if timeout_s is not None and time.monotonic() - t0 > timeout_s:
+                    raise GpuLockTimeout(f"no GPU of {cands} free ({mode}) after {timeout_s:.0f}s")
+                time.sleep(poll_s)
+        if held_gate is not None:
+            fcntl.flock(gates[held_gate], fcntl.LOCK_UN)
+            held_gate = None
+        lease = GpuLease(gpu=chosen, mode=mode, lock_path=lock_dir / f"gpu{_safe(chosen)}.lock",
+                         waited_s=time.monotonic() - t0, _fd=fds[chosen])
+        info = lock_dir / f"gpu{_safe(chosen)}.{os.getpid()}.json"
+        try:
+            info.write_text(json.dumps({"pid": os.getpid(), "mode": mode, "since": time.time(),
+                                        "expected_mem_gib": expected_mem_gib}))
+            lease._info_path = info
+        except OSError:
+            pass
+        yield lease
+    finally:
+        for g, fd in fds.items():
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        for fd in gates.values():
+            os.close(fd)
+        if chosen is not None:
+            with contextlib.suppress(OSError):
+                (lock_dir / f"gpu{_safe(chosen)}.{os.getpid()}.json").unlink()
