@@ -35,3 +35,16 @@ bench: venv
 
 clean-results:
 	rm -rf results/* .snakemake
+
+## wheelhouse: wheels for an offline GPU host (Python $(WHEEL_PYTHON)); install there with
+##   pip install --no-index --find-links wheelhouse -r requirements/gpu-host.txt
+WHEEL_PYTHON ?= 3.12
+SDIST_ONLY := $(shell grep -iE '^(connection.pool|throttler)==' requirements/lock.txt)
+wheelhouse: venv
+	rm -rf wheelhouse && mkdir -p wheelhouse
+	# Pure-Python dependencies published only as source get built into universal wheels here.
+	$(BIN)/python -m pip wheel -q --no-deps -w wheelhouse $(SDIST_ONLY)
+	$(BIN)/python -m pip download -q -d wheelhouse --find-links wheelhouse --only-binary=:all: --python-version $(WHEEL_PYTHON) \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 --platform any -r requirements/gpu-host.txt -c requirements/lock.txt
+	ls wheelhouse | wc -l

@@ -462,7 +462,7 @@ class _Guard:
         self.pid = os.getpid()
         self.allowed_spawn_pkgs = allowed_spawn_pkgs
         self._getframe = sys._getframe
-        self._realpath = os.path.realpath
+        self._rp_cache: dict[str, str] = {}
         base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
         self.site_dirs = tuple({os.path.realpath(p) + os.sep for p in
                                 (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])})
@@ -474,14 +474,21 @@ class _Guard:
             "open", "sys._getframe", "sys._current_frames", "object.__getattr__", "sys.settrace", "sys.setprofile",
             "os.kill", "os.killpg", "signal.pthread_kill"})
 
+    def _realpath(self, fn: str) -> str:
+        # Cached: this runs inside the audit hook, possibly on hot paths.
+        rp = self._rp_cache.get(fn)
+        if rp is None:
+            rp = fn if fn.startswith("<") else os.path.realpath(fn)
+            if len(self._rp_cache) < 10000:
+                self._rp_cache[fn] = rp
+        return rp
+
     # -- origin of the event: the innermost frame that is neither stdlib nor harness ---------------------------
     def _origin(self) -> str:
         f = self._getframe(2)
         while f is not None:
             fn = f.f_code.co_filename
-            if fn == self.answer_file or fn == "answer.py":
-                return "answer"
-            rp = fn if fn.startswith("<") else self._realpath(fn)
+            rp = self._realpath(fn)
             if rp == self.answer_file:
                 return "answer"
             if rp.startswith(self.site_dirs):
@@ -499,8 +506,7 @@ class _Guard:
         f = self._getframe(2)
         while f is not None and self._realpath(f.f_code.co_filename) in self.inspect_files:
             f = f.f_back
-        return f is not None and (f.f_code.co_filename == self.answer_file
-                                  or self._realpath(f.f_code.co_filename) == self.answer_file)
+        return f is not None and self._realpath(f.f_code.co_filename) == self.answer_file
 
     def _outside(self, path: Any) -> bool:
         if isinstance(path, int):
@@ -509,7 +515,7 @@ class _Guard:
             path = os.fsdecode(path)
         if not isinstance(path, str):
             path = os.fspath(path)
-        rp = self._realpath(path)
+        rp = os.path.realpath(path)
         if rp in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"):
             return False
         return not any(rp == r or rp.startswith(r + os.sep) for r in self.roots)
@@ -637,16 +643,22 @@ class _LaunchCounter:
             self.installed.append((GridExecutor, "__call__", counted_call))
         else:
             counter = self
-            realpath = os.path.realpath
             launcher_dir = self.launcher_dir
             getframe = self._getframe
+            known: dict[str, bool] = {}  # co_filename -> is Triton launcher code (cached: this runs per launch)
 
             def on_launch(*_args: Any, **_kw: Any) -> None:
                 f = getframe(1)
                 # Skip the HookChain.__call__ frame (triton/knobs.py) and check who called the chain.
                 while f is not None and f.f_code.co_filename.endswith("knobs.py"):
                     f = f.f_back
-                if f is not None and realpath(f.f_code.co_filename).startswith(launcher_dir):
+                if f is None:
+                    return
+                fn = f.f_code.co_filename
+                ok = known.get(fn)
+                if ok is None:
+                    ok = known[fn] = os.path.realpath(fn).startswith(launcher_dir)
+                if ok:
                     counter.count += 1
 
             knobs.runtime.launch_enter_hook.add(on_launch)
@@ -785,7 +797,8 @@ class _Child:
         self.protocol = timing.TimingProtocol(**tp) if tp else timing.TimingProtocol.for_device(self.device_kind)
         self.clock = timing.Clock(self.device_kind, self.protocol.l2_flush_mib)
         self.triton = None
-        if self.role in ("answer", "reference"):
+        self.stdin = sys.stdin.buffer  # captured before any answer code runs
+        if self.role == "answer":
             import triton
             import triton.language  # noqa: F401 - import before the answer so its cost is not the answer's
 
@@ -904,7 +917,7 @@ def _read_cmd(stdin: Any) -> dict[str, Any]:
 def _run_reference(c: _Child, problem: Any) -> None:
     model = c.build_model(problem.Model, problem)
     c.sender.send({"type": "loaded"})
-    stdin = sys.stdin.buffer
+    stdin = c.stdin
     while True:
         cmd = _read_cmd(stdin)
         if cmd["cmd"] == "finish":
@@ -942,22 +955,25 @@ def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
                    allowed_spawn_pkgs=("triton",))
     _install_network_guard(guard)
     _install_ctypes_guard(guard)
+    threads_before = {t.ident for t in threading.enumerate()}
+    sys.addaudithook(guard.hook)  # cannot be removed from Python code
+    guard.enforcing = True
+    # Identity snapshot: taken now, before the answer exists in this process.
     me = sys.modules[__name__]
-    my_globals = dict(vars(me))
-    timing_globals = dict(vars(c.timing))
-    clock_attrs = dict(vars(c.clock))
-    child_attrs = dict(vars(c))
     extra: dict[str, Callable[[], Any]] = {}
-    for k, v in my_globals.items():
+    for k in list(vars(me)):
         extra[f"harness.{k}"] = (lambda k=k: vars(me).get(k))
-    for k in timing_globals:
+    for k in list(vars(c.timing)):
         extra[f"timing.{k}"] = (lambda k=k: vars(c.timing).get(k))
-    for k in clock_attrs:
+    for k in list(vars(c.clock)):
         extra[f"clock.{k}"] = (lambda k=k: vars(c.clock).get(k))
-    for k in child_attrs:
+    for k in list(vars(c)):
         extra[f"child.{k}"] = (lambda k=k: vars(c).get(k))
-    for k in ("_check", "hook", "_origin", "_violation", "_outside", "enforcing"):
-        extra[f"guard.{k}"] = (lambda k=k: vars(guard).get(k, getattr(type(guard), k, None)))
+    for k in list(vars(guard)):
+        if k not in ("busy", "seen", "_rp_cache"):
+            extra[f"guard.{k}"] = (lambda k=k: vars(guard).get(k))
+    extra["guard.class._check"] = lambda: _Guard.__dict__.get("_check")
+    extra["guard.class.hook"] = lambda: _Guard.__dict__.get("hook")
     tamper = _TamperCheck(torch, extra, launch)
     flags: list[str] = []
 
@@ -969,13 +985,10 @@ def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
         for name in tamper.changed()[:5]:
             flag(f"harness_tampered:{name}")
 
-    threads_before = {t.ident for t in threading.enumerate()}
-    sys.addaudithook(guard.hook)
     sender.send({"type": "hello", "tf32": c.tf32, "interpret": launch.interpret, "pid": os.getpid(),
                  "torch": torch.__version__, "triton": c.triton.__version__ if c.triton else None})
 
-    # ---- load the answer (everything from here on may be hostile) ----
-    guard.enforcing = True
+    # ---- load the answer: everything from here on may be hostile ----
     try:
         ans = c.load_module(os.path.join(init["workdir"], init["answer"]), "kb_answer")
     except Exception:  # noqa: BLE001 - includes SyntaxError
@@ -993,13 +1006,27 @@ def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
         os._exit(0)
     check_tamper()
     sender.send({"type": "loaded", "flags": flags})
+    try:
+        _answer_loop(c, problem, model, launch, guard, flag, flags, check_tamper, require_triton, threads_before)
+    except Exception:  # noqa: BLE001 - the harness choked on something the answer produced
+        check_tamper()
+        sender.send({"type": "runtime_error", "index": None, "kind": "harness", "error": _fmt_exc(), "flags": flags})
+    os._exit(0)
 
+
+def _answer_loop(c: _Child, problem: Any, model: Any, launch: _LaunchCounter, guard: _Guard,
+                 flag: Callable[[str], None], flags: list[str], check_tamper: Callable[[], None],
+                 require_triton: bool, threads_before: set[Any]) -> None:
+    import threading
+
+    torch = c.torch
+    sender = c.sender
     is_cuda = c.device_kind == "cuda"
     sync = torch.cuda.synchronize if is_cuda else None
-    clone, equal_bits = c.clone, c.bitwise_equal
-    _type, Tensor = c._type, c.Tensor
+    clone, equal_bits, storage = c.clone, c.bitwise_equal, c.untyped_storage
+    _type, Tensor, _isinstance = c._type, c.Tensor, c._isinstance
+    perf = c.clock.perf_counter
     timing_inputs: list[Any] | None = None
-    timing_snapshot: list[Any] | None = None
 
     def context_broken() -> bool:
         if not is_cuda:
@@ -1010,49 +1037,58 @@ def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
         except Exception:  # noqa: BLE001 - a sticky CUDA error
             return True
 
+    def fail(index: Any, kind: str) -> None:
+        err = _fmt_exc()
+        check_tamper()
+        sender.send({"type": "cuda_error" if context_broken() else "runtime_error", "index": index, "kind": kind,
+                     "error": err, "flags": flags})
+        os._exit(0)
+
+    def input_ptrs(inputs: list[Any]) -> set[int]:
+        return {storage(x).data_ptr() for x in inputs if _isinstance(x, Tensor) and x.numel()}
+
     def run_once(inputs: list[Any], seed: int | None, index: Any, kind: str) -> None:
-        snapshot = [clone(x) if isinstance(x, Tensor) else x for x in inputs]
+        snapshot = [clone(x) if _isinstance(x, Tensor) else x for x in inputs]
         launch.take()
+        t0 = perf()
         try:
             with c.no_grad():
                 if seed is not None:
                     c.set_seed(seed)
-                t0 = c.clock.perf_counter()
+                t0 = perf()
                 out = model(*inputs)
-                if not is_cuda:
-                    ms = (c.clock.perf_counter() - t0) * 1e3
         except Exception:  # noqa: BLE001
-            err = _fmt_exc()
-            check_tamper()
-            sender.send({"type": "cuda_error" if context_broken() else "runtime_error", "index": index,
-                         "kind": kind, "error": err, "flags": flags})
-            os._exit(0)
+            fail(index, kind)
+        ms = (perf() - t0) * 1e3
         launches = launch.take()
         structure, outs = c.flatten(out)
         # Exact type: a subclass could compute lazily inside whatever later inspects it.
         bad_types = [_type(o).__module__ + "." + _type(o).__qualname__ for o in outs if _type(o) is not Tensor]
         if bad_types:
-            subclass = any(isinstance(o, Tensor) for o in outs)
+            subclass = any(_isinstance(o, Tensor) for o in outs)
             check_tamper()
             if subclass:
                 flag("output_not_plain_tensor")
             sender.send({"type": "bad_output", "index": index, "kind": kind, "subclass": subclass,
-                         "error": f"output types {bad_types}", "flags": flags})
+                         "error": f"output types {bad_types}", "launches": launches, "flags": flags})
             return
         if is_cuda:
-            snap = [clone(o) for o in outs]  # stream-ordered: what a consumer on the current stream would see
-            sync()
-            ms = (c.clock.perf_counter() - t0) * 1e3
+            try:
+                snap = [clone(o) for o in outs]  # stream-ordered: what a consumer on the current stream sees
+                sync()
+            except Exception:  # noqa: BLE001 - asynchronous CUDA errors surface here
+                fail(index, kind)
+            ms = (perf() - t0) * 1e3
             if not all(equal_bits(a, b) for a, b in zip(snap, outs)):
                 flag("unsynchronized_stream")
             send_outs = snap
         else:
             send_outs = outs
-        in_ptrs = {c.untyped_storage(x).data_ptr() for x in inputs if isinstance(x, Tensor) and x.numel()}
-        if any(o.numel() and c.untyped_storage(o).data_ptr() in in_ptrs for o in outs):
+        ptrs = input_ptrs(inputs)
+        if any(o.numel() and storage(o).data_ptr() in ptrs for o in outs):
             flag("output_aliases_input")
         for x, s in zip(inputs, snapshot):
-            if isinstance(x, Tensor) and not equal_bits(x, s):
+            if _isinstance(x, Tensor) and not equal_bits(x, s):
                 flag("inputs_mutated")
                 break
         check_tamper()
@@ -1060,7 +1096,7 @@ def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
         sender.send({"type": "output", "index": index, "kind": kind, "structure": structure, "outputs": metas,
                      "launches": launches, "forward_ms": ms, "flags": flags}, chunks)
 
-    stdin = sys.stdin.buffer
+    stdin = c.stdin
     while True:
         cmd = _read_cmd(stdin)
         name = cmd.get("cmd")
@@ -1071,17 +1107,17 @@ def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
             del inputs
         elif name == "time":
             timing_inputs = c.make_inputs(problem, int(cmd["seed"]))
-            timing_snapshot = [clone(x) if isinstance(x, Tensor) else x for x in timing_inputs]
+            timing_snapshot = [clone(x) if _isinstance(x, Tensor) else x for x in timing_inputs]
             per_call: list[int] = []
-            in_ptrs = {c.untyped_storage(x).data_ptr() for x in timing_inputs if isinstance(x, Tensor) and x.numel()}
+            ptrs = input_ptrs(timing_inputs)
 
             def after(out: Any, phase: str) -> None:
                 per_call.append(launch.take())
                 _, outs = c.flatten(out)
                 for o in outs:
                     if _type(o) is Tensor:
-                        if o.numel() and c.untyped_storage(o).data_ptr() in in_ptrs:
-                            flag("output_aliases_input")
+                        if o.numel() and storage(o).data_ptr() in ptrs:
+                            flag("output_aliases_input")  # scrubbing it would destroy the inputs
                         else:
                             c.timing.scrub(o)
                 check_tamper()
@@ -1090,26 +1126,24 @@ def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
             try:
                 raw = c.clock.time_callable(model, timing_inputs, c.protocol, after)
             except Exception:  # noqa: BLE001
-                err = _fmt_exc()
-                check_tamper()
-                sender.send({"type": "cuda_error" if context_broken() else "runtime_error", "index": "timing",
-                             "kind": "timing", "error": err, "flags": flags})
-                os._exit(0)
+                fail("timing", "timing")
             for x, s in zip(timing_inputs, timing_snapshot):
-                if isinstance(x, Tensor) and not equal_bits(x, s):
+                if _isinstance(x, Tensor) and not equal_bits(x, s):
                     flag("inputs_mutated")
                     break
+            del timing_snapshot
             if require_triton and per_call and min(per_call) == 0:
                 flag("triton_launch_skipped_in_timing")
             check_tamper()
             sender.send({"type": "timing", "raw": raw.to_dict(), "launches_per_call": per_call, "flags": flags})
         elif name == "post_timing":
             # Overwrite the timed input tensors in place (same storage, same addresses) with fresh inputs.
+            if timing_inputs is None:
+                raise RuntimeError("post_timing before time")
             fresh = c.make_inputs(problem, int(cmd["seed"]))
-            assert timing_inputs is not None
             with c.no_grad():
                 for i, (t, f) in enumerate(zip(timing_inputs, fresh)):
-                    if isinstance(t, Tensor) and isinstance(f, Tensor) and t.shape == f.shape and t.dtype == f.dtype:
+                    if _isinstance(t, Tensor) and _isinstance(f, Tensor) and t.shape == f.shape and t.dtype == f.dtype:
                         c.copy_(t, f)
                     else:
                         timing_inputs[i] = f
@@ -1139,7 +1173,7 @@ def _run_baseline(c: _Child, problem: Any, init: dict[str, Any]) -> None:
                 c.timing.scrub(o)
 
     eager_ref = None
-    stdin = sys.stdin.buffer
+    stdin = c.stdin
     while True:
         cmd = _read_cmd(stdin)
         name = cmd.get("cmd")

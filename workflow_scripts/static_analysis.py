@@ -1818,7 +1818,11 @@ def _unused_kernels(tables: ModuleTables) -> list[tuple[str, ast.AST]]:
             used.add(node.attr)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             used.add(node.value)  # getattr(module, "kernel")
-    return [(name, node) for name, node in tables.kernels.items() if name not in used]
+    # One definition may have several names (k = triton.jit(f); K = k): it is used when any of them is.
+    names_of: dict[int, list[str]] = {}
+    for name, node in tables.kernels.items():
+        names_of.setdefault(id(node), []).append(name)
+    return [(names[0], tables.kernels[names[0]]) for names in names_of.values() if not set(names) & used]
 
 
 # ----------------------------------------------------------------------------------------------------------------
