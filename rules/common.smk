@@ -1,5 +1,6 @@
 # Configuration validation (a JSON schema) and the input functions every stage shares.
 import json
+import shlex
 import re
 import sys
 from pathlib import Path

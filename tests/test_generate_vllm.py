@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from workflow_scripts import generate_vllm as gv
 from workflow_scripts.completion_cache import (
     CompletionCache,
     Decoding,
@@ -30,7 +31,6 @@ from workflow_scripts.completion_cache import (
     sha256_text,
     write_prompts_jsonl,
 )
-from workflow_scripts import generate_vllm as gv
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,7 +55,8 @@ def _fake_adapter(path: Path, payload: bytes = b"lora-bytes") -> Path:
     return path
 
 
-def _key(cache, base, adapter, item=PROMPTS[0], decoding=Decoding(), dtype="auto", max_model_len=None):
+def _key(cache, base, adapter, item=PROMPTS[0], decoding=None, dtype="auto", max_model_len=None):
+    decoding = decoding or Decoding()
     ident = gv.model_identity(cache, base, adapter, dtype, max_model_len)
     return cache_key(key_material(item, ident, decoding.to_dict()))
 
@@ -276,7 +277,7 @@ def test_cli_offline_reports_missing_and_exits_2(tmp_path):
         [sys.executable, "-m", "workflow_scripts.generate_vllm", "--base", str(base), "--model", "tiny",
          "--prompts", str(tmp_path / "p.jsonl"), "--out-dir", str(tmp_path / "out"), "--cache", str(tmp_path / "c"),
          "--offline"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 2, proc.stderr
     assert "3 completion(s) are not in the cache" in proc.stderr and "tiny level 2 problem 7" in proc.stderr
@@ -423,7 +424,7 @@ def test_vllm_cli_end_to_end_then_offline(tiny, tmp_path):
         "--dtype", "float32", "--max-model-len", "512", "--enforce-eager", "--answers-root", str(tmp_path / "ans"),
     ]
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600, env=env, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     for name in ("tiny", "tiny-lora"):
         recs = read_completions_jsonl(tmp_path / "out" / f"{name}.jsonl")
@@ -433,7 +434,9 @@ def test_vllm_cli_end_to_end_then_offline(tiny, tmp_path):
     first = (tmp_path / "out" / "tiny-lora.jsonl").read_bytes()
     # Offline rerun: everything comes from the cache, vLLM is never started, output identical.
     (tmp_path / "out" / "tiny-lora.jsonl").unlink()
-    proc = subprocess.run(args + ["--offline"], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        args + ["--offline"], cwd=REPO, capture_output=True, text=True, timeout=300, env=env, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (tmp_path / "out" / "tiny-lora.jsonl").read_bytes() == first
     assert "Initializing" not in proc.stderr and "vLLM" not in proc.stderr

@@ -34,10 +34,11 @@ import json
 import os
 import tempfile
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 CACHE_SCHEMA = 1
 STATUSES = ("ok", "failed", "missing")
@@ -270,7 +271,7 @@ class CompletionRecord:
         return {k: getattr(self, k) for k in RECORD_KEYS}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CompletionRecord":
+    def from_dict(cls, d: dict[str, Any]) -> CompletionRecord:
         return cls(**{k: d.get(k) for k in RECORD_KEYS if k != "provenance"}, provenance=d.get("provenance") or {})
 
 

@@ -48,10 +48,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from workflow_scripts.completion_cache import (
     CompletionCache,
@@ -119,7 +120,7 @@ class CliModel:
             raise ValueError(f"cannot split the command template: {e}") from None
 
     @classmethod
-    def from_mapping(cls, d: Mapping[str, Any]) -> "CliModel":
+    def from_mapping(cls, d: Mapping[str, Any]) -> CliModel:
         d = dict(d)
         kind = d.pop("kind", "cli")
         if kind != "cli":
@@ -259,6 +260,7 @@ def run_tool(entry: CliModel, item: PromptItem) -> ToolResult:
                 cwd=workdir,
                 env=env,
                 timeout=entry.timeout_s,
+                check=False,
             )
         except FileNotFoundError:
             return ToolResult(None, error=f"command not found: {argv[0]}")

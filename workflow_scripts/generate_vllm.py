@@ -29,8 +29,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from workflow_scripts.completion_cache import (
     CompletionCache,
@@ -133,7 +134,7 @@ def sampling_params(decoding: Decoding):
     return SamplingParams(
         temperature=decoding.temperature,
         top_p=decoding.top_p,
-        top_k=decoding.top_k if decoding.top_k > 0 else 0,
+        top_k=max(0, decoding.top_k),
         max_tokens=decoding.max_tokens,
         seed=decoding.seed,
     )

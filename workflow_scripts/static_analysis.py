@@ -718,6 +718,9 @@ _BINOP = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.MatMult: "@", ast.Div: 
           ast.BitAnd: "&"}
 _CMPOP = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 _MAX_DEPTH = 40
+# Deterministic work budget (statements + expressions visited). Past it, calls are no longer followed and loop
+# bodies are walked once: pathological answers end in bounded time with what was found so far.
+_STEP_BUDGET = 400_000
 
 Event = tuple[str, str, int]  # (kind: "op" | "launch" | "alloc", name, line)
 
@@ -738,12 +741,14 @@ class Flow:
     def __init__(self, tables: ModuleTables, emit: bool = True) -> None:
         self.t = tables
         self.emit = emit
-        self.trace: list[Event] = []
+        # Ordered sets of events, one per call being analysed (memo summaries) and per root.
+        self.captures: list[dict[Event, None]] = []
+        self.steps = 0
         self.regions: list[tuple[str, int]] = []
-        self.region_events: dict[tuple[str, int], list[Event]] = {}
+        self.region_events: dict[tuple[str, int], dict[Event, None]] = {}
         self.try_nodes: dict[int, ast.AST] = {}
         self.findings: list[Finding] = []
-        self.memo: dict[tuple, tuple[Ty, list[Event]]] = {}
+        self.memo: dict[tuple, tuple[Ty, tuple[Event, ...]]] = {}
         self.active: set[tuple] = set()
         self.depth = 0
         self.lambdas: dict[int, tuple[ast.Lambda, dict[str, Ty]]] = {}
@@ -753,9 +758,15 @@ class Flow:
     # -- recording --
     def record(self, kind: str, name: str, line: int) -> None:
         ev = (kind, name, line)
-        self.trace.append(ev)
+        for capture in self.captures:
+            capture[ev] = None
         for r in self.regions:
-            self.region_events.setdefault(r, []).append(ev)
+            bucket = self.region_events.setdefault(r, {})
+            bucket[ev] = None
+
+    @property
+    def over_budget(self) -> bool:
+        return self.steps > _STEP_BUDGET
 
     def finding(self, code: str, severity: Severity, node: ast.AST, message: str) -> None:
         if self.emit:
@@ -767,19 +778,23 @@ class Flow:
         if self_ty is not None and params and not self._is_static(fn):
             params = params[1:]
         args = [self._root_param_type(a, d) for a, d in params]
-        start = len(self.trace)
-        self.call_function(fn, self_ty if not self._is_static(fn) else None, args, {}, cls)
-        return self.trace[start:]
+        self.captures.append({})
+        try:
+            self.call_function(fn, self_ty if not self._is_static(fn) else None, args, {}, cls)
+        finally:
+            events = self.captures.pop()
+        return list(events)
 
     def run_body(self, stmts: list[ast.stmt]) -> list[Event]:
-        start = len(self.trace)
         saved, self.frame = self.frame, Frame({}, None, None)
+        self.captures.append({})
         try:
             self.block([s for s in stmts if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                                   ast.ClassDef))])
         finally:
             self.frame = saved
-        return self.trace[start:]
+            events = self.captures.pop()
+        return list(events)
 
     @staticmethod
     def _params(fn: FuncNode) -> list[tuple[ast.arg, ast.expr | None]]:
@@ -824,13 +839,13 @@ class Flow:
             for ev in events:
                 self.record(*ev)
             return ret
-        if key in self.active or self.depth >= _MAX_DEPTH:
-            return O  # recursion: no further information
+        if key in self.active or self.depth >= _MAX_DEPTH or self.over_budget:
+            return O  # recursion / budget: no further information
         self.active.add(key)
         self.depth += 1
-        start = len(self.trace)
         saved = self.frame
         self.frame = Frame(dict(closure or {}), cls, self_ty)
+        self.captures.append({})
         try:
             self._bind(fn, self_ty, list(args), kwargs)
             self.block(fn.body)
@@ -839,7 +854,8 @@ class Flow:
             self.frame = saved
             self.depth -= 1
             self.active.discard(key)
-        self.memo[key] = (ret, list(self.trace[start:]))
+            events = self.captures.pop()
+        self.memo[key] = (ret, tuple(events))
         return ret
 
     def _bind(self, fn: FuncNode, self_ty: Ty | None, args: list[Ty], kwargs: dict[str, Ty]) -> None:
@@ -877,7 +893,9 @@ class Flow:
             self.stmt(s)
 
     def stmt(self, s: ast.stmt) -> None:
+        self.steps += 1
         f = self.frame
+        passes = 1 if self.over_budget else 2
         if isinstance(s, ast.Expr):
             self.expr(s.value)
         elif isinstance(s, ast.Assign):
@@ -904,14 +922,14 @@ class Flow:
         elif isinstance(s, (ast.For, ast.AsyncFor)):
             item = elem_of(self.expr(s.iter))
             before = dict(f.env)
-            for _ in range(2):  # twice so loop-carried types settle
+            for _ in range(passes):  # twice so loop-carried types settle
                 self.assign(s.target, item)
                 self.block(s.body)
             self.frame.env = self._merge(before, self.frame.env)
             self.block(s.orelse)
         elif isinstance(s, ast.While):
             before = dict(f.env)
-            for _ in range(2):
+            for _ in range(passes):
                 self.expr(s.test)
                 self.block(s.body)
             self.frame.env = self._merge(before, self.frame.env)
@@ -1040,6 +1058,7 @@ class Flow:
     def expr(self, node: ast.AST | None, store_probe: bool = False) -> Ty:
         if node is None:
             return O
+        self.steps += 1
         method = getattr(self, f"_e_{type(node).__name__}", None)
         if method is None:
             for child in ast.iter_child_nodes(node):
@@ -1850,8 +1869,8 @@ def _has_model_new(tree: ast.Module) -> bool:
 def _prescan_attributes(tables: ModuleTables) -> None:
     """Type every class's self.<attr> from its methods (``__init__`` first), before any root is analysed."""
     for _ in range(2):  # twice: attributes built from other attributes
+        flow = Flow(tables, emit=False)
         for name, info in tables.classes.items():
-            flow = Flow(tables, emit=False)
             methods = sorted(info.methods.items(), key=lambda kv: kv[0] != "__init__")
             for mname, fn in methods:
                 if flow._is_static(fn) or not flow._params(fn):
@@ -1935,8 +1954,8 @@ def analyze_source(code: str) -> StaticReport:
     report.torch_ops_kept = ops
 
     for rid, node in flow.try_nodes.items():
-        handler_ops = sorted({n for k, n, _ in flow.region_events.get(("handler", rid), []) if k == "op"})
-        body_events = flow.region_events.get(("body", rid), [])
+        handler_ops = sorted({n for k, n, _ in flow.region_events.get(("handler", rid), {}) if k == "op"})
+        body_events = flow.region_events.get(("body", rid), {})
         if handler_ops:
             findings.append(Finding("try_except_fallback", "reject", node.lineno,
                                     "except handler falls back to PyTorch: " + ", ".join(handler_ops[:5])))

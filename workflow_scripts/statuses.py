@@ -29,6 +29,9 @@ class Status(str, Enum):
     NO_TRITON_LAUNCH = "no_triton_launch"  # require_triton and no Triton kernel ran at run time
     REJECTED_RUNTIME = "rejected_runtime"  # a run-time integrity check failed (see the row's flags)
     CORRECT = "correct"
+    # The problem's reference failed in this environment (crash, timeout, load failure): the answer could not be
+    # judged. Not the answer's fault; kept as a row so the denominator stays complete.
+    REFERENCE_ERROR = "reference_error"
 
 
 COMPILED_STATUSES: frozenset[Status] = frozenset(
@@ -62,6 +65,7 @@ DESCRIPTIONS: dict[Status, str] = {
     Status.NO_TRITON_LAUNCH: "require_triton is on and no Triton kernel was launched at run time",
     Status.REJECTED_RUNTIME: "a run-time integrity check failed (inputs mutated, tampering, hidden-input mismatch)",
     Status.CORRECT: "all correctness trials passed",
+    Status.REFERENCE_ERROR: "the reference model itself failed in this environment; the answer was not judged",
 }
 
 

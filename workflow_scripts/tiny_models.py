@@ -226,7 +226,18 @@ def convert_smollm2_gguf(out_dir: Path | str, gguf_path: Path | str | None = Non
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
+    # The weights are dequantized on load but the model stays marked as "GGUF-quantized", which transformers
+    # refuses to save: rebuild a plain model from the config and copy the (float) weights over.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    if unexpected or [k for k in missing if "lm_head" not in k]:
+        raise RuntimeError(f"weights did not map: missing={missing} unexpected={unexpected}")
+    model.tie_weights()
+    model.generation_config = loaded.generation_config
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     return out

@@ -1,0 +1,25 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Cross-entropy loss with integer class targets (KernelBench level 1, problem 95, made small)."""
+
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, predictions, targets):
+        return torch.nn.functional.cross_entropy(predictions, targets)
+
+
+batch_size = 16
+num_classes = 10
+input_shape = (num_classes,)
+
+
+def get_inputs():
+    return [torch.rand(batch_size, *input_shape), torch.randint(0, num_classes, (batch_size,))]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,217 @@
+"""Regression suite: honest answers pass, cheating answers are caught, failure modes get their status.
+
+Every answer under ``tests/cheats/answers`` is evaluated once per session on the CPU (``TRITON_INTERPRET=1``),
+in parallel, by the real evaluator (children, isolation, parent-side verdicts). Cheats are evaluated with static
+analysis OFF, so the run-time layer is shown to catch each of them on its own; a separate test checks what the
+static analyzer (when present) adds. GPU-only cheats are marked ``gpu`` and skipped without CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts.evaluate import EvalConfig, EvalResult, evaluate_answer, run_static_analysis
+from workflow_scripts.statuses import Status
+
+HERE = Path(__file__).resolve().parent / "cheats"
+PROBLEMS = HERE / "problems"
+ANSWERS = HERE / "answers"
+
+ADD = PROBLEMS / "1_ElementwiseAdd.py"
+ROWSUM = PROBLEMS / "2_RowSum.py"
+MATMUL = PROBLEMS / "3_Matmul64.py"
+CE = PROBLEMS / "4_CrossEntropyIntTargets.py"
+LINEAR = PROBLEMS / "5_LinearReLU.py"
+MIXED = PROBLEMS / "6_MixedDtypes.py"
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+HAS_CUDA = _cuda()
+WRITE_TARGET = Path("/tmp/kb_cheat_written_outside.txt")
+
+
+@dataclass(frozen=True)
+class Case:
+    answer: str  # path under answers/
+    problem: Path
+    statuses: tuple[Status, ...]  # acceptable statuses
+    flags: tuple[str, ...] = ()  # flags (prefix match) that must be present
+    gpu: bool = False
+    static: bool = False  # run with static analysis (the pipeline's default)
+
+
+HONEST = [
+    Case("honest/add_triton.py", ADD, (Status.CORRECT,), static=True),
+    Case("honest/add_hybrid.py", ADD, (Status.CORRECT,), static=True),
+    Case("honest/add_autotune_stdlib.py", ADD, (Status.CORRECT,), static=True),
+    Case("honest/rowsum_triton.py", ROWSUM, (Status.CORRECT,), static=True),
+    Case("honest/matmul_triton.py", MATMUL, (Status.CORRECT,), static=True),
+    Case("honest/cross_entropy_hybrid.py", CE, (Status.CORRECT,), static=True),
+    Case("honest/linear_relu_hybrid.py", LINEAR, (Status.CORRECT,), static=True),
+    Case("honest/mixed_dtypes_triton.py", MIXED, (Status.CORRECT,), static=True),
+]
+
+RR = Status.REJECTED_RUNTIME
+CHEATS = [
+    Case("cheats/add_stale_buffer.py", ADD, (Status.MISMATCH,)),
+    Case("cheats/add_stale_empty_gpu.py", ADD, (Status.MISMATCH,), gpu=True),
+    Case("cheats/add_side_stream_gpu.py", ADD, (RR, Status.MISMATCH), gpu=True),
+    Case("cheats/add_memo_data_ptr.py", ADD, (RR, Status.MISMATCH)),
+    Case("cheats/rowsum_memo_shape.py", ROWSUM, (Status.MISMATCH,)),
+    Case("cheats/add_mutate_inputs.py", ADD, (RR,), ("inputs_mutated",)),
+    Case("cheats/add_alias_input.py", ADD, (RR,), ("inputs_mutated", "output_aliases_input")),
+    Case("cheats/matmul_lazy_subclass.py", MATMUL, (RR,), ("output_not_plain_tensor",)),
+    Case("cheats/add_patch_allclose.py", ADD, (RR,), ("harness_tampered:torch.allclose",)),
+    Case("cheats/add_patch_timer.py", ADD, (RR,), ("harness_tampered:time.perf_counter",)),
+    Case("cheats/add_patch_seed.py", ADD, (RR,), ("harness_tampered:torch.manual_seed",)),
+    Case("cheats/matmul_enable_tf32.py", MATMUL, (RR,), ("harness_tampered:tf32",)),
+    Case("cheats/rowsum_fallback_torch.py", ROWSUM, (Status.NO_TRITON_LAUNCH,)),
+    Case("cheats/matmul_no_launch.py", MATMUL, (Status.NO_TRITON_LAUNCH,)),
+    Case("cheats/add_fake_launch.py", ADD, (Status.NO_TRITON_LAUNCH,)),
+    Case("cheats/matmul_fp16_downgrade.py", MATMUL, (Status.MISMATCH,)),
+    Case("cheats/matmul_bf16_downgrade.py", MATMUL, (Status.MISMATCH,)),
+    Case("cheats/rowsum_hardcoded_seeds.py", ROWSUM, (RR,), ("hidden_input_mismatch",)),
+    Case("cheats/rowsum_partial.py", ROWSUM, (Status.MISMATCH,)),
+    Case("cheats/add_nan.py", ADD, (Status.MISMATCH,)),
+    Case("cheats/add_gc_expected.py", ADD, (RR,), ("gc_introspection",)),
+    Case("cheats/add_frame_expected.py", ADD, (RR,), ("frame_inspection",)),
+    Case("cheats/linear_relu_modify_params.py", LINEAR, (RR,), ("gc_introspection",)),
+    Case("cheats/add_forge_channel.py", ADD, (RR,), ("result_channel_forged",)),
+    Case("cheats/add_exit_os.py", ADD, (Status.CRASH,)),
+    Case("cheats/add_exit_sys.py", ADD, (Status.CRASH,)),
+    Case("cheats/add_write_outside.py", ADD, (RR,), ("write_outside_workdir",)),
+    Case("cheats/add_spawn_process.py", ADD, (RR,), ("spawned_process",)),
+    Case("cheats/add_network.py", ADD, (RR,), ("network_access",)),
+    Case("cheats/add_ctypes.py", ADD, (RR,), ("ctypes_use",)),
+    Case("cheats/add_settrace.py", ADD, (RR,), ("tracing",)),
+    Case("cheats/add_read_parent_proc.py", ADD, (RR,), ("proc_access",)),
+]
+
+FAILURES = [
+    Case("failures/syntax_error.py", ADD, (Status.LOAD_ERROR,)),
+    Case("failures/import_raises.py", ADD, (Status.LOAD_ERROR,)),
+    Case("failures/no_model_new.py", ADD, (Status.NO_MODEL_NEW,)),
+    Case("failures/init_raises.py", ADD, (Status.INIT_ERROR,)),
+    Case("failures/forward_raises.py", ADD, (Status.RUNTIME_ERROR,)),
+    Case("failures/returns_float.py", ADD, (Status.RUNTIME_ERROR,)),
+    Case("failures/wrong_shape.py", ADD, (Status.SHAPE_MISMATCH,)),
+    Case("failures/wrong_dtype.py", ADD, (Status.DTYPE_MISMATCH,)),
+    Case("failures/segfault.py", ADD, (Status.CRASH,)),
+]
+
+ALL = HONEST + CHEATS + FAILURES
+
+
+def _config(case: Case) -> EvalConfig:
+    device = "cuda" if case.gpu else "cpu"
+    # Honest answers: the default CPU timing protocol. Others: fewer timed calls (they are rarely timed).
+    trials = None if case.answer.startswith("honest/") else 3
+    return EvalConfig(device=device, timing_trials=trials, run_static=case.static)
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, EvalResult]:
+    """Evaluate every runnable case once, in parallel."""
+    if WRITE_TARGET.exists():
+        WRITE_TARGET.unlink()
+    cases = [c for c in ALL if not c.gpu or HAS_CUDA]
+    workers = max(2, min(4, os.cpu_count() or 2))
+    with ThreadPoolExecutor(workers) as ex:
+        futs = {c.answer: ex.submit(evaluate_answer, c.problem, ANSWERS / c.answer, _config(c)) for c in cases}
+        return {k: f.result() for k, f in futs.items()}
+
+
+def _params(cases: list[Case]) -> list:
+    return [pytest.param(c, id=c.answer.split("/")[-1][:-3],
+                         marks=[pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")]
+                         if c.gpu else []) for c in cases]
+
+
+def _check(case: Case, res: EvalResult) -> None:
+    assert Status(res.status) in case.statuses, (res.status, res.flags, res.error)
+    for f in case.flags:
+        assert any(x == f or x.startswith(f) for x in res.flags), (f, res.flags, res.error)
+
+
+@pytest.mark.parametrize("case", _params(HONEST))
+def test_honest_answers_pass(case: Case, results: dict[str, EvalResult]) -> None:
+    res = results[case.answer]
+    _check(case, res)
+    assert res.correct and res.compiled
+    assert res.runtime_ms is not None and res.runtime_ms > 0
+    st = res.runtime_stats
+    assert st is not None and st["n"] == 10 and len(st["trials"]) == 10
+    assert st["min"] <= st["median"] <= st["max"]
+    assert res.triton_launches and res.triton_launches >= 6  # every correctness call launched
+    assert res.timing_mode == "cpu_wall_interpreter"
+    assert res.protocol["authenticated_done"] is True
+    assert len(res.trials) == 7 and res.trials[-1]["kind"] == "post_timing"
+    assert not [f for f in res.flags if not f.startswith("static:")], res.flags
+
+
+@pytest.mark.parametrize("case", _params(CHEATS))
+def test_cheats_are_caught(case: Case, results: dict[str, EvalResult]) -> None:
+    res = results[case.answer]
+    assert res.status != Status.CORRECT.value and not res.correct and res.runtime_ms is None
+    _check(case, res)
+
+
+@pytest.mark.parametrize("case", _params(FAILURES))
+def test_failure_statuses(case: Case, results: dict[str, EvalResult]) -> None:
+    res = results[case.answer]
+    _check(case, res)
+    assert res.compiled == (Status(res.status) not in (Status.LOAD_ERROR, Status.NO_MODEL_NEW))
+    assert res.error
+
+
+def test_enough_distinct_cheats() -> None:
+    assert len({c.answer for c in CHEATS}) >= 15
+    assert len({c.answer for c in CHEATS if not c.gpu}) >= 15
+
+
+def test_write_outside_blocked(results: dict[str, EvalResult]) -> None:
+    assert "write_outside_workdir" in results["cheats/add_write_outside.py"].flags
+    assert not WRITE_TARGET.exists(), "the blocked write happened anyway"
+
+
+def test_hidden_seed_recorded_for_replay(results: dict[str, EvalResult]) -> None:
+    res = results["cheats/rowsum_hardcoded_seeds.py"]
+    assert len(res.protocol["hidden_seeds"]) == 1
+    hidden = [t for t in res.trials if t["kind"] == "hidden"]
+    assert hidden and hidden[0]["seed"] == res.protocol["hidden_seeds"][0] and hidden[0]["verdict"] != "ok"
+    assert [t["verdict"] for t in res.trials if t["kind"] == "seeded"] == ["ok"] * 5
+
+
+def test_hardcoded_seed_cheat_replay_is_deterministic() -> None:
+    """Replaying with a hidden seed equal to a KernelBench trial seed lets the cheat through: the secret seed
+    is what catches it (and the record is enough to replay a run)."""
+    cfg = EvalConfig(device="cpu", run_static=False, hidden_seeds=[734796314], time_answer=False)
+    res = evaluate_answer(ROWSUM, ANSWERS / "cheats/rowsum_hardcoded_seeds.py", cfg)
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+
+
+def test_memo_caught_after_timing_when_addresses_differ(results: dict[str, EvalResult]) -> None:
+    res = results["cheats/add_memo_data_ptr.py"]
+    assert ("post_timing_mismatch" in res.flags) or res.status == Status.MISMATCH.value
+
+
+@pytest.mark.parametrize("case", _params([c for c in CHEATS if not c.gpu]))
+def test_static_analysis_with_runtime(case: Case, results: dict[str, EvalResult]) -> None:
+    """The pipeline runs static analysis first: either it rejects the cheat, or the run-time verdict stands."""
+    report, flags, reject, _ = run_static_analysis((ANSWERS / case.answer).read_text())
+    if report is None and not flags:
+        pytest.skip("workflow_scripts.static_analysis is not available")
+    assert reject is not None or results[case.answer].status != Status.CORRECT.value

@@ -1,0 +1,280 @@
+"""Unit tests of the evaluator's pure parts: verdicts, status mapping, seeds, statistics, the result channel."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import pytest
+import torch
+
+from workflow_scripts import timing
+from workflow_scripts.evaluate import (
+    EvalConfig,
+    compare_outputs,
+    decide_status,
+    decode_outputs,
+    kernelbench_trial_seeds,
+    make_calibration_answer,
+)
+from workflow_scripts.harness import (
+    INTEGRITY_FLAGS,
+    ChannelReader,
+    ChildDied,
+    ChildTimeout,
+    Message,
+    ProtocolError,
+    Sender,
+    is_integrity_flag,
+)
+from workflow_scripts.statuses import COMPILED_STATUSES, Status, is_compiled
+
+# -- seeds ---------------------------------------------------------------------------------------------------
+
+
+def test_kernelbench_seed_derivation() -> None:
+    # KernelBench: torch.manual_seed(42); [torch.randint(0, 2**32 - 1, (1,)).item() for _ in range(5)]
+    torch.manual_seed(42)
+    expected = [torch.randint(0, 2**32 - 1, (1,)).item() for _ in range(5)]
+    assert kernelbench_trial_seeds(42, 5) == expected == [734796314, 576165995, 2197670066, 839703249, 2584932063]
+
+
+def test_seed_derivation_leaves_global_rng_alone() -> None:
+    torch.manual_seed(7)
+    a = torch.rand(3)
+    torch.manual_seed(7)
+    kernelbench_trial_seeds(42, 5)
+    assert torch.equal(torch.rand(3), a)
+
+
+# -- comparisons ---------------------------------------------------------------------------------------------
+
+
+def test_compare_ok_and_tolerance() -> None:
+    r = torch.ones(4, 4)
+    assert compare_outputs([r], [r + 5e-5], 1e-4, 1e-4)[0] == "ok"
+    v, d, _ = compare_outputs([r], [r + 1e-3], 1e-4, 1e-4)
+    assert v == "value_mismatch" and d == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_nan_never_passes() -> None:
+    r = torch.tensor([1.0, float("nan")])
+    v, d, detail = compare_outputs([r], [r.clone()], 1e-4, 1e-4)
+    assert v == "value_mismatch" and d is None and "NaN" in detail
+    assert compare_outputs([torch.ones(2)], [torch.tensor([1.0, float("nan")])], 1e-4, 1e-4)[0] == "value_mismatch"
+
+
+def test_inf_matches_itself() -> None:
+    r = torch.tensor([1.0, float("inf")])
+    assert compare_outputs([r], [r.clone()], 1e-4, 1e-4)[0] == "ok"
+
+
+def test_shape_dtype_and_structure() -> None:
+    r = torch.ones(4, 4)
+    assert compare_outputs([r], [torch.ones(16)], 1e-4, 1e-4)[0] == "shape_mismatch"
+    assert compare_outputs([r], [r.double()], 1e-4, 1e-4)[0] == "dtype_mismatch"
+    assert compare_outputs([r, r], [r], 1e-4, 1e-4)[0] == "shape_mismatch"
+
+
+def test_integer_and_bool_outputs_must_be_equal() -> None:
+    a = torch.arange(10)
+    assert compare_outputs([a], [a.clone()], 1e-4, 1e-4)[0] == "ok"
+    b = a.clone()
+    b[3] += 1
+    assert compare_outputs([a], [b], 1e-4, 1e-4)[0] == "value_mismatch"
+    m = torch.tensor([True, False])
+    assert compare_outputs([m], [m.clone()], 1e-4, 1e-4)[0] == "ok"
+    assert compare_outputs([m], [~m], 1e-4, 1e-4)[0] == "value_mismatch"
+
+
+def test_allclose_direction_is_kernelbench() -> None:
+    # KernelBench calls torch.allclose(ref, new): rtol scales |new|.
+    ref, new = torch.tensor([1.0]), torch.tensor([1.00019])
+    assert compare_outputs([ref], [new], 1e-4, 1e-4)[0] == ("ok" if torch.allclose(ref, new, 1e-4, 1e-4)
+                                                             else "value_mismatch")
+
+
+def test_decode_outputs_validates_sizes() -> None:
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    raw = bytearray(t.numpy().tobytes())
+    msg = Message({"outputs": [{"shape": [2, 3], "dtype": "float32", "nbytes": 24}]}, raw)
+    assert torch.equal(decode_outputs(msg)[0], t)
+    for bad in ({"shape": [2, 4], "dtype": "float32", "nbytes": 24}, {"shape": [2, 3], "dtype": "evil", "nbytes": 24},
+                {"shape": [2, -3], "dtype": "float32", "nbytes": 24}, {"shape": [2, 3], "dtype": "float32", "nbytes": 8}):
+        with pytest.raises(ProtocolError):
+            decode_outputs(Message({"outputs": [bad]}, raw))
+    with pytest.raises(ProtocolError):
+        decode_outputs(Message({"outputs": [{"shape": [2], "dtype": "float32", "nbytes": 8}]}, raw))  # trailing
+
+
+def test_decode_bf16_and_empty() -> None:
+    t = torch.randn(5).to(torch.bfloat16)
+    raw = bytearray(t.view(torch.uint8).numpy().tobytes())
+    out = decode_outputs(Message({"outputs": [{"shape": [5], "dtype": "bfloat16", "nbytes": 10},
+                                              {"shape": [0, 3], "dtype": "int64", "nbytes": 0}]}, raw))
+    assert torch.equal(out[0], t) and out[1].shape == (0, 3)
+
+
+# -- status mapping ------------------------------------------------------------------------------------------
+
+
+def _st(**kw) -> Status:
+    base = dict(imported=True, pre_import_status=None, failure=None, trial_verdicts=["ok"] * 6, flags=[],
+                require_triton=True, all_calls_launched=True)
+    base.update(kw)
+    return decide_status(**base)
+
+
+def test_status_precedence() -> None:
+    assert _st() == Status.CORRECT
+    assert _st(imported=False, pre_import_status=Status.NO_MODEL_NEW) == Status.NO_MODEL_NEW
+    assert _st(imported=False) == Status.LOAD_ERROR
+    assert _st(imported=False, flags=["network_access"]) == Status.LOAD_ERROR  # compiled stays False
+    assert _st(flags=["inputs_mutated"], trial_verdicts=["value_mismatch"]) == Status.REJECTED_RUNTIME
+    assert _st(flags=["harness_tampered:torch.allclose"], failure=Status.TIMEOUT) == Status.REJECTED_RUNTIME
+    assert _st(failure=Status.TIMEOUT) == Status.TIMEOUT
+    assert _st(failure=Status.CRASH, trial_verdicts=["ok"]) == Status.CRASH
+    assert _st(trial_verdicts=["ok", "shape_mismatch"]) == Status.SHAPE_MISMATCH
+    assert _st(trial_verdicts=["dtype_mismatch"]) == Status.DTYPE_MISMATCH
+    assert _st(trial_verdicts=["value_mismatch"], all_calls_launched=False) == Status.MISMATCH
+    assert _st(all_calls_launched=False) == Status.NO_TRITON_LAUNCH
+    assert _st(all_calls_launched=False, require_triton=False) == Status.CORRECT
+    assert _st(trial_verdicts=[]) == Status.CRASH  # no verdict is never a pass
+    assert _st(failure=Status.REFERENCE_ERROR, imported=False) == Status.REFERENCE_ERROR
+    assert _st(flags=["static:keeps_torch_op", "python_threads_started"]) == Status.CORRECT  # informational
+
+
+def test_compiled_follows_kernelbench() -> None:
+    for s in (Status.LOAD_ERROR, Status.NO_MODEL_NEW, Status.REJECTED_STATIC, Status.NO_CODE,
+              Status.MISSING_COMPLETION, Status.REFERENCE_ERROR):
+        assert not is_compiled(s)
+    for s in (Status.CORRECT, Status.CRASH, Status.TIMEOUT, Status.REJECTED_RUNTIME, Status.NO_TRITON_LAUNCH):
+        assert is_compiled(s) and s in COMPILED_STATUSES
+
+
+def test_integrity_flags() -> None:
+    assert is_integrity_flag("harness_tampered:torch.allclose")
+    assert is_integrity_flag("hidden_input_mismatch") and "post_timing_mismatch" in INTEGRITY_FLAGS
+    assert not is_integrity_flag("static:keeps_torch_op")
+    assert not is_integrity_flag("python_threads_started")
+
+
+# -- statistics ----------------------------------------------------------------------------------------------
+
+
+def test_stats() -> None:
+    s = timing.stats([1.0, 2.0, 3.0, 10.0])
+    assert s["mean"] == 4.0 and s["median"] == 2.5 and s["min"] == 1.0 and s["max"] == 10.0 and s["n"] == 4
+    assert s["std"] == pytest.approx(math.sqrt(((3**2) + 2**2 + 1 + 6**2) / 4))  # population (np.std)
+    assert timing.stats([2.0, 1.0, 3.0])["median"] == 2.0
+    assert timing.stats([]) is None
+    assert timing.stats([1.0, float("nan")]) is None
+    assert s["trials"] == [1.0, 2.0, 3.0, 10.0]
+
+
+def test_timing_protocol_defaults() -> None:
+    g = timing.TimingProtocol.for_device("cuda")
+    assert (g.warmup, g.trials, g.discard_first, g.l2_flush_mib, g.no_grad) == (3, 100, 1, 256, True)
+    c = timing.TimingProtocol.for_device("cpu")
+    assert (c.warmup, c.trials) == (1, 10)
+    assert EvalConfig(device="cpu", timing_trials=4).timing_protocol().trials == 4
+
+
+def test_cpu_clock_discards_and_scrubs() -> None:
+    clock = timing.Clock("cpu")
+    seen = []
+
+    def fn(x):
+        return x * 2
+
+    def after(out, phase):
+        seen.append(phase)
+        timing.scrub(out)
+        assert torch.isnan(out).all()
+
+    raw = clock.time_callable(fn, [torch.ones(3)], timing.TimingProtocol(warmup=2, trials=4, discard_first=1), after)
+    assert len(raw.trials_ms) == 4 and len(raw.discarded_ms) == 1 and len(raw.warmup_ms) == 2
+    assert seen == ["warmup"] * 2 + ["trial"] * 5
+
+
+def test_scrub_kinds() -> None:
+    f, i, b = torch.ones(3), torch.ones(3, dtype=torch.int64), torch.ones(3, dtype=torch.bool)
+    timing.scrub((f, i, b))
+    assert torch.isnan(f).all() and (i == -7).all() and not b.any()
+
+
+# -- the result channel --------------------------------------------------------------------------------------
+
+
+def _pipe(key: bytes = b"k" * 32):
+    r, w = os.pipe()
+    return ChannelReader(r, key, 1 << 20), Sender(w, key), r, w
+
+
+def test_channel_roundtrip_with_payload() -> None:
+    reader, sender, r, w = _pipe()
+    data = memoryview(bytearray(b"x" * 1000))
+    sender.send({"type": "output", "a": 1}, [data])
+    sender.send({"type": "done"})
+    m = reader.recv(time.monotonic() + 5)
+    assert m.type == "output" and m.header["nbytes"] == 1000 and bytes(m.payload) == b"x" * 1000
+    assert reader.recv(time.monotonic() + 5).type == "done"
+    os.close(r), os.close(w)
+
+
+def test_channel_rejects_forgery_and_replay() -> None:
+    reader, sender, r, w = _pipe()
+    forger = Sender(w, b"wrong-key".ljust(32, b"-"))
+    forger.send({"type": "done"})
+    with pytest.raises(ProtocolError):
+        reader.recv(time.monotonic() + 5)
+    # Replay: a genuine frame sent twice fails the second time (sequence numbers are in the MAC).
+    reader2, sender2, r2, w2 = _pipe()
+    sender2.send({"type": "done"})
+    frame = os.read(r2, 10000)
+    os.write(w2, frame)
+    os.write(w2, frame)
+    assert reader2.recv(time.monotonic() + 5).type == "done"
+    with pytest.raises(ProtocolError):
+        reader2.recv(time.monotonic() + 5)
+    # Garbage.
+    reader3, _, r3, w3 = _pipe()
+    os.write(w3, b'{"type": "done", "status": "correct"}\n')
+    with pytest.raises(ProtocolError):
+        reader3.recv(time.monotonic() + 5)
+    for fd in (r, w, r2, w2, r3, w3):
+        os.close(fd)
+
+
+def test_channel_eof_timeout_and_size_cap() -> None:
+    reader, sender, r, w = _pipe()
+    with pytest.raises(ChildTimeout):
+        reader.recv(time.monotonic() + 0.2)
+    sender.send({"type": "x"}, [memoryview(bytearray(2 << 20))])  # beyond the 1 MiB cap
+    with pytest.raises(ProtocolError):
+        reader.recv(time.monotonic() + 5)
+    os.close(w)
+    reader2, _, r2, w2 = _pipe()
+    os.close(w2)
+    with pytest.raises(ChildDied):
+        reader2.recv(time.monotonic() + 5)
+    os.close(r), os.close(r2)
+
+
+def test_calibration_answer_source() -> None:
+    src = "import torch\nclass Model(torch.nn.Module):\n    pass\n"
+    out = make_calibration_answer(src)
+    ns: dict = {}
+    exec(compile(out, "<cal>", "exec"), ns)
+    assert ns["ModelNew"] is ns["Model"]
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError):
+        EvalConfig(device="tpu")
+    with pytest.raises(ValueError):
+        EvalConfig(tf32="fast")
+    assert EvalConfig(device="cpu").effective_timeout() == 300.0
+    assert EvalConfig(device="cpu").limits().as_bytes == 16 << 30
+    assert EvalConfig(device="cuda").limits().as_bytes is None  # RLIMIT_AS would break CUDA

@@ -1,0 +1,137 @@
+"""End-to-end isolation tests of the evaluator (CPU): environment, limits, namespaces, timeouts and the
+process group, calibration, reference failures and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts import harness
+from workflow_scripts.evaluate import EvalConfig, evaluate_answer, make_calibration_answer
+from workflow_scripts.harness import isolation_prefix
+from workflow_scripts.statuses import Status
+
+REPO = Path(__file__).resolve().parent.parent
+CHEATS = REPO / "tests" / "cheats"
+ADD = CHEATS / "problems" / "1_ElementwiseAdd.py"
+LINEAR = CHEATS / "problems" / "5_LinearReLU.py"
+ANS = CHEATS / "answers"
+
+
+def _pgrp_members(pgid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(d.name))
+    return out
+
+
+def test_environment_and_limits_inside_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_TEST_SECRET", "must-not-leak")
+    res = evaluate_answer(ADD, ANS / "probes/env_probe.py", EvalConfig(device="cpu", time_answer=False))
+    assert res.status == Status.CORRECT.value, res.error
+
+
+@pytest.mark.skipif(not isolation_prefix(), reason="unshare -rn is not available here")
+def test_user_and_network_namespaces() -> None:
+    res = evaluate_answer(ADD, ANS / "probes/report_ns.py", EvalConfig(device="cpu", time_answer=False,
+                                                                       run_static=False))
+    assert res.status == Status.CORRECT.value, res.error
+    assert res.protocol["network_isolation"] is True
+
+
+def test_without_namespaces_isolation_is_recorded_false() -> None:
+    res = evaluate_answer(ADD, ANS / "honest/add_triton.py",
+                          EvalConfig(device="cpu", time_answer=False, isolation="none"))
+    assert res.status == Status.CORRECT.value and res.protocol["network_isolation"] is False
+
+
+def test_timeout_kills_the_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    pids: list[int] = []
+    orig = harness.ChildProcess.start
+
+    def start(self: harness.ChildProcess) -> None:
+        orig(self)
+        assert self.proc is not None
+        pids.append(self.proc.pid)
+
+    monkeypatch.setattr(harness.ChildProcess, "start", start)
+    t0 = time.monotonic()
+    res = evaluate_answer(ADD, ANS / "failures/endless_loop.py",
+                          EvalConfig(device="cpu", timeout_s=12, run_static=False))
+    elapsed = time.monotonic() - t0
+    assert res.status == Status.TIMEOUT.value and res.compiled and not res.correct
+    assert "timed out" in res.error
+    assert elapsed < 30
+    assert len(pids) == 2
+    for pid in pids:  # each child led its own session/process group; nothing of it is left
+        assert _pgrp_members(pid) == []
+
+
+def test_calibration_answer_is_correct_without_triton(tmp_path: Path) -> None:
+    for prob in (ADD, LINEAR):  # LINEAR: parameters must match (both models built after seed 42)
+        ans = tmp_path / f"cal_{prob.stem}.py"
+        ans.write_text(make_calibration_answer(prob.read_text()))
+        cfg = EvalConfig(device="cpu", require_triton=False, timing_trials=3, run_static=False)
+        res = evaluate_answer(prob, ans, cfg)
+        assert res.status == Status.CORRECT.value, res.error
+        assert res.max_abs_diff == 0.0 and res.runtime_ms is not None and res.triton_launches == 0
+        assert res.protocol["require_triton"] is False
+    res = evaluate_answer(ADD, tmp_path / "cal_1_ElementwiseAdd.py",
+                          EvalConfig(device="cpu", time_answer=False, run_static=False))
+    assert res.status == Status.NO_TRITON_LAUNCH.value
+
+
+def test_reference_failure_is_reference_error(tmp_path: Path) -> None:
+    prob = tmp_path / "99_Broken.py"
+    prob.write_text(ADD.read_text().replace("return a + b", "raise RuntimeError('reference is broken')"))
+    res = evaluate_answer(prob, ANS / "honest/add_triton.py", EvalConfig(device="cpu", run_static=False))
+    assert res.status == Status.REFERENCE_ERROR.value and not res.compiled
+    assert "reference is broken" in res.error
+
+
+def test_cli_writes_the_documented_keys(tmp_path: Path) -> None:
+    out = tmp_path / "eval.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "workflow_scripts.evaluate", "--problem", str(ADD), "--answer",
+         str(ANS / "honest/add_triton.py"), "--device", "cpu", "--out", str(out), "--timing-trials", "3",
+         "--tf32", "ieee", "--timeout", "120"],
+        cwd=REPO, capture_output=True, text=True, timeout=200,
+    )
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(out.read_text())
+    for k in ("status", "compiled", "correct", "runtime_ms", "runtime_stats", "max_abs_diff", "triton_launches",
+              "flags", "error", "device", "timing_mode", "tf32", "fingerprint", "protocol"):
+        assert k in d, k
+    assert d["status"] == "correct" and d["compiled"] and d["correct"]
+    assert set(d["runtime_stats"]) >= {"mean", "median", "std", "min", "max", "trials"}
+    assert len(d["runtime_stats"]["trials"]) == 3
+    assert d["tf32"]["mode"] == "ieee" and d["tf32"]["cuda_matmul_allow_tf32"] is False
+    assert d["tf32"]["cudnn_allow_tf32"] is False and d["tf32"]["float32_matmul_precision"] == "highest"
+    assert d["timing_mode"] == "cpu_wall_interpreter" and d["fingerprint"]["key"]
+    assert d["protocol"]["trial_seeds"] == [734796314, 576165995, 2197670066, 839703249, 2584932063]
+
+
+def test_cli_no_timing_and_no_require_triton(tmp_path: Path) -> None:
+    ans = tmp_path / "cal.py"
+    ans.write_text(make_calibration_answer(ADD.read_text()))
+    out = tmp_path / "eval.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "workflow_scripts.evaluate", "--problem", str(ADD), "--answer", str(ans),
+         "--device", "cpu", "--out", str(out), "--no-timing", "--no-require-triton"],
+        cwd=REPO, capture_output=True, text=True, timeout=200,
+    )
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(out.read_text())
+    assert d["status"] == "correct" and d["runtime_ms"] is None and d["runtime_stats"] is None

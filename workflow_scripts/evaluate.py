@@ -1,0 +1,757 @@
+"""Evaluate one answer against one problem: the parent side (the verdicts). The child side is
+``workflow_scripts.harness``, whose docstring holds the trust model.
+
+Protocol (KernelBench's, with the deviations marked):
+
+* Reference ``Model`` and answer ``ModelNew`` are loaded from files (``importlib.util.spec_from_file_location``
+  on copies in each child's temporary directory) in two separate child processes. Both models are built after
+  ``torch.manual_seed(42)`` + ``torch.cuda.manual_seed(42)`` (``get_init_inputs`` is called after seeding too),
+  under ``torch.no_grad()``, moved with ``.to(device, dtype=float32)``, and not switched to eval mode.
+* Correctness: 5 trials. Their input seeds are KernelBench's derivation: ``torch.manual_seed(42)`` then
+  ``torch.randint(0, 2**32 - 1, (1,)).item()`` five times (= 734796314, 576165995, 2197670066, 839703249,
+  2584932063). Per trial: seed, ``get_inputs()``, seed again, forward under ``torch.no_grad()``.
+  Floating inputs are cast to fp32; **deviation**: integer/bool inputs keep their dtype (KernelBench casts every
+  input to float, which breaks e.g. level-1 problem 95, cross-entropy with integer targets).
+  Outputs must match in structure, shape and dtype, and ``torch.allclose(ref, out, atol=1e-4, rtol=1e-4)``
+  (``equal_nan=False``: NaN never passes; non-floating outputs must be equal).
+* **Additions**: ``hidden_trials`` (default 1) extra trials on seeds the parent draws at random per run (sent only
+  after the answer is loaded; recorded in ``protocol`` for replay); a failure there is ``rejected_runtime`` with
+  ``hidden_input_mismatch``. Timing uses inputs from another secret seed (same distribution as KernelBench's
+  seed-42 timing inputs; values do not change timing for these ops). After timing, the timed input tensors are
+  overwritten in place with inputs from a third secret seed and the answer's output on them is checked
+  (``post_timing_mismatch``).
+* Timing: see ``workflow_scripts.timing`` (CUDA events with L2 flush and a device-wide synchronize, 3 warm-up +
+  1 discarded + 100 trials on the GPU; wall clock, 1 + 1 + 10 on the CPU, ``timing_mode`` says which). Only
+  answers that passed every correctness trial are timed. ``runtime_ms`` is the mean, null unless correct.
+* Status precedence (``decide_status``): a failure before the module finished importing is ``load_error`` (or
+  ``no_model_new``); after that any integrity flag (see ``harness.INTEGRITY_FLAGS``) gives
+  ``rejected_runtime``; then timeout, crash (child died, exited early, CUDA error, or no authenticated ``done``),
+  init/runtime error, the first failing trial's shape/dtype/value mismatch; then ``no_triton_launch`` when
+  ``require_triton`` and some correctness call launched no Triton kernel; else ``correct``.
+* Static analysis (``workflow_scripts.static_analysis.analyze_source``, when importable) runs first; a
+  ``reject`` finding gives ``rejected_static`` without running anything (``compiled`` stays False, as for other
+  pre-run statuses); a syntax error gives ``load_error`` without running; ``flag`` findings become
+  ``static:<code>`` flags.
+
+CLI: ``python -m workflow_scripts.evaluate --problem P.py --answer A.py --device cpu|cuda --out OUT.json
+[--timeout S] [--no-require-triton] [--tf32 pytorch_default|ieee] [--no-timing] [--gpu-index N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from workflow_scripts import environment, gpu_lock, timing
+from workflow_scripts.harness import (
+    HARNESS_VERSION,
+    ChildDied,
+    ChildProcess,
+    ChildTimeout,
+    Limits,
+    Message,
+    ProtocolError,
+    is_integrity_flag,
+    isolation_prefix,
+)
+from workflow_scripts.statuses import Status, is_compiled
+
+KERNELBENCH_SEED = 42
+SEED_DERIVATION = ("torch.manual_seed(seed); [torch.randint(0, 2**32 - 1, (1,)).item() for _ in range(n)] "
+                   "(KernelBench run_and_check_correctness)")
+
+
+class InfrastructureError(RuntimeError):
+    """The evaluation itself could not run (not the answer's fault): exit non-zero, record nothing."""
+
+
+@dataclass
+class EvalConfig:
+    device: str = "cpu"  # "cpu" | "cuda"
+    gpu_index: int | None = None
+    timeout_s: float | None = None  # whole evaluation; default 300 s on cpu, 1200 s on cuda
+    seed: int = KERNELBENCH_SEED
+    correctness_trials: int = 5
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    timing_trials: int | None = None  # default 100 on cuda, 10 on cpu
+    warmup: int | None = None  # default 3 on cuda, 1 on cpu
+    discard_first: int = 1
+    l2_flush_mib: int = 256
+    require_triton: bool = True
+    tf32: str = "pytorch_default"  # "pytorch_default" | "ieee"
+    time_answer: bool = True
+    hidden_trials: int = 1
+    # Secret seeds, drawn per run when None; set them to replay a run.
+    hidden_seeds: list[int] | None = None
+    timing_seed: int | None = None
+    post_timing_seed: int | None = None
+    isolation: str = "auto"  # "auto" (unshare -rn where it works) | "none"
+    lock_dir: str = str(gpu_lock.DEFAULT_LOCK_DIR)
+    gpus: list[str] | None = None  # candidate GPUs (default: visible ones)
+    memory_limit_gib: float | None = 16.0  # RLIMIT_AS of CPU children
+    # CPU children: OMP/MKL threads. 1 keeps CPU timings stable (two OpenMP runtimes - torch's and the one
+    # Inductor's C++ links - oversubscribe small machines) and lets evaluations run side by side.
+    cpu_threads: int | None = 1
+    run_static: bool = True
+    keep_workdir: bool = False
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+        if self.tf32 not in environment.TF32_MODES:
+            raise ValueError(f"tf32 must be one of {environment.TF32_MODES}")
+
+    def timing_protocol(self) -> timing.TimingProtocol:
+        return timing.TimingProtocol.for_device(self.device, warmup=self.warmup, trials=self.timing_trials,
+                                                discard_first=self.discard_first, l2_flush_mib=self.l2_flush_mib)
+
+    def effective_timeout(self) -> float:
+        return float(self.timeout_s) if self.timeout_s else (1200.0 if self.device == "cuda" else 300.0)
+
+    def limits(self) -> Limits:
+        as_bytes = None
+        if self.device == "cpu" and self.memory_limit_gib:
+            as_bytes = int(self.memory_limit_gib * (1 << 30))
+        return Limits(as_bytes=as_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class TrialRecord:
+    index: Any
+    kind: str  # "seeded" | "hidden" | "post_timing"
+    seed: int
+    verdict: str  # ok | shape_mismatch | dtype_mismatch | device_mismatch | value_mismatch | bad_output | error
+    max_abs_diff: float | None = None
+    launches: int | None = None
+    forward_ms: float | None = None
+    ref_forward_ms: float | None = None
+    detail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class EvalResult:
+    status: str
+    compiled: bool
+    correct: bool
+    runtime_ms: float | None
+    runtime_stats: dict[str, Any] | None
+    max_abs_diff: float | None
+    triton_launches: int | None
+    flags: list[str]
+    error: str | None
+    device: str
+    timing_mode: str
+    tf32: dict[str, Any]
+    fingerprint: dict[str, Any]
+    protocol: dict[str, Any]
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    timing_raw: dict[str, Any] | None = None  # discarded/warm-up/host times, launches per timed call
+    phases_s: dict[str, float] = field(default_factory=dict)
+    static: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pure helpers (unit-tested)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def kernelbench_trial_seeds(seed: int = KERNELBENCH_SEED, n: int = 5) -> list[int]:
+    """KernelBench's per-trial input seeds (see SEED_DERIVATION); uses a private generator."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return [int(torch.randint(0, 2**32 - 1, (1,), generator=g).item()) for _ in range(n)]
+
+
+def _dtype_from_name(name: str) -> Any:
+    import torch
+
+    dt = getattr(torch, str(name), None)
+    if not isinstance(dt, torch.dtype):
+        raise ProtocolError(f"unknown dtype {name!r}")
+    return dt
+
+
+def decode_outputs(msg: Message) -> list[Any]:
+    """Rebuild the output tensors of an ``output`` message from its raw payload, validating every size."""
+    import torch
+
+    metas = msg.header.get("outputs")
+    if not isinstance(metas, list) or not metas:
+        raise ProtocolError("output message without outputs")
+    payload = msg.payload if msg.payload is not None else bytearray()
+    off = 0
+    out = []
+    for m in metas:
+        shape = m.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+            raise ProtocolError(f"bad shape {shape!r}")
+        dt = _dtype_from_name(m.get("dtype", ""))
+        numel = 1
+        for s in shape:
+            numel *= s
+        itemsize = torch.empty((), dtype=dt).element_size()
+        n = numel * itemsize
+        if m.get("nbytes") != n or off + n > len(payload):
+            raise ProtocolError("output sizes do not add up")
+        if n == 0:
+            out.append(torch.empty(shape, dtype=dt))
+        else:
+            flat = torch.frombuffer(payload, dtype=torch.uint8, count=n, offset=off)
+            out.append(flat.view(dt).reshape(shape))
+        off += n
+    if off != len(payload):
+        raise ProtocolError("trailing payload bytes")
+    return out
+
+
+def compare_outputs(ref: list[Any], new: list[Any], atol: float, rtol: float) -> tuple[str, float | None, str | None]:
+    """KernelBench's check, done by the parent: (verdict, max_abs_diff, detail)."""
+    import torch
+
+    if len(ref) != len(new):
+        return "shape_mismatch", None, f"expected {len(ref)} outputs, got {len(new)}"
+    worst: float | None = 0.0
+    for i, (r, n) in enumerate(zip(ref, new)):
+        if tuple(r.shape) != tuple(n.shape):
+            return "shape_mismatch", None, f"output {i}: expected shape {tuple(r.shape)}, got {tuple(n.shape)}"
+        if r.dtype != n.dtype:
+            return "dtype_mismatch", None, f"output {i}: expected dtype {r.dtype}, got {n.dtype}"
+        if r.numel() == 0:
+            continue
+        if r.dtype.is_floating_point or r.dtype.is_complex:
+            ok = bool(torch.allclose(r, n, atol=atol, rtol=rtol, equal_nan=False))
+            d = (r.to(torch.complex128 if r.dtype.is_complex else torch.float64)
+                 - n.to(torch.complex128 if n.dtype.is_complex else torch.float64)).abs().max().item()
+        elif r.dtype == torch.bool:
+            ok = bool(torch.equal(r, n))
+            d = float((r != n).any().item())
+        else:
+            ok = bool(torch.equal(r, n))
+            d = float((r.to(torch.float64) - n.to(torch.float64)).abs().max().item())
+        d = None if d != d else float(d)  # NaN -> None (JSON has no NaN)
+        if worst is not None:
+            worst = None if d is None else max(worst, d)
+        if not ok:
+            nan = bool(n.isnan().any()) if (n.dtype.is_floating_point or n.dtype.is_complex) else False
+            return "value_mismatch", worst, f"output {i}: not allclose(atol={atol}, rtol={rtol})" + (
+                " (NaN in output)" if nan else "")
+    return "ok", worst, None
+
+
+_VERDICT_STATUS = {
+    "shape_mismatch": Status.SHAPE_MISMATCH,
+    "dtype_mismatch": Status.DTYPE_MISMATCH,
+    "device_mismatch": Status.MISMATCH,
+    "value_mismatch": Status.MISMATCH,
+    "bad_output": Status.RUNTIME_ERROR,
+}
+
+
+def decide_status(
+    *,
+    imported: bool,
+    pre_import_status: Status | None,
+    failure: Status | None,
+    trial_verdicts: list[str],
+    flags: list[str],
+    require_triton: bool,
+    all_calls_launched: bool,
+) -> Status:
+    """Status precedence (see the module docstring)."""
+    if failure == Status.REFERENCE_ERROR:
+        return failure
+    if not imported:
+        return pre_import_status or Status.LOAD_ERROR
+    if any(is_integrity_flag(f) for f in flags):
+        return Status.REJECTED_RUNTIME
+    if failure is not None:
+        return failure
+    for v in trial_verdicts:
+        if v != "ok":
+            return _VERDICT_STATUS.get(v, Status.MISMATCH)
+    if not trial_verdicts:
+        return Status.CRASH
+    if require_triton and not all_calls_launched:
+        return Status.NO_TRITON_LAUNCH
+    return Status.CORRECT
+
+
+def cpu_thread_env(device: str, threads: int | None) -> dict[str, str]:
+    if device != "cpu" or not threads:
+        return {}
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def make_calibration_answer(problem_source: str) -> str:
+    """The calibration answer: the reference itself, exported as ModelNew (evaluate with require_triton=False)."""
+    return problem_source.rstrip() + "\n\n\nModelNew = Model  # calibration: the reference as the answer\n"
+
+
+def run_static_analysis(code: str) -> tuple[dict[str, Any] | None, list[str], str | None, str | None]:
+    """(report, flags, reject_message, syntax_error) from ``static_analysis.analyze_source`` if it exists."""
+    try:
+        sa = importlib.import_module("workflow_scripts.static_analysis")
+    except ImportError:
+        return None, [], None, None
+    analyze = getattr(sa, "analyze_source", None)
+    if analyze is None:
+        return None, [], None, None
+    try:
+        rep = analyze(code)
+        d = rep.to_dict() if hasattr(rep, "to_dict") else dataclasses.asdict(rep)
+    except Exception as e:  # noqa: BLE001 - a broken analyzer must not stop evaluations
+        return None, [f"static_analysis_error:{type(e).__name__}"], None, None
+    flags, reject = [], None
+    for f in d.get("findings") or []:
+        code_ = str(f.get("code", "unknown"))
+        flags.append(f"static:{code_}")
+        if f.get("severity") == "reject" and reject is None:
+            reject = f"static analysis: {code_} (line {f.get('line')}): {f.get('message', '')}"
+    syntax = d.get("syntax_error") if d.get("parses") is False else None
+    return d, flags, reject, syntax
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The evaluation
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _RefFailed(Exception):
+    pass
+
+
+class _Evaluation:
+    def __init__(self, problem_path: Path, answer_path: Path, config: EvalConfig, gpu: str | None) -> None:
+        self.problem_path = problem_path
+        self.answer_path = answer_path
+        self.cfg = config
+        self.gpu = gpu
+        self.flags: list[str] = []
+        self.trials: list[TrialRecord] = []
+        self.failure: Status | None = None
+        self.pre_import_status: Status | None = None
+        self.imported = False
+        self.error: str | None = None
+        self.timing_raw: dict[str, Any] | None = None
+        self.runtime_stats: dict[str, Any] | None = None
+        self.tf32: dict[str, Any] | None = None
+        self.phases: dict[str, float] = {}
+        self.sm_clocks: list[float] = []
+        self.done_ok = False
+        self.network_isolation = False
+        cfg = config
+        self.trial_seeds: list[int] = []  # computed once the children are starting (imports torch here)
+        self.hidden_seeds = list(cfg.hidden_seeds) if cfg.hidden_seeds is not None else [
+            secrets.randbelow(2**32 - 1) for _ in range(cfg.hidden_trials)]
+        self.timing_seed = cfg.timing_seed if cfg.timing_seed is not None else secrets.randbelow(2**32 - 1)
+        self.post_seed = cfg.post_timing_seed if cfg.post_timing_seed is not None else secrets.randbelow(2**32 - 1)
+
+    def flag(self, f: str) -> None:
+        if f not in self.flags:
+            self.flags.append(f)
+
+    def _merge(self, msg: Message | None) -> None:
+        if msg is not None:
+            for f in msg.header.get("flags") or []:
+                self.flag(str(f))
+
+    def _events(self, child: ChildProcess) -> None:
+        for ev in child.events:
+            self.flag(str(ev.get("flag")))
+
+    # -- receiving with the right consequences -----------------------------------------------------------------
+    def _recv_ref(self, ref: ChildProcess, deadline: float, want: str) -> Message:
+        try:
+            m = ref.recv(deadline)
+        except ChildTimeout:
+            raise _RefFailed("the reference timed out") from None
+        except ChildDied:
+            raise _RefFailed(f"the reference child {ref.death_reason()}:\n{ref.log_tail()}") from None
+        except ProtocolError as e:
+            raise _RefFailed(f"reference protocol error: {e}") from None
+        if m.type != want:
+            raise _RefFailed(f"reference: {m.header.get('error') or m.type}")
+        return m
+
+    def run(self) -> None:
+        cfg = self.cfg
+        t_start = time.monotonic()
+        deadline = t_start + cfg.effective_timeout()
+        base = Path(tempfile.mkdtemp(prefix="kbeval-"))
+        ans_dir, ref_dir, logs = base / "answer", base / "reference", base / "logs"
+        for d in (ans_dir, ref_dir, logs):
+            d.mkdir()
+        shutil.copyfile(self.problem_path, ans_dir / "problem.py")
+        shutil.copyfile(self.problem_path, ref_dir / "problem.py")
+        shutil.copyfile(self.answer_path, ans_dir / "answer.py")
+        common = {"problem": "problem.py", "answer": "answer.py", "seed": cfg.seed, "tf32": cfg.tf32,
+                  "timing": cfg.timing_protocol().to_dict(), "require_triton": cfg.require_triton}
+        kw = dict(device=cfg.device, gpu=self.gpu, isolation=cfg.isolation, limits=cfg.limits(),
+                  extra_env=cpu_thread_env(cfg.device, cfg.cpu_threads))
+        ans = ChildProcess("answer", ans_dir, logs, init=dict(common), **kw)  # type: ignore[arg-type]
+        ref = ChildProcess("reference", ref_dir, logs, init=dict(common), **kw)  # type: ignore[arg-type]
+        try:
+            ans.start()
+            ref.start()
+            self.network_isolation = ans.network_isolation
+            self.trial_seeds = kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials)  # overlaps child start
+            self._drive(ans, ref, deadline, t_start)
+        except _RefFailed as e:
+            self.failure = Status.REFERENCE_ERROR
+            self.error = str(e)[:4000]
+        finally:
+            self._events(ans)
+            ans.kill()
+            ref.kill()
+            self.phases["total_s"] = time.monotonic() - t_start
+            if cfg.keep_workdir:
+                print(f"kept evaluation directory {base}", file=sys.stderr)
+            else:
+                shutil.rmtree(base, ignore_errors=True)
+
+    def _drive(self, ans: ChildProcess, ref: ChildProcess, deadline: float, t_start: float) -> None:
+        cfg = self.cfg
+        phase = "setup"
+        try:
+            # -- setup and load ------------------------------------------------------------------------------
+            m = ans.recv(deadline)
+            if m.type != "hello":
+                raise InfrastructureError(f"answer child setup failed: {m.header.get('error') or m.type}")
+            self.tf32 = m.header.get("tf32")
+            if bool(m.header.get("interpret")) != (cfg.device == "cpu"):
+                raise InfrastructureError("TRITON_INTERPRET does not match the device")
+            self.phases["child_start_s"] = time.monotonic() - t_start
+            self._recv_ref(ref, deadline, "hello")
+            phase = "import"
+            t_load = time.monotonic()
+            m = ans.recv(deadline)
+            self._merge(m)
+            if m.type in ("load_error", "no_model_new"):
+                self.pre_import_status = Status.LOAD_ERROR if m.type == "load_error" else Status.NO_MODEL_NEW
+                self.error = m.header.get("error")
+                return
+            if m.type != "imported":
+                raise ProtocolError(f"unexpected {m.type} while importing")
+            self.imported = True  # ModelNew exists (KernelBench's "compiled")
+            phase = "init"
+            m = ans.recv(deadline)
+            self._merge(m)
+            if m.type == "init_error":
+                self.failure = Status.INIT_ERROR
+                self.error = m.header.get("error")
+                return
+            if m.type != "loaded":
+                raise ProtocolError(f"unexpected {m.type} while loading")
+            self.phases["load_s"] = time.monotonic() - t_load
+            self._recv_ref(ref, deadline, "loaded")
+
+            # -- correctness ---------------------------------------------------------------------------------
+            phase = "correctness"
+            t_corr = time.monotonic()
+            n = len(self.trial_seeds)
+            plan = [(i, "seeded", s) for i, s in enumerate(self.trial_seeds)] + [
+                (n + j, "hidden", s) for j, s in enumerate(self.hidden_seeds)]
+            for idx, kind, seed in plan:
+                ref.send("trial", seed=seed, index=idx, kind=kind)
+                ans.send("trial", seed=seed, index=idx, kind=kind)
+                rm = self._recv_ref(ref, deadline, "output")
+                if not self._answer_trial(ans, rm, deadline, idx, kind, seed):
+                    break
+            self.phases["correctness_s"] = time.monotonic() - t_corr
+            passed = all(t.verdict == "ok" for t in self.trials) and len(self.trials) == len(plan)
+            integrity = any(is_integrity_flag(f) for f in self.flags + [str(e.get("flag")) for e in ans.events])
+            launched = all((t.launches or 0) > 0 for t in self.trials)
+            if self.failure is not None:
+                return
+
+            # -- timing + post-timing check (only answers that can still be correct) -------------------------
+            if passed and not integrity and (launched or not cfg.require_triton) and cfg.time_answer:
+                ref.send("trial", seed=self.post_seed, index="post_timing", kind="post_timing")
+                rpost = self._recv_ref(ref, deadline, "output")
+                ref.send("finish")
+                self._recv_ref(ref, deadline, "done")
+                ref.kill()  # nothing else runs beside the answer while it is timed
+                phase = "timing"
+                t_time = time.monotonic()
+                stop = threading.Event()
+                sampler = None
+                if cfg.device == "cuda":
+                    sampler = threading.Thread(target=self._sample_clock, args=(stop,), daemon=True)
+                    sampler.start()
+                ans.send("time", seed=self.timing_seed)
+                try:
+                    tm = ans.recv(deadline)
+                finally:
+                    stop.set()
+                self._merge(tm)
+                if tm.type in ("runtime_error", "cuda_error"):
+                    self.failure = Status.CRASH if tm.type == "cuda_error" else Status.RUNTIME_ERROR
+                    self.error = tm.header.get("error")
+                    self.flag("timing_error")
+                    return
+                if tm.type != "timing":
+                    raise ProtocolError(f"unexpected {tm.type} while timing")
+                raw = tm.header.get("raw") or {}
+                self.timing_raw = {k: raw.get(k) for k in ("discarded_ms", "warmup_ms", "host_ms")}
+                self.timing_raw["launches_per_call"] = tm.header.get("launches_per_call")
+                self.timing_raw["wall_s_parent"] = time.monotonic() - t_time
+                self.runtime_stats = timing.stats(raw.get("trials_ms") or [])
+                if self.runtime_stats is None:
+                    raise ProtocolError("timing without usable trials")
+                self.phases["timing_s"] = time.monotonic() - t_time
+                phase = "post_timing"
+                t_post = time.monotonic()
+                ans.send("post_timing", seed=self.post_seed)
+                self._answer_trial(ans, rpost, deadline, "post_timing", "post_timing", self.post_seed)
+                self.phases["post_timing_s"] = time.monotonic() - t_post
+            else:
+                ref.send("finish")
+
+            # -- the authenticated end -----------------------------------------------------------------------
+            phase = "finish"
+            if self.failure is None:
+                ans.send("finish")
+                dm = ans.recv(deadline)
+                if dm.type != "done":
+                    raise ProtocolError(f"expected done, got {dm.type}")
+                self._merge(dm)
+                for f in dm.header.get("guard_flags") or []:
+                    self.flag(str(f))
+                if dm.header.get("threads_started"):
+                    self.flag("python_threads_started")
+                self.done_ok = True
+        except ChildTimeout:
+            if phase == "import":
+                self.pre_import_status = Status.LOAD_ERROR
+                self.error = f"timed out after {cfg.effective_timeout():.0f}s while importing the answer"
+            else:
+                self.failure = Status.TIMEOUT
+                self.error = f"timed out after {cfg.effective_timeout():.0f}s during {phase}"
+        except ChildDied:
+            ans.wait(5.0)
+            reason = ans.death_reason()
+            if phase == "setup":
+                raise InfrastructureError(f"answer child died during setup: {reason}\n{ans.log_tail()}") from None
+            if phase == "import":
+                self.pre_import_status = Status.LOAD_ERROR
+                self.error = f"the child {reason} while importing the answer\n{ans.log_tail(1500)}"
+            else:
+                self.failure = Status.CRASH
+                self.error = f"the child {reason} during {phase}\n{ans.log_tail(1500)}"
+        except ProtocolError as e:
+            self.flag("result_channel_forged")
+            self.failure = Status.CRASH
+            self.error = f"result channel: {e}"
+
+    def _answer_trial(self, ans: ChildProcess, rm: Message, deadline: float, idx: Any, kind: str, seed: int) -> bool:
+        am = ans.recv(deadline)
+        self._merge(am)
+        rec = TrialRecord(index=idx, kind=kind, seed=seed, verdict="error",
+                          ref_forward_ms=rm.header.get("forward_ms"))
+        if am.type == "output":
+            rec.launches = am.header.get("launches")
+            rec.forward_ms = am.header.get("forward_ms")
+            ref_out = decode_outputs(rm)
+            new_out = decode_outputs(am)
+            if rm.header.get("structure") != am.header.get("structure") and len(ref_out) != len(new_out):
+                rec.verdict, rec.detail = "shape_mismatch", "output structure differs"
+            else:
+                ref_dev = [o.get("device") for o in rm.header["outputs"]]
+                new_dev = [o.get("device") for o in am.header["outputs"]]
+                rec.verdict, rec.max_abs_diff, rec.detail = compare_outputs(ref_out, new_out, self.cfg.atol,
+                                                                            self.cfg.rtol)
+                if rec.verdict == "ok" and ref_dev != new_dev:
+                    rec.verdict, rec.detail = "device_mismatch", f"output on {new_dev}, expected {ref_dev}"
+                    self.flag("output_wrong_device")
+            del ref_out, new_out
+            if rec.verdict != "ok" and rec.detail:
+                self.error = self.error or f"trial {idx} ({kind}): {rec.detail}"
+        elif am.type == "bad_output":
+            rec.verdict, rec.detail = "bad_output", am.header.get("error")
+            rec.launches = am.header.get("launches")
+            self.error = f"trial {idx}: {rec.detail}"
+        elif am.type in ("runtime_error", "cuda_error"):
+            rec.detail = "error"
+            self.trials.append(rec)
+            self.failure = Status.CRASH if am.type == "cuda_error" else Status.RUNTIME_ERROR
+            self.error = am.header.get("error")
+            return False
+        else:
+            raise ProtocolError(f"unexpected {am.type} during a trial")
+        self.trials.append(rec)
+        if rec.verdict != "ok":
+            if kind == "hidden":
+                self.flag("hidden_input_mismatch")
+            elif kind == "post_timing":
+                self.flag("post_timing_mismatch")
+            return False
+        return True
+
+    def _sample_clock(self, stop: threading.Event) -> None:
+        # SM clock while timing runs: a few nvidia-smi readings.
+        if stop.wait(0.5):
+            return
+        for _ in range(5):
+            v = environment.sample_sm_clock(self.gpu)
+            if v is not None:
+                self.sm_clocks.append(v)
+            if stop.wait(1.0):
+                return
+
+
+def evaluate_answer(problem_path: Path, answer_path: Path, config: EvalConfig | None = None) -> EvalResult:
+    cfg = config or EvalConfig()
+    problem_path, answer_path = Path(problem_path), Path(answer_path)
+    t0 = time.monotonic()
+    protocol: dict[str, Any] = {
+        "harness_version": HARNESS_VERSION,
+        "kernelbench_seed": cfg.seed,
+        "seed_derivation": SEED_DERIVATION,
+        "correctness_trials": cfg.correctness_trials,
+        "atol": cfg.atol,
+        "rtol": cfg.rtol,
+        "precision": "fp32",
+        "integer_inputs": "kept (KernelBench casts all inputs to float)",
+        "no_grad": True,
+        "eval_mode": False,
+        "require_triton": cfg.require_triton,
+        "timing": cfg.timing_protocol().to_dict() if cfg.time_answer else None,
+        "hidden_trials": cfg.hidden_trials,
+        "cpu_threads": cfg.cpu_threads if cfg.device == "cpu" else None,
+    }
+    code = answer_path.read_text(errors="replace")
+    static, sflags, reject, syntax = run_static_analysis(code) if cfg.run_static else (None, [], None, None)
+
+    def finish(status: Status, ev: _Evaluation | None, error: str | None) -> EvalResult:
+        flags = list(dict.fromkeys(sflags + (ev.flags if ev else [])))
+        stats = ev.runtime_stats if ev else None
+        correct = status == Status.CORRECT
+        diffs = [t.max_abs_diff for t in ev.trials] if ev else []
+        max_diff = None if not diffs or any(d is None for d in diffs) else max(diffs)  # type: ignore[type-var]
+        launches = sum(t.launches or 0 for t in ev.trials if t.kind != "post_timing") if ev and ev.trials else None
+        tf32 = (ev.tf32 if ev and ev.tf32 else None) or environment.tf32_flags_for_mode(cfg.tf32)
+        sm = sorted(ev.sm_clocks)[len(ev.sm_clocks) // 2] if ev and ev.sm_clocks else None
+        fp = environment.fingerprint(cfg.device, ev.gpu if ev else cfg.gpu_index, cfg.tf32, tf32, sm)
+        fp["key"] = environment.fingerprint_key(fp)
+        if ev is not None:
+            protocol.update({
+                "trial_seeds": ev.trial_seeds, "hidden_seeds": ev.hidden_seeds, "timing_seed": ev.timing_seed,
+                "post_timing_seed": ev.post_seed, "network_isolation": ev.network_isolation,
+                "gpu": ev.gpu, "authenticated_done": ev.done_ok,
+            })
+        phases = dict(ev.phases) if ev else {}
+        phases["evaluate_total_s"] = time.monotonic() - t0
+        return EvalResult(
+            status=status.value, compiled=is_compiled(status), correct=correct,
+            runtime_ms=stats["mean"] if (correct and stats) else None, runtime_stats=stats,
+            max_abs_diff=max_diff, triton_launches=launches, flags=flags,
+            error=(error[:6000] if error else None), device=cfg.device, timing_mode=timing.TIMING_MODES[cfg.device],
+            tf32=tf32, fingerprint=fp, protocol=protocol, trials=[t.to_dict() for t in ev.trials] if ev else [],
+            timing_raw=ev.timing_raw if ev else None, phases_s=phases, static=static,
+        )
+
+    if reject is not None:
+        return finish(Status.REJECTED_STATIC, None, reject)
+    if syntax is not None:
+        return finish(Status.LOAD_ERROR, None, f"syntax error: {syntax}")
+
+    with _gpu_lease(cfg) as gpu:
+        ev = _Evaluation(problem_path, answer_path, cfg, gpu)
+        ev.run()
+    all_launched = all((t.launches or 0) > 0 for t in ev.trials if t.kind in ("seeded", "hidden"))
+    status = decide_status(
+        imported=ev.imported, pre_import_status=ev.pre_import_status, failure=ev.failure,
+        trial_verdicts=[t.verdict for t in ev.trials], flags=ev.flags + sflags,
+        require_triton=cfg.require_triton, all_calls_launched=all_launched,
+    )
+    if status == Status.CORRECT and not ev.done_ok:
+        status = Status.CRASH  # no authenticated end: never a pass
+        ev.error = ev.error or "no authenticated done message"
+    if status == Status.NO_TRITON_LAUNCH and not ev.error:
+        ev.error = "require_triton: a correctness call launched no Triton kernel"
+    if status == Status.REJECTED_RUNTIME:
+        msg = "integrity check failed: " + ", ".join(f for f in ev.flags if is_integrity_flag(f))
+        ev.error = msg + (f"\n{ev.error}" if ev.error else "")
+    return finish(status, ev, ev.error)
+
+
+@contextlib.contextmanager
+def _gpu_lease(cfg: EvalConfig) -> Iterator[str | None]:
+    if cfg.device != "cuda":
+        yield None
+        return
+    cands = [str(cfg.gpu_index)] if cfg.gpu_index is not None else cfg.gpus
+    with gpu_lock.acquire_gpu(exclusive=cfg.time_answer, gpus=cands, lock_dir=cfg.lock_dir) as lease:
+        yield lease.gpu
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Evaluate one answer (ModelNew) against one KernelBench problem.")
+    ap.add_argument("--problem", type=Path, required=True)
+    ap.add_argument("--answer", type=Path, required=True)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--timeout", type=float, default=None, help="seconds for the whole evaluation")
+    ap.add_argument("--no-require-triton", action="store_true", help="calibration: allow answers without Triton")
+    ap.add_argument("--tf32", choices=list(environment.TF32_MODES), default="pytorch_default")
+    ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--gpu-index", type=int, default=None)
+    ap.add_argument("--timing-trials", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--correctness-trials", type=int, default=5)
+    ap.add_argument("--hidden-seed", type=int, action="append", default=None, help="replay a run's hidden seed")
+    ap.add_argument("--timing-seed", type=int, default=None)
+    ap.add_argument("--post-timing-seed", type=int, default=None)
+    ap.add_argument("--isolation", choices=["auto", "none"], default="auto")
+    ap.add_argument("--lock-dir", default=str(gpu_lock.DEFAULT_LOCK_DIR))
+    ap.add_argument("--keep-workdir", action="store_true")
+    a = ap.parse_args(argv)
+    cfg = EvalConfig(
+        device=a.device, gpu_index=a.gpu_index, timeout_s=a.timeout, require_triton=not a.no_require_triton,
+        tf32=a.tf32, time_answer=not a.no_timing, timing_trials=a.timing_trials, warmup=a.warmup,
+        correctness_trials=a.correctness_trials, hidden_seeds=a.hidden_seed, timing_seed=a.timing_seed,
+        post_timing_seed=a.post_timing_seed, isolation=a.isolation, lock_dir=a.lock_dir, keep_workdir=a.keep_workdir,
+    )
+    try:
+        res = evaluate_answer(a.problem, a.answer, cfg)
+    except InfrastructureError as e:
+        print(f"evaluation could not run: {e}", file=sys.stderr)
+        return 2
+    write_json_atomic(a.out, res.to_dict())
+    print(f"{a.answer}: {res.status}" + (f" {res.runtime_ms:.4g} ms" if res.runtime_ms else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
