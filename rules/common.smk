@@ -109,3 +109,39 @@ def figure_names():
     """The figures workflow_scripts.figures draws: one fast_p curve per level, then the cross-level figures."""
     return [f"fast_p_level{level}" for level in sorted({level for level, _ in PROBLEMS})] + [
         "bootstrap_forest", "level2_strategy", "correct_compiled"]
+
+
+def _refresh_environment_file():
+    """Timings are reused only while the environment matches: a changed Python, torch, Triton, GPU or driver
+    removes the recorded fingerprint, so the environment rule re-measures it and every timing is re-keyed.
+    Cheap on purpose (package metadata and one nvidia-smi query): it runs each time the workflow is parsed."""
+    import importlib.metadata
+    import platform
+    import subprocess
+
+    path = Path(RESULTS, "environment", f"{DEVICE}.json")
+    if not path.exists():
+        return
+    recorded = json.loads(path.read_text())
+    live = {"python": platform.python_version()}
+    for package in ("torch", "triton"):
+        try:
+            live[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            live[package] = None
+    if DEVICE == "cuda":
+        try:
+            query = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=20, check=True,
+            ).stdout.splitlines()[0].split(", ")
+            live["gpu_name"], live["driver"] = query[0].strip(), query[1].strip()
+        except (OSError, subprocess.SubprocessError, IndexError):
+            pass
+    changed = {k: (recorded.get(k), v) for k, v in live.items() if recorded.get(k) != v}
+    if changed:
+        sys.stderr.write(f"environment changed since {path} was recorded ({changed}); re-measuring it\n")
+        path.unlink()
+
+
+_refresh_environment_file()

@@ -7,6 +7,7 @@ rule environment:
         f"{RESULTS}/environment/{DEVICE}.json",
     params:
         device=DEVICE,
+        tf32=EVAL["tf32"],
     log:
         f"{RESULTS}/logs/environment.log",
     resources:
@@ -14,7 +15,8 @@ rule environment:
     conda:
         "../envs/evaluation.yaml"
     shell:
-        "{PYTHON} -m workflow_scripts.evaluation_jobs environment --device {params.device} --out {output} > {log} 2>&1"
+        "{PYTHON} -m workflow_scripts.evaluation_jobs environment --device {params.device} --tf32 {params.tf32}"
+        " --out {output} > {log} 2>&1"
 
 
 rule baseline:
@@ -29,6 +31,7 @@ rule baseline:
     params:
         settings=eval_settings(),
         compile_mode=config["baselines"]["compile_mode"],
+        timeout=config["baselines"]["timeout_s"],
         store=STORE,
         locks=LOCKS,
     log:
@@ -42,7 +45,7 @@ rule baseline:
     shell:
         "{PYTHON} -m workflow_scripts.evaluation_jobs --store {params.store} --lock-dir {params.locks} baseline"
         " --problem {input.problem} --environment {input.environment} --settings '{params.settings}'"
-        " --compile-mode {params.compile_mode} --out {output} > {log} 2>&1"
+        " --compile-mode {params.compile_mode} --timeout {params.timeout} --out {output} > {log} 2>&1"
 
 
 rule evaluate:

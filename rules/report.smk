@@ -40,6 +40,7 @@ rule summary:
         settings=json.dumps({
             "models": {name: {k: m[k] for k in ("label", "generation", "kind") if k in m}
                        for name, m in config["models"].items()},
+            "model_order": MODELS,
             "summary": config["summary"], "evaluation": json.loads(eval_settings()),
             "suite": {k: config["suite"][k] for k in ("path", "levels", "revision")},
             "prompt": config["prompt"], "baselines": config["baselines"],

@@ -40,6 +40,9 @@ def _cuda() -> bool:
 
 
 HAS_CUDA = _cuda()
+# KB_TEST_DEVICE=cuda runs the whole suite on the GPU (compiled Triton, CUDA events); default: CPU interpreter.
+DEVICE = os.environ.get("KB_TEST_DEVICE", "cpu")
+ON_GPU = DEVICE == "cuda" and HAS_CUDA
 WRITE_TARGET = Path("/tmp/kb_cheat_written_outside.txt")
 
 
@@ -110,27 +113,30 @@ FAILURES = [
     Case("failures/wrong_shape.py", ADD, (Status.SHAPE_MISMATCH,)),
     Case("failures/wrong_dtype.py", ADD, (Status.DTYPE_MISMATCH,)),
     Case("failures/segfault.py", ADD, (Status.CRASH,)),
+    Case("failures/cuda_illegal_address_gpu.py", ADD, (Status.CRASH,), gpu=True),
 ]
 
 ALL = HONEST + CHEATS + FAILURES
 
 
-def _config(case: Case) -> EvalConfig:
-    device = "cuda" if case.gpu else "cpu"
-    # Honest answers: the default CPU timing protocol. Others: fewer timed calls (they are rarely timed).
+def _config(case: Case, lock_dir: Path) -> EvalConfig:
+    device = "cuda" if (case.gpu or ON_GPU) else "cpu"
+    # Honest answers: the default timing protocol. Others: fewer timed calls (they are rarely timed).
     trials = None if case.answer.startswith("honest/") else 3
-    return EvalConfig(device=device, timing_trials=trials, run_static=case.static)
+    return EvalConfig(device=device, timing_trials=trials, run_static=case.static, lock_dir=str(lock_dir))
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, EvalResult]:
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EvalResult]:
     """Evaluate every runnable case once, in parallel."""
     if WRITE_TARGET.exists():
         WRITE_TARGET.unlink()
+    lock_dir = tmp_path_factory.mktemp("locks")
     cases = [c for c in ALL if not c.gpu or HAS_CUDA]
-    workers = max(2, min(4, os.cpu_count() or 2))
+    workers = max(2, min(8 if ON_GPU else 4, os.cpu_count() or 2))
     with ThreadPoolExecutor(workers) as ex:
-        futs = {c.answer: ex.submit(evaluate_answer, c.problem, ANSWERS / c.answer, _config(c)) for c in cases}
+        futs = {c.answer: ex.submit(evaluate_answer, c.problem, ANSWERS / c.answer, _config(c, lock_dir))
+                for c in cases}
         return {k: f.result() for k, f in futs.items()}
 
 
@@ -153,10 +159,13 @@ def test_honest_answers_pass(case: Case, results: dict[str, EvalResult]) -> None
     assert res.correct and res.compiled
     assert res.runtime_ms is not None and res.runtime_ms > 0
     st = res.runtime_stats
-    assert st is not None and st["n"] == 10 and len(st["trials"]) == 10
+    n = 100 if ON_GPU else 10
+    assert st is not None and st["n"] == n and len(st["trials"]) == n
     assert st["min"] <= st["median"] <= st["max"]
     assert res.triton_launches and res.triton_launches >= 6  # every correctness call launched
-    assert res.timing_mode == "cpu_wall_interpreter"
+    assert res.timing_mode == ("cuda_events" if ON_GPU else "cpu_wall_interpreter")
+    if ON_GPU:
+        assert len(res.timing_raw["host_ms"]) == n and res.fingerprint["gpu_name"]
     assert res.protocol["authenticated_done"] is True
     assert len(res.trials) == 7 and res.trials[-1]["kind"] == "post_timing"
     assert not [f for f in res.flags if not f.startswith("static:")], res.flags
@@ -195,10 +204,11 @@ def test_hidden_seed_recorded_for_replay(results: dict[str, EvalResult]) -> None
     assert [t["verdict"] for t in res.trials if t["kind"] == "seeded"] == ["ok"] * 5
 
 
-def test_hardcoded_seed_cheat_replay_is_deterministic() -> None:
+def test_hardcoded_seed_cheat_replay_is_deterministic(tmp_path: Path) -> None:
     """Replaying with a hidden seed equal to a KernelBench trial seed lets the cheat through: the secret seed
     is what catches it (and the record is enough to replay a run)."""
-    cfg = EvalConfig(device="cpu", run_static=False, hidden_seeds=[734796314], time_answer=False)
+    cfg = EvalConfig(device="cuda" if ON_GPU else "cpu", run_static=False, hidden_seeds=[734796314],
+                     time_answer=False, lock_dir=str(tmp_path))
     res = evaluate_answer(ROWSUM, ANSWERS / "cheats/rowsum_hardcoded_seeds.py", cfg)
     assert res.status == Status.CORRECT.value, (res.status, res.error)
 

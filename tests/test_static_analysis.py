@@ -244,7 +244,8 @@ def test_unknown_values_alone_do_not_count() -> None:
         ("for layer in self.layers:\n    x = layer(x)\nreturn x", "self.layers = nn.ModuleList([nn.Linear(3, 3)])", "",
          "layer:torch.nn.Linear"),
         ("return self.block(x)", "self.block = Block()",
-         "class Block(nn.Module):\n    def forward(self, x):\n        return torch.sigmoid(x)\n", "torch:torch.sigmoid"),
+         "class Block(nn.Module):\n    def forward(self, x):\n        return torch.sigmoid(x)\n",
+         "torch:torch.sigmoid"),
         ("return Fn.apply(x)", "pass",
          "class Fn(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
          "        return launch_relu(x).mean()\n", "method:Tensor.mean"),
@@ -286,6 +287,54 @@ def test_local_module_that_only_launches_kernels_is_pure() -> None:
     extra = "class Block(nn.Module):\n    def forward(self, x):\n        return launch_relu(x)\n"
     r = model("return self.block(x)", init="self.block = Block()", extra=extra)
     assert not r.keeps_torch_op
+
+
+def test_custom_op_namespace_of_the_answer_does_not_count_but_aten_does() -> None:
+    extra = ('@torch.library.custom_op("mylib::relu", mutates_args=())\n'
+             'def my_relu(x: torch.Tensor) -> torch.Tensor:\n    return launch_relu(x)\n')
+    assert not model("return torch.ops.mylib.relu(x)", extra=extra).keeps_torch_op
+    r = model("return torch.ops.aten.relu.default(x)", extra=extra)
+    assert r.torch_ops_kept == ["torch:torch.ops.aten.relu.default"]
+
+
+def test_module_level_layer_object_counts() -> None:
+    r = model("return _act(launch_relu(x))", extra="_act = nn.GELU()\nBLOCK = 256\n")
+    assert r.torch_ops_kept == ["layer:torch.nn.GELU"]
+    assert not model("n = BLOCK * 2 + x.shape[0]\nreturn launch_relu(x)", extra="BLOCK = 256\n").keeps_torch_op
+
+
+def test_missing_forward_keeps_nothing() -> None:
+    r = answer("class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n")
+    assert r.has_model_new and not r.keeps_torch_op
+
+
+def test_inherited_forward_from_local_reference_counts() -> None:
+    src = """\
+    class Model(nn.Module):
+        def forward(self, x):
+            return torch.relu(x)
+
+    class ModelNew(Model):
+        pass
+    """
+    assert answer(src).torch_ops_kept == ["torch:torch.relu"]
+
+
+def test_pathological_nesting_is_bounded_and_flagged() -> None:
+    src = HEADER + "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x" + ".exp()" * 700 + "\n"
+    r = analyze_source(src)
+    assert r.parses
+    assert "analysis_incomplete" in codes(r)
+    # Deep but reasonable code is analysed completely.
+    r = analyze_source(HEADER + "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x"
+                       + ".exp()" * 50 + "\n")
+    assert r.torch_ops_kept == ["method:Tensor.exp"] and "analysis_incomplete" not in codes(r)
+
+
+def test_recursive_helpers_terminate() -> None:
+    extra = "".join(f"def f{i}(t):\n    return f{(i + 1) % 30}(t.a) + f{(i + 7) % 30}(t.b)\n" for i in range(30))
+    r = model("return f0(x)", extra=extra)
+    assert r.parses and not r.keeps_torch_op
 
 
 def test_cpu_fallback_branch_counts() -> None:
@@ -342,7 +391,8 @@ POSITIVES: list[tuple[str, str, str, str]] = [
     ("network", "reject", "urllib.request.urlopen('http://x')\nreturn launch_relu(x)", "import urllib.request\n"),
     ("file_write_outside", "flag", "open('/tmp/x', 'w').write('1')\nreturn launch_relu(x)", ""),
     ("file_write_outside", "flag", "open('/tmp/x', mode='a')\nreturn launch_relu(x)", ""),
-    ("file_write_outside", "flag", "Path('/tmp/x').write_text('1')\nreturn launch_relu(x)", "from pathlib import Path\n"),
+    ("file_write_outside", "flag", "Path('/tmp/x').write_text('1')\nreturn launch_relu(x)",
+     "from pathlib import Path\n"),
     ("file_write_outside", "flag", "torch.save(x, 'x.pt')\nreturn launch_relu(x)", ""),
     ("monkeypatch_torch", "reject", CLEAN_FORWARD, "torch.allclose = lambda *a, **k: True\n"),
     ("monkeypatch_torch", "reject", CLEAN_FORWARD, "torch.cuda.Event.elapsed_time = lambda self, other: 0.001\n"),
@@ -366,7 +416,8 @@ POSITIVES: list[tuple[str, str, str, str]] = [
      "if self._last == x.untyped_storage().data_ptr():\n    return self._out\n"
      "self._last = x.untyped_storage().data_ptr()\nself._out = launch_relu(x)\nreturn self._out", ""),
     ("output_memoization", "reject",
-     "k = (x.shape, x.dtype)\nif k not in self._cache:\n    self._cache[k] = launch_relu(x)\nreturn self._cache[k]", ""),
+     "k = (x.shape, x.dtype)\nif k not in self._cache:\n    self._cache[k] = launch_relu(x)\n"
+     "return self._cache[k]", ""),
     ("output_memoization", "reject", "return cached(x)",
      "import functools\n@functools.lru_cache(maxsize=None)\ndef cached(x):\n    return launch_relu(x)\n"),
     ("output_memoization", "reject",
@@ -476,6 +527,14 @@ def test_finding_negative(code: str, forward: str, extra: str) -> None:
 
 def test_clean_answer_has_no_findings() -> None:
     assert model(CLEAN_FORWARD).findings == []
+
+
+def test_setattr_on_torch_names_the_attribute_and_backends_are_state_not_patches() -> None:
+    r = model(CLEAN_FORWARD, extra="setattr(torch, 'allclose', lambda *a, **k: True)\n"
+                                   "setattr(torch.backends.cudnn, 'benchmark', True)\n")
+    messages = {f.code: f.message for f in r.findings}
+    assert "torch.allclose" in messages["monkeypatch_torch"]
+    assert "torch.backends.cudnn.benchmark" in messages["global_state_change"]
 
 
 def test_seed_is_reject_other_global_state_is_flag() -> None:

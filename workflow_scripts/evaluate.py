@@ -345,7 +345,9 @@ class _RefFailed(Exception):
 
 
 class _Evaluation:
-    def __init__(self, problem_path: Path, answer_path: Path, config: EvalConfig, gpu: str | None) -> None:
+    def __init__(self, problem_path: Path, answer_path: Path, config: EvalConfig, gpu: str | None,
+                 lease: gpu_lock.GpuLease | None = None) -> None:
+        self.lease = lease
         self.problem_path = problem_path
         self.answer_path = answer_path
         self.cfg = config
@@ -495,6 +497,12 @@ class _Evaluation:
                 ref.send("finish")
                 self._recv_ref(ref, deadline, "done")
                 ref.kill()  # nothing else runs beside the answer while it is timed
+                if self.lease is not None:
+                    left = deadline - time.monotonic()
+                    try:
+                        self.phases["gpu_lock_wait_s"] = self.lease.upgrade(timeout_s=max(1.0, left))
+                    except gpu_lock.GpuLockTimeout:
+                        raise ChildTimeout() from None
                 phase = "timing"
                 t_time = time.monotonic()
                 stop = threading.Event()
@@ -507,6 +515,8 @@ class _Evaluation:
                     tm = ans.recv(deadline)
                 finally:
                     stop.set()
+                    if sampler is not None:
+                        sampler.join(15.0)
                 self._merge(tm)
                 if tm.type in ("runtime_error", "cuda_error"):
                     self.failure = Status.CRASH if tm.type == "cuda_error" else Status.RUNTIME_ERROR
@@ -612,10 +622,9 @@ class _Evaluation:
         return True
 
     def _sample_clock(self, stop: threading.Event) -> None:
-        # SM clock while timing runs: a few nvidia-smi readings.
-        if stop.wait(0.5):
-            return
-        for _ in range(5):
+        # SM clock while timing runs: nvidia-smi readings from the start of timing, one a second (the first is
+        # kept even when timing ends before it returns).
+        for _ in range(10):
             v = environment.sample_sm_clock(self.gpu)
             if v is not None:
                 self.sm_clocks.append(v)
@@ -679,8 +688,8 @@ def evaluate_answer(problem_path: Path, answer_path: Path, config: EvalConfig | 
     if syntax is not None:
         return finish(Status.LOAD_ERROR, None, f"syntax error: {syntax}")
 
-    with _gpu_lease(cfg) as gpu:
-        ev = _Evaluation(problem_path, answer_path, cfg, gpu)
+    with _gpu_lease(cfg) as lease:
+        ev = _Evaluation(problem_path, answer_path, cfg, lease.gpu if lease else None, lease)
         ev.run()
     all_launched = all((t.launches or 0) > 0 for t in ev.trials if t.kind in ("seeded", "hidden"))
     status = decide_status(
@@ -700,13 +709,14 @@ def evaluate_answer(problem_path: Path, answer_path: Path, config: EvalConfig | 
 
 
 @contextlib.contextmanager
-def _gpu_lease(cfg: EvalConfig) -> Iterator[str | None]:
+def _gpu_lease(cfg: EvalConfig) -> Iterator[gpu_lock.GpuLease | None]:
+    # Shared while checking correctness; upgraded to exclusive just before timing (see gpu_lock).
     if cfg.device != "cuda":
         yield None
         return
     cands = [str(cfg.gpu_index)] if cfg.gpu_index is not None else cfg.gpus
-    with gpu_lock.acquire_gpu(exclusive=cfg.time_answer, gpus=cands, lock_dir=cfg.lock_dir) as lease:
-        yield lease.gpu
+    with gpu_lock.acquire_gpu(exclusive=False, gpus=cands, lock_dir=cfg.lock_dir) as lease:
+        yield lease
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

@@ -10,17 +10,16 @@ Each job looks its work up in the content-addressed store first and only compute
   model's name, so two models with the same answer are evaluated once. Answers without code (no completion, no
   code block) get their failed verdict without running anything.
 
-GPU jobs lock one specific GPU (workflow_scripts.gpu_lock); Snakemake only bounds how many run at once.
+GPU jobs lock one specific GPU (workflow_scripts.gpu_lock, inside evaluate/baselines); Snakemake only bounds
+how many run at once.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,9 @@ def load_answer(answers_parquet: Path, level: int, problem_id: int) -> dict[str,
     match = answers[(answers["level"] == level) & (answers["problem_id"] == problem_id)]
     if len(match) != 1:
         raise SystemExit(f"error: {answers_parquet} has {len(match)} rows for level {level} problem {problem_id}")
-    return match.iloc[0].to_dict()
+    # Parquet nulls come back as NaN/NA: make them None so "no code" is never mistaken for a value.
+    return {k: (None if v is None or (not isinstance(v, (str, bytes, list)) and pd.isna(v)) else v)
+            for k, v in match.iloc[0].to_dict().items()}
 
 
 def failed_without_running(answer: dict[str, Any], device: str) -> dict[str, Any]:
@@ -53,22 +54,21 @@ def failed_without_running(answer: dict[str, Any], device: str) -> dict[str, Any
     }
 
 
-@contextlib.contextmanager
-def gpu_for_job(device: str, gpus: list[int] | None, lock_dir: Path, exclusive: bool) -> Iterator[int | None]:
-    if device != "cuda":
-        yield None
-        return
-    from workflow_scripts.gpu_lock import acquire_gpu
-
-    with acquire_gpu(lock_dir, candidates=gpus, exclusive=exclusive) as index:
-        yield index
+# Settings that say where or how a job runs but cannot change its result: never part of a key.
+NOT_IN_KEY = {"gpu_index", "gpus", "lock_dir", "keep_workdir", "hidden_seeds", "timing_seed", "post_timing_seed"}
 
 
-def environment_job(device: str, out: Path) -> None:
-    from workflow_scripts.environment import fingerprint
+def key_params(config: Any) -> dict[str, Any]:
+    return {k: v for k, v in asdict(config).items() if k not in NOT_IN_KEY}
+
+
+def environment_job(device: str, tf32: str, out: Path) -> None:
+    from workflow_scripts.environment import fingerprint, fingerprint_key
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(out, fingerprint(device))
+    recorded = fingerprint(device, tf32_mode=tf32)
+    recorded["key"] = fingerprint_key(recorded)
+    write_json(out, recorded)
 
 
 def _environment_key(environment_file: Path) -> str:
@@ -77,15 +77,21 @@ def _environment_key(environment_file: Path) -> str:
     return fingerprint_key(json.loads(environment_file.read_text()))
 
 
+def _placement(settings: dict[str, Any], lock_dir: Path) -> dict[str, Any]:
+    """Where a job may run: the configured GPUs (default: every visible one) and the shared lock folder."""
+    gpus = settings.pop("gpus", None)
+    return {"gpus": [str(g) for g in gpus] if gpus else None, "lock_dir": str(lock_dir)}
+
+
 def answer_job(args: argparse.Namespace) -> bool:
     from workflow_scripts.evaluate import EvalConfig, evaluate_answer
 
     answer = load_answer(args.answers, args.level, args.problem_id)
     settings = json.loads(args.settings)
-    config = EvalConfig(**settings)
+    placement = _placement(settings, args.lock_dir)
+    config = EvalConfig(**settings, **placement)
     if not answer["require_triton"]:
         config = replace(config, require_triton=False)
-    params = {k: v for k, v in asdict(config).items() if k != "gpu_index"}
     inputs = {
         "problem": sha256_file(args.problem),
         "code": answer["code_sha256"] or f"none:{answer['extract_status']}",
@@ -96,32 +102,33 @@ def answer_job(args: argparse.Namespace) -> bool:
         if answer["extract_status"] != "ok":
             write_json(out["json"], failed_without_running(answer, config.device))
             return
-        with gpu_for_job(config.device, settings.get("gpus"), args.lock_dir, exclusive=True) as gpu, \
-                tempfile.TemporaryDirectory(prefix="answer-") as tmp:
+        # The answer file lives outside the child's working directory; the child copies what it loads.
+        with tempfile.TemporaryDirectory(prefix="answer-") as tmp:
             answer_file = Path(tmp) / "answer.py"
             answer_file.write_text(answer["code"], encoding="utf-8")
-            result = evaluate_answer(args.problem, answer_file, replace(config, gpu_index=gpu)).to_dict()
+            result = evaluate_answer(args.problem, answer_file, config).to_dict()
         write_json(out["json"], result)
 
-    return Store(args.store).build({"json": args.out}, "evaluate", code_version(EVALUATE_MODULES), params, inputs, compute)
+    return Store(args.store).build({"json": args.out}, "evaluate", code_version(EVALUATE_MODULES),
+                                   key_params(config), inputs, compute)
 
 
 def baseline_job(args: argparse.Namespace) -> bool:
-    from workflow_scripts.baselines import measure_baselines
-    from workflow_scripts.evaluate import EvalConfig
+    from workflow_scripts.baselines import BaselineConfig, measure_baselines
 
     settings = json.loads(args.settings)
-    config = EvalConfig(**settings)
-    params = {k: v for k, v in asdict(config).items() if k != "gpu_index"}
-    params["compile_mode"] = args.compile_mode
+    placement = _placement(settings, args.lock_dir)
+    wanted = set(BaselineConfig.__dataclass_fields__)
+    settings["timeout_s"] = args.timeout  # baselines have their own limit (max-autotune compiles are slow)
+    config = BaselineConfig(**{k: v for k, v in settings.items() if k in wanted}, **placement,
+                            compile_mode=args.compile_mode)
     inputs = {"problem": sha256_file(args.problem), "environment": _environment_key(args.environment)}
 
     def compute(out: dict[str, Path]) -> None:
-        with gpu_for_job(config.device, settings.get("gpus"), args.lock_dir, exclusive=True) as gpu:
-            result = measure_baselines(args.problem, replace(config, gpu_index=gpu), compile_mode=args.compile_mode)
-        write_json(out["json"], result.to_dict())
+        write_json(out["json"], measure_baselines(args.problem, config).to_dict())
 
-    return Store(args.store).build({"json": args.out}, "baselines", code_version(BASELINE_MODULES), params, inputs, compute)
+    return Store(args.store).build({"json": args.out}, "baselines", code_version(BASELINE_MODULES),
+                                   key_params(config), inputs, compute)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="job", required=True)
     env = sub.add_parser("environment", help="write the environment fingerprint")
     env.add_argument("--device", choices=["cpu", "cuda"], required=True)
+    env.add_argument("--tf32", choices=["pytorch_default", "ieee"], default="pytorch_default")
     env.add_argument("--out", type=Path, required=True)
     for name in ("answer", "baseline"):
         job = sub.add_parser(name)
@@ -144,9 +152,10 @@ def main(argv: list[str] | None = None) -> int:
             job.add_argument("--problem-id", type=int, required=True)
         else:
             job.add_argument("--compile-mode", default="max-autotune")
+            job.add_argument("--timeout", type=float, default=900.0, help="seconds per baseline child")
     args = parser.parse_args(argv)
     if args.job == "environment":
-        environment_job(args.device, args.out)
+        environment_job(args.device, args.tf32, args.out)
         return 0
     computed = answer_job(args) if args.job == "answer" else baseline_job(args)
     print(f"{args.job} {'computed' if computed else 'reused from the store'}: {args.out}")

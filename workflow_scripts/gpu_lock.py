@@ -5,7 +5,8 @@ takes an ``fcntl.flock`` on one of them:
 
 * **exclusive** (``LOCK_EX``) for timing: nothing else runs on that GPU while the job times;
 * **shared** (``LOCK_SH``) for correctness-only work: several such jobs may share a GPU, but never with a timing
-  job.
+  job. An evaluation starts shared and calls ``GpuLease.upgrade()`` only when its answer passed correctness and
+  is about to be timed (most answers never get there), so correctness work runs side by side.
 
 A job tries the GPUs in turn without blocking (starting at an offset derived from its pid, to spread jobs) and
 sleeps ``poll_s`` between rounds until ``timeout_s``. flock locks belong to the open file description and vanish
@@ -55,8 +56,37 @@ class GpuLease:
     _fd: int = -1
     _info_path: Path | None = None
 
+    _gate_fd: int = -1
+
     def to_dict(self) -> dict[str, object]:
         return {"gpu": self.gpu, "mode": self.mode, "lock_path": str(self.lock_path), "waited_s": self.waited_s}
+
+    def upgrade(self, timeout_s: float | None = None, poll_s: float = 0.2) -> float:
+        """Shared -> exclusive on the same GPU (the job's processes are already bound to it), e.g. once an
+        answer passed correctness and is about to be timed. Holds the GPU's gate while waiting so new shared
+        jobs queue behind. flock conversion drops the shared lock first, so two upgraders cannot deadlock.
+        Returns the seconds waited."""
+        if self.mode == "exclusive":
+            return 0.0
+        t0 = time.monotonic()
+        gate_held = _try_lock(self._gate_fd, fcntl.LOCK_EX) if self._gate_fd >= 0 else False
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            while not _try_lock(self._fd, fcntl.LOCK_EX):
+                if gate_held is False and self._gate_fd >= 0:
+                    gate_held = _try_lock(self._gate_fd, fcntl.LOCK_EX)
+                if timeout_s is not None and time.monotonic() - t0 > timeout_s:
+                    # Fall back to shared so the caller still holds the GPU it runs on.
+                    fcntl.flock(self._fd, fcntl.LOCK_SH)
+                    raise GpuLockTimeout(f"GPU {self.gpu}: no exclusive lock after {timeout_s:.0f}s")
+                time.sleep(poll_s)
+        finally:
+            if gate_held:
+                fcntl.flock(self._gate_fd, fcntl.LOCK_UN)
+        self.mode = "exclusive"
+        waited = time.monotonic() - t0
+        self.waited_s += waited
+        return waited
 
 
 def visible_gpus(configured: Sequence[str | int] | None = None) -> list[str]:
@@ -145,7 +175,7 @@ def acquire_gpu(
             fcntl.flock(gates[held_gate], fcntl.LOCK_UN)
             held_gate = None
         lease = GpuLease(gpu=chosen, mode=mode, lock_path=lock_dir / f"gpu{_safe(chosen)}.lock",
-                         waited_s=time.monotonic() - t0, _fd=fds[chosen])
+                         waited_s=time.monotonic() - t0, _fd=fds[chosen], _gate_fd=gates[chosen])
         info = lock_dir / f"gpu{_safe(chosen)}.{os.getpid()}.json"
         try:
             info.write_text(json.dumps({"pid": os.getpid(), "mode": mode, "since": time.time(),

@@ -618,19 +618,25 @@ def _install_ctypes_guard(guard: _Guard) -> None:
 
 class _LaunchCounter:
     """Counts Triton kernel launches: the interpreter's grid executor (TRITON_INTERPRET=1) and, compiled, the
-    launch-enter hook that Triton's C launcher calls. A compiled-mode call counts only when the hook's Python
-    caller is Triton's own launcher code (a direct call of the hook chain does not count)."""
+    launch-enter hook that Triton's launcher calls (``knobs.runtime.launch_enter_hook``: a hook chain in recent
+    Triton, a single callable in older ones, ``CompiledKernel.launch_enter_hook`` in the oldest). A compiled-mode
+    call counts only when the hook's nearest Python caller is Triton's own code (the answer calling the hook
+    chain itself does not count)."""
 
     def __init__(self) -> None:
         import triton
-        import triton.knobs as knobs
 
         self.count = 0
-        self.interpret = bool(knobs.runtime.interpret)
         self._getframe = sys._getframe
-        self.installed: list[tuple[Any, str, Any]] = []  # (owner, attr, our object) for tamper checks
-        backends = os.path.join(os.path.dirname(os.path.realpath(triton.__file__)), "backends")
-        self.launcher_dir = backends + os.sep
+        self.installed: list[tuple[Any, str, Any]] = []  # (owner, attribute, our object): checked for tampering
+        try:
+            import triton.knobs as knobs  # Triton >= 3.4
+        except ImportError:
+            knobs = None
+        self.interpret = bool(knobs.runtime.interpret) if knobs is not None else os.environ.get(
+            "TRITON_INTERPRET", "0") not in ("", "0")
+        self.triton_dir = os.path.dirname(os.path.realpath(triton.__file__)) + os.sep
+        self.chain: Any = None
         if self.interpret:
             from triton.runtime.interpreter import GridExecutor
 
@@ -643,29 +649,53 @@ class _LaunchCounter:
 
             GridExecutor.__call__ = counted_call
             self.installed.append((GridExecutor, "__call__", counted_call))
-        else:
-            counter = self
-            launcher_dir = self.launcher_dir
-            getframe = self._getframe
-            known: dict[str, bool] = {}  # co_filename -> is Triton launcher code (cached: this runs per launch)
+            return
+        hook = self._make_hook()
+        self.hook = hook
+        if knobs is not None:
+            current = knobs.runtime.launch_enter_hook
+            if hasattr(current, "add") and hasattr(current, "calls"):
+                current.add(hook)
+                self.chain = current
+                return
+            if current is not None:
+                prev = current
 
-            def on_launch(*_args: Any, **_kw: Any) -> None:
-                f = getframe(1)
-                # Skip the HookChain.__call__ frame (triton/knobs.py) and check who called the chain.
-                while f is not None and f.f_code.co_filename.endswith("knobs.py"):
-                    f = f.f_back
-                if f is None:
-                    return
-                fn = f.f_code.co_filename
-                ok = known.get(fn)
-                if ok is None:
-                    ok = known[fn] = os.path.realpath(fn).startswith(launcher_dir)
-                if ok:
-                    counter.count += 1
+                def both(*a: Any, **k: Any) -> Any:
+                    hook(*a, **k)
+                    return prev(*a, **k)
 
-            knobs.runtime.launch_enter_hook.add(on_launch)
-            self.hook = on_launch
-            self.chain = knobs.runtime.launch_enter_hook
+                knobs.runtime.launch_enter_hook = both
+                self.installed.append((knobs.runtime, "launch_enter_hook", both))
+            else:
+                knobs.runtime.launch_enter_hook = hook
+                self.installed.append((knobs.runtime, "launch_enter_hook", hook))
+            return
+        from triton.compiler.compiler import CompiledKernel  # oldest Triton: a class attribute
+
+        CompiledKernel.launch_enter_hook = staticmethod(hook)
+        self.installed.append((CompiledKernel, "launch_enter_hook", CompiledKernel.__dict__["launch_enter_hook"]))
+
+    def _make_hook(self) -> Callable[..., None]:
+        counter = self
+        triton_dir = self.triton_dir
+        getframe = self._getframe
+        known: dict[str, bool] = {}  # co_filename -> inside the triton package (cached: this runs per launch)
+
+        def on_launch(*_args: Any, **_kw: Any) -> None:
+            f = getframe(1)
+            while f is not None and f.f_code.co_filename.endswith("knobs.py"):
+                f = f.f_back  # the hook chain's own frame
+            if f is None:
+                return
+            fn = f.f_code.co_filename
+            ok = known.get(fn)
+            if ok is None:
+                ok = known[fn] = os.path.realpath(fn).startswith(triton_dir) and not fn.endswith("knobs.py")
+            if ok:
+                counter.count += 1
+
+        return on_launch
 
     def take(self) -> int:
         n, self.count = self.count, 0
@@ -673,9 +703,10 @@ class _LaunchCounter:
 
     def intact(self) -> bool:
         for owner, attr, obj in self.installed:
-            if owner.__dict__.get(attr) is not obj:
+            cur = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+            if cur is not obj:
                 return False
-        if not self.interpret:
+        if self.chain is not None:
             import triton.knobs as knobs
 
             if knobs.runtime.launch_enter_hook is not self.chain or self.hook not in self.chain.calls:

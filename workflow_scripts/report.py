@@ -46,7 +46,9 @@ def build_context(settings: dict[str, Any], environment: dict[str, Any]) -> dict
         "bootstrap": {k: settings["summary"][k] for k in ("reference", "resamples", "seed")},
     }
     models = {}
-    for name, model in settings["models"].items():
+    # The settings travel as sorted JSON; the config's order of models is kept separately.
+    for name in settings.get("model_order") or list(settings["models"]):
+        model = settings["models"][name]
         entry: dict[str, Any] = {}
         if "label" in model:
             entry["label"] = model["label"]

@@ -24,7 +24,8 @@ The body of ``ModelNew.forward`` is walked statement by statement (both branches
 ``try`` bodies and handlers, lambdas and comprehensions) and so is everything it calls *in the same module*,
 transitively: module functions, methods of ``ModelNew`` and its module-local base classes (``self.helper(x)``,
 ``super().forward(x)``), nested functions, local ``nn.Module`` classes held in attributes (their ``forward``),
-``torch.autograd.Function`` subclasses (``Fn.apply(...)`` -> ``Fn.forward``) and lambdas. ``@triton.jit`` kernels
+``torch.autograd.Function`` subclasses (``Fn.apply(...)`` -> ``Fn.forward``), lambdas and module-level objects
+(``_act = nn.GELU()`` at top level, then ``_act(x)``). ``@triton.jit`` kernels
 are never entered: their ``tl.*`` math is the Triton part. Every one of these counts as a kept op (``torch_ops_kept``
 names them, in order of first appearance):
 
@@ -34,7 +35,9 @@ names them, in order of first appearance):
   not layers; reading ``self.conv.weight`` is not a call. ``nn.Identity`` is not counted (it computes nothing).
 - ``functional:torch.nn.functional.<f>`` - any ``F.*`` / ``torch.nn.functional.*`` call.
 - ``torch:torch.<f>`` - any other ``torch.*`` call (``torch.matmul``, ``torch.relu``, ``torch.sum``, ``torch.cat``,
-  ``torch.where``, ``torch.linalg.*``, ``torch.ops.*`` ...) EXCEPT allocation / creation / layout / meta helpers:
+  ``torch.where``, ``torch.linalg.*``, ``torch.ops.aten.*`` ...; ``torch.ops.<ns>`` of a namespace the answer
+  registered itself, e.g. a ``torch.library.custom_op`` around its kernel, does not count) EXCEPT allocation /
+  creation / layout / meta helpers:
   ``torch.empty*``, ``zeros*``, ``ones*``, ``full*``, ``arange``, ``linspace``, ``eye``, ``tensor``, ``as_tensor``,
   ``rand*``/``randn*``, ``reshape``, ``flatten``, ``permute``, ``transpose``, ``squeeze``/``unsqueeze``, ``split``,
   ``chunk``, ``clone``, ``numel``, ``Size``, dtypes/devices/``finfo``, grad-mode and seed functions, and the
@@ -57,6 +60,8 @@ layers, tensor methods, indexing/iterating a tensor, and a helper's return value
 ``(n + BLOCK - 1) // BLOCK`` keep nothing. Unknown values (``__init__`` arguments, ``self.scale`` set from one)
 count only when combined with a tensor. Helper parameters take the types of the call's arguments (memoised per
 argument types). Types of a name are merged across ``if`` branches (a tensor on either side stays a tensor).
+The walk is bounded (type sizes, six argument-type variants per function, a step budget); code nested past
+Python's recursion limit gets the ``analysis_incomplete`` flag and partial results.
 
 Findings (one per code and line; ``reject`` = a hack by itself, ``flag`` = for review)
 ------------------------------------------------------------------------------------
@@ -83,6 +88,7 @@ network                            reject           ``socket``, ``urllib``, ``re
                                                     ``aiohttp``, ``ftplib``, ``smtplib``, ``xmlrpc``, ...
 file_write_outside                 flag             ``open(..., 'w'/'a'/'x'/'+')``, ``Path.write_text/bytes``,
                                                     ``os.remove/rename/makedirs``, ``shutil.*``, ``torch.save``
+                                                    (any write: paths are not resolved statically)
 monkeypatch_torch                  reject           assigning/deleting an attribute of torch / F / nn / triton /
                                                     builtins / time / sys / os / gc / inspect / numpy / random /
                                                     math (``torch.allclose = ...``,
@@ -121,6 +127,8 @@ triton_kernel_unused               flag             a ``@triton.jit`` function n
                                                     called from another kernel)
 empty_output_alloc_without_launch  flag             forward allocates (``torch.empty*`` ...) but neither launches a
                                                     kernel nor keeps a torch op (uninitialised memory returned)
+analysis_incomplete                flag             expressions nested so deeply that the walk overflowed Python's
+                                                    recursion limit: the other results are partial
 =================================  ===============  ============================================================
 
 CLI: ``python -m workflow_scripts.static_analysis --code ANSWER.py [--out OUT.json]`` prints ``to_dict()`` as JSON
@@ -169,6 +177,7 @@ FINDING_CODES: dict[str, tuple[str, str]] = {
     "dynamic_code": ("flag", "exec / eval / dynamic imports"),
     "triton_kernel_unused": ("flag", "a @triton.jit function that is never used"),
     "empty_output_alloc_without_launch": ("flag", "forward allocates but neither launches a kernel nor computes"),
+    "analysis_incomplete": ("flag", "the code nests too deeply for a complete analysis; results are partial"),
 }
 
 
@@ -240,6 +249,10 @@ TORCH_LAYOUT_FUNCS = {
     "view_as_real", "view_as_complex", "broadcast_to", "clone", "detach", "adjoint",
 }
 TORCH_INT_FUNCS = {"numel"}
+# torch.ops namespaces that are PyTorch's own kernels; any other namespace was registered by the answer
+# (torch.library.custom_op / triton_op around its Triton kernels) and does not count.
+TORCH_OPS_NAMESPACES = {"aten", "prims", "quantized", "_quantized", "torchvision", "_c10d_functional", "c10d",
+                        "higher_order", "inductor"}
 TORCH_SHAPE_FUNCS = {"Size", "broadcast_shapes"}
 TORCH_OTHER_FUNCS = {
     "device", "dtype", "finfo", "iinfo", "is_tensor", "is_floating_point", "is_complex", "is_nonzero",
@@ -401,9 +414,11 @@ class Kind(Enum):
 class Tup:
     elts: tuple
 
+
 @dataclass(frozen=True)
 class Seq:
     elem: object
+
 
 @dataclass(frozen=True)
 class Mod:
@@ -412,6 +427,7 @@ class Mod:
     quals: frozenset
     elems: frozenset = frozenset()
 
+
 @dataclass(frozen=True)
 class Refs:
     """References to callables/modules: dotted external names or "func:", "kernel:", "class:", "method:",
@@ -419,15 +435,18 @@ class Refs:
 
     names: frozenset
 
+
 @dataclass(frozen=True)
 class SelfTy:
     cls: str
     super_of: str | None = None  # set for super(): look up after this class in the MRO
 
+
 @dataclass(frozen=True)
 class Bound:
     recv: object
     name: str
+
 
 @dataclass(frozen=True)
 class LambdaTy:
@@ -442,7 +461,43 @@ def _refs(*names: str) -> Refs:
     return Refs(frozenset(names))
 
 
+# Size bounds of inferred types, so that loops, recursion and unions cannot grow them without limit.
+_MAX_SET = 8
+_MAX_TUPLE = 16
+_MAX_NEST = 4
+_MAX_DOTS = 8
+
+
+def clip(ty: Ty, depth: int = 0) -> Ty:
+    if isinstance(ty, Kind) or isinstance(ty, (SelfTy, LambdaTy)):
+        return ty
+    if depth >= _MAX_NEST:
+        return O
+    if isinstance(ty, Refs):
+        names = sorted(n for n in ty.names if n.count(".") <= _MAX_DOTS)[:_MAX_SET]
+        if not names:
+            return O
+        return ty if len(names) == len(ty.names) else Refs(frozenset(names))
+    if isinstance(ty, Tup):
+        if len(ty.elts) > _MAX_TUPLE:
+            return Seq(clip(join_all(ty.elts), depth + 1))
+        return Tup(tuple(clip(e, depth + 1) for e in ty.elts))
+    if isinstance(ty, Seq):
+        return Seq(clip(ty.elem, depth + 1))
+    if isinstance(ty, Bound):
+        return Bound(clip(ty.recv, depth + 1), ty.name)
+    if isinstance(ty, Mod):
+        quals = frozenset(sorted(ty.quals)[:_MAX_SET])
+        elems = frozenset(clip(e, depth + 1) for e in sorted(ty.elems, key=repr)[:_MAX_SET])
+        return Mod(quals, elems)
+    return O
+
+
 def join(a: Ty, b: Ty) -> Ty:
+    return clip(_join(a, b))
+
+
+def _join(a: Ty, b: Ty) -> Ty:
     if a == b:
         return a
     if a is O:
@@ -537,6 +592,7 @@ class ModuleTables:
         self.constants: dict[str, Ty] = {}
         self.class_aliases: dict[str, str] = {}
         self.local_refs: dict[str, str] = {}  # name = Fn.apply / name = helper: refs to the answer's own code
+        self.module_env: dict[str, Ty] = {}  # types of module-level names after the module body ran
         self.bound_names: set[str] = set()
         self._collect_bound_names()
         self._collect_imports()
@@ -576,21 +632,24 @@ class ModuleTables:
 
     def dotted(self, node: ast.AST) -> str | None:
         """The canonical dotted name an expression refers to, through imports; None when it is not one."""
+        parts: list[str] = []
+        while isinstance(node, ast.Attribute):  # iterative: attribute chains can be thousands long
+            parts.append(node.attr)
+            node = node.value
+        base: str | None = None
         if isinstance(node, ast.Name):
             if node.id in self.imports:
-                return self.imports[node.id]
-            if node.id not in self.bound_names and hasattr(builtins, node.id):
-                return f"builtins.{node.id}"
-            return None
-        if isinstance(node, ast.Attribute):
-            base = self.dotted(node.value)
-            return f"{base}.{node.attr}" if base else None
-        if (isinstance(node, ast.Call) and len(node.args) >= 2 and not node.keywords
+                base = self.imports[node.id]
+            elif node.id not in self.bound_names and hasattr(builtins, node.id):
+                base = f"builtins.{node.id}"
+        elif (isinstance(node, ast.Call) and len(node.args) >= 2 and not node.keywords
                 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
-                and self.dotted(node.func) == "builtins.getattr"):
-            base = self.dotted(node.args[0])
-            return f"{base}.{node.args[1].value}" if base else None
-        return None
+                and isinstance(node.func, ast.Name) and self.dotted(node.func) == "builtins.getattr"):
+            inner = self.dotted(node.args[0])
+            base = f"{inner}.{node.args[1].value}" if inner else None
+        if base is None:
+            return None
+        return ".".join([base, *reversed(parts)])
 
     def is_kernel_decorator(self, dec: ast.AST) -> bool:
         target = dec.func if isinstance(dec, ast.Call) else dec
@@ -720,7 +779,9 @@ _CMPOP = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">"
 _MAX_DEPTH = 40
 # Deterministic work budget (statements + expressions visited). Past it, calls are no longer followed and loop
 # bodies are walked once: pathological answers end in bounded time with what was found so far.
-_STEP_BUDGET = 400_000
+_STEP_BUDGET = 200_000
+# At most this many argument-type variants of one function are analysed; further calls reuse their union.
+_MAX_VARIANTS = 6
 
 Event = tuple[str, str, int]  # (kind: "op" | "launch" | "alloc", name, line)
 
@@ -750,6 +811,8 @@ class Flow:
         self.findings: list[Finding] = []
         self.memo: dict[tuple, tuple[Ty, tuple[Event, ...]]] = {}
         self.active: set[tuple] = set()
+        self.variants: dict[int, list[tuple]] = {}
+        self.incomplete = False  # a recursion overflow cut the walk short
         self.depth = 0
         self.lambdas: dict[int, tuple[ast.Lambda, dict[str, Ty]]] = {}
         self.nested_defs: dict[int, tuple[FuncNode, dict[str, Ty], str | None, Ty | None]] = {}
@@ -781,17 +844,23 @@ class Flow:
         self.captures.append({})
         try:
             self.call_function(fn, self_ty if not self._is_static(fn) else None, args, {}, cls)
+        except RecursionError:
+            self.incomplete = True  # keep what was recorded before the overflow
         finally:
             events = self.captures.pop()
         return list(events)
 
-    def run_body(self, stmts: list[ast.stmt]) -> list[Event]:
+    def run_body(self, stmts: list[ast.stmt], env_out: dict[str, Ty] | None = None) -> list[Event]:
         saved, self.frame = self.frame, Frame({}, None, None)
         self.captures.append({})
         try:
             self.block([s for s in stmts if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                                   ast.ClassDef))])
+        except RecursionError:
+            self.incomplete = True
         finally:
+            if env_out is not None:
+                env_out.update(self.frame.env)
             self.frame = saved
             events = self.captures.pop()
         return list(events)
@@ -833,14 +902,27 @@ class Flow:
                       cls: str | None, closure: dict[str, Ty] | None = None) -> Ty:
         if id(fn) in self.t.kernel_nodes:
             return O
+        args = [clip(a) for a in args]
+        kwargs = {k: clip(v) for k, v in kwargs.items()}
         key = (id(fn), self_ty, tuple(args), tuple(sorted(kwargs.items(), key=lambda kv: kv[0])))
         if key in self.memo:
             ret, events = self.memo[key]
             for ev in events:
                 self.record(*ev)
             return ret
+        known = self.variants.setdefault(id(fn), [])
+        if len(known) >= _MAX_VARIANTS:
+            ret = O
+            for k in known:
+                if k in self.memo:
+                    r, events = self.memo[k]
+                    ret = join(ret, r)
+                    for ev in events:
+                        self.record(*ev)
+            return ret
         if key in self.active or self.depth >= _MAX_DEPTH or self.over_budget:
             return O  # recursion / budget: no further information
+        known.append(key)
         self.active.add(key)
         self.depth += 1
         saved = self.frame
@@ -906,7 +988,7 @@ class Flow:
             if s.value is not None:
                 self.assign(s.target, self.expr(s.value))
         elif isinstance(s, ast.AugAssign):
-            cur = self.expr(s.target, store_probe=True)
+            cur = self.expr(s.target)
             val = self.expr(s.value)
             if cur is T or val is T:
                 self.record("op", f"operator:{_BINOP.get(type(s.op), '?')}=", s.lineno)
@@ -965,7 +1047,7 @@ class Flow:
             self.expr(s.test)
         elif isinstance(s, ast.Delete):
             for target in s.targets:
-                self.expr(target, store_probe=True)
+                self.expr(target)
         elif isinstance(s, ast.Match):
             self.expr(s.subject)
             self._branches([c.body for c in s.cases])
@@ -1055,7 +1137,7 @@ class Flow:
                 self.finding("shape_keyed_cache", "flag", node, "a value cached under an input shape key")
 
     # -- expressions --
-    def expr(self, node: ast.AST | None, store_probe: bool = False) -> Ty:
+    def expr(self, node: ast.AST | None) -> Ty:
         if node is None:
             return O
         self.steps += 1
@@ -1065,7 +1147,7 @@ class Flow:
                 if isinstance(child, ast.expr):
                     self.expr(child)
             return O
-        return method(node)
+        return clip(method(node))
 
     def _e_Constant(self, node: ast.Constant) -> Ty:
         return I if isinstance(node.value, (bool, int, float, complex)) else O
@@ -1088,9 +1170,11 @@ class Flow:
             return _refs(t.local_refs[name])
         if name in t.imports:
             return _refs(t.imports[name])
+        if name in t.module_env:
+            return t.module_env[name]
         if name in t.constants:
             return t.constants[name]
-        if hasattr(builtins, name):
+        if callable(getattr(builtins, name, None)):
             return _refs(f"builtins.{name}")
         return O
 
@@ -1417,7 +1501,9 @@ class Flow:
             if info is None:
                 return O
             if not member:
-                return Mod(frozenset({f"local:{cls}"})) if info.is_module else (O if info.is_autograd_fn else SelfTy(cls))
+                if info.is_module:
+                    return Mod(frozenset({f"local:{cls}"}))
+                return O if info.is_autograd_fn else SelfTy(cls)  # plain local classes: instances typed by class
             if member == "apply" and info.is_autograd_fn:
                 found = t.lookup_method(cls, "forward")
                 if found:  # Fn.apply(*args) runs Fn.forward(ctx, *args)
@@ -1548,6 +1634,10 @@ class Flow:
                 return Mod(frozenset({d}), frozenset(elems))
             return O
         name = d[len("torch."):]
+        if name.startswith("ops."):
+            namespace = name.split(".")[1] if name.count(".") >= 1 else ""
+            if namespace not in TORCH_OPS_NAMESPACES:
+                return T
         if name in TORCH_INT_FUNCS:
             return I
         if name in TORCH_SHAPE_FUNCS:
@@ -1689,6 +1779,9 @@ class Scanner:
             if name in ("builtins.setattr", "builtins.delattr") and node.args:
                 target = self.t.dotted(node.args[0])
                 if target and _root(target) in PATCH_ROOTS:
+                    attr = node.args[1] if len(node.args) > 1 else None
+                    if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
+                        target = f"{target}.{attr.value}"  # setattr(torch, "allclose", f) patches torch.allclose
                     self._patched(target, node, via=name.rsplit(".", 1)[-1])
             if name == "torch.set_float32_matmul_precision":
                 arg = node.args[0] if node.args else None
@@ -1867,9 +1960,14 @@ def _has_model_new(tree: ast.Module) -> bool:
 
 
 def _prescan_attributes(tables: ModuleTables) -> None:
-    """Type every class's self.<attr> from its methods (``__init__`` first), before any root is analysed."""
+    """Type module-level names and every class's self.<attr> (``__init__`` first) before any root is analysed."""
     for _ in range(2):  # twice: attributes built from other attributes
         flow = Flow(tables, emit=False)
+        env: dict[str, Ty] = {}
+        flow.run_body(tables.tree.body, env_out=env)
+        # Only names the tables do not already resolve better (functions, classes, imports).
+        tables.module_env = {k: v for k, v in env.items() if v is not O and k not in tables.imports
+                             and k not in tables.functions and k not in tables.classes}
         for name, info in tables.classes.items():
             methods = sorted(info.methods.items(), key=lambda kv: kv[0] != "__init__")
             for mname, fn in methods:
@@ -1917,13 +2015,23 @@ def analyze_source(code: str) -> StaticReport:
     except (ValueError, RecursionError, MemoryError) as e:  # null bytes, absurd nesting
         return StaticReport(parses=False, syntax_error=f"{type(e).__name__}: {e}")
 
+    report = StaticReport(parses=True, has_model_new=_has_model_new(tree))
+    try:
+        _analyze_tree(tree, report)
+    except RecursionError:
+        # Only absurdly deep code gets here; what was set on the report so far stands.
+        report.findings = _dedupe([*report.findings, Finding(
+            "analysis_incomplete", "flag", 0, "the code nests too deeply for a complete analysis")])
+    return report
+
+
+def _analyze_tree(tree: ast.Module, report: StaticReport) -> None:
     tables = ModuleTables(tree)
-    report = StaticReport(parses=True)
-    report.has_model_new = _has_model_new(tree)
     report.defines_triton_kernel = bool(tables.kernels)
     report.launches_triton_kernel = bool(_launch_nodes(tables))
 
     findings: list[Finding] = Scanner(tables).scan()
+    report.findings = _dedupe(findings)
     _prescan_attributes(tables)
 
     flow = Flow(tables, emit=True)
@@ -1944,7 +2052,7 @@ def analyze_source(code: str) -> StaticReport:
                 flow.run_root(node, cls, SelfTy(cls) if cls else None)
         flow.run_body(tree.body)
     except RecursionError:
-        pass  # pathological nesting: keep what was found so far
+        flow.incomplete = True  # pathological nesting: keep what was found so far
 
     ops: list[str] = []
     for kind, name, _line in forward_events:
@@ -1967,14 +2075,16 @@ def analyze_source(code: str) -> StaticReport:
     for name, node in _unused_kernels(tables):
         findings.append(Finding("triton_kernel_unused", "flag", getattr(node, "lineno", 0),
                                 f"@triton.jit function {name!r} is never used"))
-    if forward_node is not None:
+    if flow.incomplete:
+        findings.append(Finding("analysis_incomplete", "flag", forward_node.lineno if forward_node else 0,
+                                "the code nests too deeply for a complete analysis; results are partial"))
+    elif forward_node is not None:
         kinds = {k for k, _, _ in forward_events}
         if "alloc" in kinds and "launch" not in kinds and "op" not in kinds:
             findings.append(Finding("empty_output_alloc_without_launch", "flag", forward_node.lineno,
                                     "forward allocates tensors but launches no kernel and computes nothing"))
 
     report.findings = _dedupe(findings)
-    return report
 
 
 def main(argv: list[str] | None = None) -> int:

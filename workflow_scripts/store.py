@@ -28,6 +28,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -283,9 +284,21 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def finite_json(value: Any) -> Any:
+    """JSON has no NaN or infinity: non-finite floats become their names as strings ("nan", "inf", "-inf"),
+    so a NaN output difference stays visible instead of passing as a number."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
 def write_json(path: Path, value: Any) -> None:
     """Deterministic JSON (sorted keys, fixed indent) so equal content means equal bytes and equal hashes."""
-    path.write_text(json.dumps(value, sort_keys=True, indent=1, allow_nan=False) + "\n")
+    path.write_text(json.dumps(finite_json(value), sort_keys=True, indent=1, allow_nan=False) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

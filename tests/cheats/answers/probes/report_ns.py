@@ -18,7 +18,9 @@ class ModelNew(nn.Module):
     def forward(self, a, b):
         with open("/proc/self/uid_map") as f:
             assert "4294967295" not in f.read(), "not in a user namespace"
-        assert sorted(os.listdir("/sys/class/net")) == ["lo"], "not in a fresh network namespace"
+        with open("/proc/self/net/dev") as f:  # the interfaces of this process's network namespace
+            ifaces = sorted(line.split(":")[0].strip() for line in f.readlines()[2:])
+        assert ifaces == ["lo"], f"not in a fresh network namespace: {ifaces}"
         out = torch.empty_like(a)
         add_kernel[(triton.cdiv(a.numel(), 2048),)](a, b, out, a.numel(), BLOCK=2048)
         return out

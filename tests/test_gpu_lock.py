@@ -1,0 +1,140 @@
+"""Per-GPU lock files: exclusive (timing) vs shared (correctness-only), across real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts.gpu_lock import GpuLockTimeout, acquire_gpu, visible_gpus
+
+REPO = Path(__file__).resolve().parent.parent
+
+HOLDER = """
+import sys, time
+from workflow_scripts.gpu_lock import acquire_gpu
+with acquire_gpu(exclusive=sys.argv[1] == "ex", gpus=sys.argv[2].split(","), lock_dir=sys.argv[3]) as lease:
+    print(lease.gpu, flush=True)
+    time.sleep(float(sys.argv[4]))
+"""
+
+
+def _hold(mode: str, gpus: str, lock_dir: Path, seconds: float = 30.0) -> tuple[subprocess.Popen, str]:
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, mode, gpus, str(lock_dir), str(seconds)], cwd=REPO,
+                         stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert p.stdout is not None
+    gpu = p.stdout.readline().strip()  # printed once the lock is held
+    assert gpu, "holder failed to lock"
+    return p, gpu
+
+
+def _stop(p: subprocess.Popen) -> None:
+    p.kill()
+    p.wait()
+
+
+def test_exclusive_blocks_everyone(tmp_path: Path) -> None:
+    p, gpu = _hold("ex", "0", tmp_path)
+    try:
+        assert gpu == "0"
+        for exclusive in (True, False):
+            t0 = time.monotonic()
+            with pytest.raises(GpuLockTimeout):
+                with acquire_gpu(exclusive=exclusive, gpus=["0"], lock_dir=tmp_path, timeout_s=1.0, poll_s=0.1):
+                    pass
+            assert time.monotonic() - t0 >= 1.0
+    finally:
+        _stop(p)
+    # The holder died: its lock is gone with it.
+    with acquire_gpu(exclusive=True, gpus=["0"], lock_dir=tmp_path, timeout_s=5.0) as lease:
+        assert lease.gpu == "0" and lease.mode == "exclusive"
+
+
+def test_shared_holders_coexist_but_exclude_timing(tmp_path: Path) -> None:
+    p, gpu = _hold("sh", "0", tmp_path)
+    try:
+        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, timeout_s=5.0) as lease:
+            assert lease.gpu == "0" and lease.mode == "shared"
+        with pytest.raises(GpuLockTimeout):
+            with acquire_gpu(exclusive=True, gpus=["0"], lock_dir=tmp_path, timeout_s=1.0, poll_s=0.1):
+                pass
+    finally:
+        _stop(p)
+
+
+def test_exclusive_picks_a_free_gpu(tmp_path: Path) -> None:
+    p, gpu = _hold("ex", "0", tmp_path)
+    try:
+        with acquire_gpu(exclusive=True, gpus=["0", "1"], lock_dir=tmp_path, timeout_s=5.0) as lease:
+            assert lease.gpu == "1"
+            info = list(tmp_path.glob("gpu1.*.json"))
+            assert info, "holder info file missing"
+        assert not list(tmp_path.glob("gpu1.*.json"))  # removed on release
+    finally:
+        _stop(p)
+
+
+def test_waiting_exclusive_gets_the_gpu_when_freed(tmp_path: Path) -> None:
+    p, _ = _hold("ex", "0", tmp_path, seconds=1.5)
+    try:
+        t0 = time.monotonic()
+        with acquire_gpu(exclusive=True, gpus=["0"], lock_dir=tmp_path, timeout_s=20.0, poll_s=0.1) as lease:
+            waited = time.monotonic() - t0
+            assert lease.gpu == "0" and waited > 0.5 and lease.waited_s > 0.5
+    finally:
+        _stop(p)
+
+
+def test_queued_exclusive_job_holds_back_new_shared_jobs(tmp_path: Path) -> None:
+    # A shared holder runs; an exclusive job waits on its gate; a new shared job must not jump the queue.
+    p, _ = _hold("sh", "0", tmp_path, seconds=30)
+    q = subprocess.Popen([sys.executable, "-c", HOLDER, "ex", "0", str(tmp_path), "1"], cwd=REPO,
+                         stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    try:
+        time.sleep(1.0)  # q is now waiting with the gate held
+        with pytest.raises(GpuLockTimeout):
+            with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, timeout_s=1.0, poll_s=0.1):
+                pass
+        _stop(p)
+        assert q.stdout is not None and q.stdout.readline().strip() == "0"  # q got it once p left
+    finally:
+        _stop(p)
+        _stop(q)
+
+
+def test_visible_gpus_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert visible_gpus(["2", 3]) == ["2", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    assert visible_gpus() == ["4", "5"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert visible_gpus() == []
+
+
+def test_upgrade_shared_to_exclusive(tmp_path: Path) -> None:
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, timeout_s=5.0) as lease:
+        p, _ = _hold("sh", "0", tmp_path, seconds=1.0)  # another shared holder, leaving after 1 s
+        try:
+            waited = lease.upgrade(timeout_s=20.0, poll_s=0.05)
+            assert lease.mode == "exclusive" and waited > 0.3
+            with pytest.raises(GpuLockTimeout):  # now nobody else gets in
+                with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, timeout_s=0.5, poll_s=0.1):
+                    pass
+        finally:
+            _stop(p)
+
+
+def test_upgrade_times_out_and_keeps_shared(tmp_path: Path) -> None:
+    p, _ = _hold("sh", "0", tmp_path, seconds=30.0)
+    try:
+        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, timeout_s=5.0) as lease:
+            with pytest.raises(GpuLockTimeout):
+                lease.upgrade(timeout_s=0.5, poll_s=0.05)
+            assert lease.mode == "shared"
+            with pytest.raises(GpuLockTimeout):  # still holding shared: an exclusive job cannot enter
+                with acquire_gpu(exclusive=True, gpus=["0"], lock_dir=tmp_path, timeout_s=0.5, poll_s=0.1):
+                    pass
+    finally:
+        _stop(p)
