@@ -110,13 +110,19 @@ FAILURES = [
     Case("failures/init_raises.py", ADD, (Status.INIT_ERROR,)),
     Case("failures/forward_raises.py", ADD, (Status.RUNTIME_ERROR,)),
     Case("failures/returns_float.py", ADD, (Status.RUNTIME_ERROR,)),
+    Case("failures/returns_tuple.py", ADD, (Status.SHAPE_MISMATCH,)),
     Case("failures/wrong_shape.py", ADD, (Status.SHAPE_MISMATCH,)),
     Case("failures/wrong_dtype.py", ADD, (Status.DTYPE_MISMATCH,)),
     Case("failures/segfault.py", ADD, (Status.CRASH,)),
     Case("failures/cuda_illegal_address_gpu.py", ADD, (Status.CRASH,), gpu=True),
 ]
 
-ALL = HONEST + CHEATS + FAILURES
+# Correct, with informational (non-integrity) flags.
+INFORMATIONAL = [
+    Case("honest/add_cudnn_benchmark.py", ADD, (Status.CORRECT,), ("global_state_changed:cudnn.benchmark",)),
+]
+
+ALL = HONEST + CHEATS + FAILURES + INFORMATIONAL
 
 
 def _config(case: Case, lock_dir: Path) -> EvalConfig:
@@ -184,6 +190,13 @@ def test_failure_statuses(case: Case, results: dict[str, EvalResult]) -> None:
     _check(case, res)
     assert res.compiled == (Status(res.status) not in (Status.LOAD_ERROR, Status.NO_MODEL_NEW))
     assert res.error
+
+
+@pytest.mark.parametrize("case", _params(INFORMATIONAL))
+def test_informational_flags_do_not_reject(case: Case, results: dict[str, EvalResult]) -> None:
+    res = results[case.answer]
+    _check(case, res)
+    assert res.correct and res.runtime_ms is not None
 
 
 def test_enough_distinct_cheats() -> None:

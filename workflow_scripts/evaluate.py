@@ -65,7 +65,6 @@ from workflow_scripts.harness import (
     Message,
     ProtocolError,
     is_integrity_flag,
-    isolation_prefix,
 )
 from workflow_scripts.statuses import Status, is_compiled
 
@@ -344,6 +343,26 @@ class _RefFailed(Exception):
     pass
 
 
+# Values from the answer's child are untrusted: keep only well-typed, finite, bounded ones.
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    x = float(x)
+    return x if x == x and abs(x) != float("inf") else None
+
+
+def _int(x: Any) -> int | None:
+    return int(x) if isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 62 else None
+
+
+def _nums(xs: Any, limit: int = 100_000) -> list[float | None] | None:
+    return [_num(x) for x in xs[:limit]] if isinstance(xs, list) else None
+
+
+def _text(x: Any, limit: int = 6000) -> str | None:
+    return None if x is None else str(x)[:limit]
+
+
 class _Evaluation:
     def __init__(self, problem_path: Path, answer_path: Path, config: EvalConfig, gpu: str | None,
                  lease: gpu_lock.GpuLease | None = None) -> None:
@@ -373,12 +392,13 @@ class _Evaluation:
         self.post_seed = cfg.post_timing_seed if cfg.post_timing_seed is not None else secrets.randbelow(2**32 - 1)
 
     def flag(self, f: str) -> None:
-        if f not in self.flags:
+        f = str(f)[:160]
+        if f not in self.flags and len(self.flags) < 64:
             self.flags.append(f)
 
     def _merge(self, msg: Message | None) -> None:
-        if msg is not None:
-            for f in msg.header.get("flags") or []:
+        if msg is not None and isinstance(msg.header.get("flags"), list):
+            for f in msg.header["flags"][:64]:
                 self.flag(str(f))
 
     def _events(self, child: ChildProcess) -> None:
@@ -454,7 +474,7 @@ class _Evaluation:
             self._merge(m)
             if m.type in ("load_error", "no_model_new"):
                 self.pre_import_status = Status.LOAD_ERROR if m.type == "load_error" else Status.NO_MODEL_NEW
-                self.error = m.header.get("error")
+                self.error = _text(m.header.get("error"))
                 return
             if m.type != "imported":
                 raise ProtocolError(f"unexpected {m.type} while importing")
@@ -464,7 +484,7 @@ class _Evaluation:
             self._merge(m)
             if m.type == "init_error":
                 self.failure = Status.INIT_ERROR
-                self.error = m.header.get("error")
+                self.error = _text(m.header.get("error"))
                 return
             if m.type != "loaded":
                 raise ProtocolError(f"unexpected {m.type} while loading")
@@ -520,16 +540,18 @@ class _Evaluation:
                 self._merge(tm)
                 if tm.type in ("runtime_error", "cuda_error"):
                     self.failure = Status.CRASH if tm.type == "cuda_error" else Status.RUNTIME_ERROR
-                    self.error = tm.header.get("error")
+                    self.error = _text(tm.header.get("error"))
                     self.flag("timing_error")
                     return
                 if tm.type != "timing":
                     raise ProtocolError(f"unexpected {tm.type} while timing")
-                raw = tm.header.get("raw") or {}
-                self.timing_raw = {k: raw.get(k) for k in ("discarded_ms", "warmup_ms", "host_ms")}
-                self.timing_raw["launches_per_call"] = tm.header.get("launches_per_call")
+                raw = tm.header.get("raw") if isinstance(tm.header.get("raw"), dict) else {}
+                self.timing_raw = {k: _nums(raw.get(k)) for k in ("discarded_ms", "warmup_ms", "host_ms")}
+                lpc = tm.header.get("launches_per_call")
+                self.timing_raw["launches_per_call"] = [_int(x) for x in lpc] if isinstance(lpc, list) else None
                 self.timing_raw["wall_s_parent"] = time.monotonic() - t_time
-                self.runtime_stats = timing.stats(raw.get("trials_ms") or [])
+                trials_ms = raw.get("trials_ms")
+                self.runtime_stats = timing.stats(trials_ms if isinstance(trials_ms, list) else [])
                 if self.runtime_stats is None:
                     raise ProtocolError("timing without usable trials")
                 self.phases["timing_s"] = time.monotonic() - t_time
@@ -549,7 +571,8 @@ class _Evaluation:
                 if dm.type != "done":
                     raise ProtocolError(f"expected done, got {dm.type}")
                 self._merge(dm)
-                for f in dm.header.get("guard_flags") or []:
+                gf = dm.header.get("guard_flags")
+                for f in (gf if isinstance(gf, list) else [])[:64]:
                     self.flag(str(f))
                 if dm.header.get("threads_started"):
                     self.flag("python_threads_started")
@@ -583,12 +606,14 @@ class _Evaluation:
         rec = TrialRecord(index=idx, kind=kind, seed=seed, verdict="error",
                           ref_forward_ms=rm.header.get("forward_ms"))
         if am.type == "output":
-            rec.launches = am.header.get("launches")
-            rec.forward_ms = am.header.get("forward_ms")
+            rec.launches = _int(am.header.get("launches"))
+            rec.forward_ms = _num(am.header.get("forward_ms"))
             ref_out = decode_outputs(rm)
             new_out = decode_outputs(am)
-            if rm.header.get("structure") != am.header.get("structure") and len(ref_out) != len(new_out):
-                rec.verdict, rec.detail = "shape_mismatch", "output structure differs"
+            if rm.header.get("structure") != am.header.get("structure"):
+                rec.verdict, rec.detail = "shape_mismatch", (
+                    f"output structure differs: expected {rm.header.get('structure')}, got "
+                    f"{_text(am.header.get('structure'), 40)}")
             else:
                 ref_dev = [o.get("device") for o in rm.header["outputs"]]
                 new_dev = [o.get("device") for o in am.header["outputs"]]
@@ -601,14 +626,14 @@ class _Evaluation:
             if rec.verdict != "ok" and rec.detail:
                 self.error = self.error or f"trial {idx} ({kind}): {rec.detail}"
         elif am.type == "bad_output":
-            rec.verdict, rec.detail = "bad_output", am.header.get("error")
-            rec.launches = am.header.get("launches")
+            rec.verdict, rec.detail = "bad_output", _text(am.header.get("error"), 500)
+            rec.launches = _int(am.header.get("launches"))
             self.error = f"trial {idx}: {rec.detail}"
         elif am.type in ("runtime_error", "cuda_error"):
             rec.detail = "error"
             self.trials.append(rec)
             self.failure = Status.CRASH if am.type == "cuda_error" else Status.RUNTIME_ERROR
-            self.error = am.header.get("error")
+            self.error = _text(am.header.get("error"))
             return False
         else:
             raise ProtocolError(f"unexpected {am.type} during a trial")

@@ -14,10 +14,11 @@ So the design never asks the answer's process for a verdict; it asks it only for
 useless to forge:
 
 * **Reference outputs are computed in another process** (role ``reference``), which never imports the answer,
-  and they travel to the parent over that process's private pipe. Nothing of the reference exists in the answer's
-  process: reading "the expected output" (``gc.get_objects``, frame walking, ``torch.empty`` returning the
-  reference's freed memory) finds nothing, and mutating inputs or the reference model's parameters cannot change
-  the reference.
+  and they travel to the parent over that process's private pipe, never through the file system. The two
+  children run side by side in lockstep (trial k in both, then the parent compares), and the reference child is
+  gone before the answer is timed. Nothing of the reference exists in the answer's process: reading "the
+  expected output" (``gc.get_objects``, frame walking, ``torch.empty`` returning the reference's freed memory)
+  finds nothing, and mutating inputs or the reference model's parameters cannot change the reference.
 * **The parent computes every verdict** (shape, dtype, ``torch.allclose(ref, out, atol, rtol)``, NaN, statistics)
   from the raw output bytes the answer's process sent and the reference bytes. The answer's process can send any
   bytes it likes; to be judged correct those bytes must equal the reference's on every trial, including
@@ -37,8 +38,9 @@ useless to forge:
 * **Run-time monitors** in the answer's process (a ``sys.addaudithook`` hook, which Python code cannot remove):
   writes outside the child's temporary directory, spawning processes (except Triton's own compiler calls),
   sockets, ``gc`` object enumeration, frame access from answer code, ``sys.settrace``/``setprofile``,
-  ``ctypes`` from answer code and ``/proc/<other pid>`` access are blocked and reported to the parent at once,
-  before the answer can interfere. Inputs are cloned before each call and compared bitwise afterwards
+  ``ctypes`` from answer code, signals sent by answer code and ``/proc/<other pid>`` access are blocked and
+  reported to the parent at once, before the answer can interfere. Reads are not restricted (nothing secret is
+  on disk). Changing ``cudnn.benchmark``/``deterministic`` is only reported (``global_state_changed:*``). Inputs are cloned before each call and compared bitwise afterwards
   (``inputs_mutated``); outputs must be exactly ``torch.Tensor`` (not a subclass:
   ``output_not_plain_tensor``), on the right device, not sharing storage with an input
   (``output_aliases_input``); on CUDA the output is snapshotted on the current stream right after the call
@@ -47,17 +49,22 @@ useless to forge:
   own temporary working directory; ``HOME``, ``TMPDIR`` and ``TRITON_CACHE_DIR`` point inside it; the
   environment is scrubbed; ``RLIMIT_CORE=0``, ``RLIMIT_NOFILE``, ``RLIMIT_FSIZE`` (and ``RLIMIT_AS`` on CPU) are
   set before torch is imported; where ``unshare -rn`` works the child runs in new user and network namespaces
-  (no network; ``network_isolation`` is recorded). A timeout kills the whole process group. A child that dies,
-  exits early (``os._exit``, ``sys.exit``), or hits a CUDA error never produces the final ``done`` message, which
-  the parent requires, so it is a crash, never a pass.
+  (no network; ``network_isolation`` is recorded). A timeout kills the whole process group. A child that dies or
+  exits early (``os._exit``, ``sys.exit``) never produces the final authenticated ``done`` message, which the
+  parent requires, so it is a crash, never a pass; an exception after which even ``torch.cuda.synchronize()``
+  fails (a sticky CUDA error) is reported as ``cuda_error`` and is a crash too. Every answer gets a fresh process,
+  so no CUDA error outlives it.
 * **Result channel**: the parent passes a random nonce on stdin (never argv/env) and a pipe fd; every message
   header carries an HMAC-SHA256 over (sequence number, header) keyed by the nonce. A message with a bad MAC,
   bad framing or inconsistent sizes is treated as forged (``result_channel_forged``). Writes to stdout/stderr
   are logs only, never results.
 
 Limits (documented, not solved): an answer can compute the right function with PyTorch instead of Triton while
-also launching a token Triton kernel; ``keeps_torch_op`` (static analysis) reports that. The child runs as the
-same user as the parent, so outside a user namespace it could, in principle, read the parent's memory or files.
+also launching a token Triton kernel; ``keeps_torch_op`` (static analysis) reports that. In-process monitors can
+be evaded by code that rewrites interpreter state (they are evidence, not a sandbox), and a GPU kernel can address
+any memory of its own process; what such code can corrupt is in-process (launch counts, timings, input
+snapshots), never the reference or the verdict. The child runs as the same user as the parent, so outside a user
+namespace it could, in principle, read the parent's memory or files.
 """
 
 from __future__ import annotations
@@ -122,6 +129,8 @@ class ChannelReader:
         self.seq = 0
         self.max_payload = max_payload
         self.bytes_read = 0
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
 
     def _read_exact(self, n: int, deadline: float, into: memoryview | None = None) -> bytes | None:
         buf = into if into is not None else memoryview(bytearray(n))
@@ -130,8 +139,7 @@ class ChannelReader:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ChildTimeout()
-            r, _, _ = select.select([self.fd], [], [], min(left, 1.0))
-            if not r:
+            if not self._poll.poll(int(min(left, 1.0) * 1000) + 1):
                 continue
             k = os.readv(self.fd, [buf[got:n]])
             if k == 0:
@@ -236,7 +244,7 @@ def isolation_prefix(mode: str = "auto") -> list[str]:
 @dataclass
 class Limits:
     nofile: int = 4096
-    fsize_bytes: int = 4 << 30
+    fsize_bytes: int = 1 << 30  # any one file (logs included); the answer's prints cannot fill the disk
     as_bytes: int | None = None  # CPU only: CUDA reserves huge virtual ranges
 
     def to_dict(self) -> dict[str, Any]:
@@ -303,6 +311,9 @@ class ChildProcess:
                 cmd, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir, env=self.env(),
                 pass_fds=(wfd,), start_new_session=True, close_fds=True,
             )
+        except BaseException:
+            os.close(rfd)
+            raise
         finally:
             out.close()
             os.close(wfd)
@@ -449,6 +460,14 @@ class _Guard:
     _SPAWN_EVENTS = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
                      "os.forkpty", "pty.spawn", "os.startfile"}
     _GC_EVENTS = {"gc.get_objects", "gc.get_referrers", "gc.get_referents"}
+    _NET_EVENTS = {"socket.__new__", "socket.bind", "socket.connect", "socket.getaddrinfo", "socket.gethostbyname",
+                   "socket.gethostbyaddr", "socket.sendto", "socket.sendmsg", "socket.getnameinfo",
+                   "urllib.Request", "http.client.connect"}
+    _CTYPES_EVENTS = {"ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.string_at",
+                      "ctypes.wstring_at", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.call_function",
+                      "ctypes.addressof", "ctypes.create_string_buffer", "ctypes.create_unicode_buffer",
+                      "ctypes.get_errno", "ctypes.set_errno", "ctypes.PyObj_FromPtr", "ctypes.memmove",
+                      "ctypes.memset"}
 
     def __init__(self, sender: Sender, workdir: str, answer_file: str, allowed_spawn_pkgs: tuple[str, ...]) -> None:
         import sysconfig
@@ -470,9 +489,11 @@ class _Guard:
         self.harness_files = {os.path.realpath(__file__),
                               os.path.realpath(os.path.join(os.path.dirname(__file__), "timing.py"))}
         self.inspect_files = {os.path.realpath(os.path.join(base["stdlib"], "inspect.py"))}
-        self.watched = (set(self._WRITE_PATH_EVENTS) | self._SPAWN_EVENTS | self._GC_EVENTS | {
-            "open", "sys._getframe", "sys._current_frames", "object.__getattr__", "sys.settrace", "sys.setprofile",
-            "os.kill", "os.killpg", "signal.pthread_kill"})
+        self.watched = frozenset(set(self._WRITE_PATH_EVENTS) | self._SPAWN_EVENTS | self._GC_EVENTS
+                                 | self._NET_EVENTS | self._CTYPES_EVENTS | {
+                                     "open", "sys._getframe", "sys._current_frames", "object.__getattr__",
+                                     "sys.settrace", "sys.setprofile", "os.kill", "os.killpg",
+                                     "signal.pthread_kill"})
 
     def _realpath(self, fn: str) -> str:
         # Cached: this runs inside the audit hook, possibly on hot paths.
@@ -566,8 +587,12 @@ class _Guard:
             if not any(origin == "library:" + p for p in self.allowed_spawn_pkgs):
                 self._violation("spawned_process", f"{event} {str(args[:2])[:200]} from {origin}")
             return
-        if event.startswith("socket.") or event in ("urllib.Request", "http.client.connect"):
+        if event in self._NET_EVENTS:  # from anywhere: nothing in an evaluation needs the network
             self._violation("network_access", f"{event} {str(args)[:200]}")
+            return
+        if event in self._CTYPES_EVENTS:  # torch/triton use ctypes internally; answer code may not
+            if self._origin() == "answer":
+                self._violation("ctypes_use", event)
             return
         if event in self._GC_EVENTS:
             if self._origin() == "answer":
@@ -590,30 +615,6 @@ class _Guard:
             if self._origin() == "answer":
                 self._violation("signal_sent", f"{event}{args}")
             return
-
-
-def _install_network_guard(guard: _Guard) -> None:
-    # socket.* events are prefix-matched; register the ones Python raises.
-    guard.watched |= {"socket.__new__", "socket.bind", "socket.connect", "socket.getaddrinfo", "socket.gethostbyname",
-                      "socket.gethostbyaddr", "socket.sendto", "socket.sendmsg", "socket.getnameinfo",
-                      "urllib.Request", "http.client.connect"}
-
-
-def _install_ctypes_guard(guard: _Guard) -> None:
-    ctypes_events = {"ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.string_at", "ctypes.wstring_at",
-                     "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.call_function", "ctypes.addressof",
-                     "ctypes.create_string_buffer", "ctypes.create_unicode_buffer", "ctypes.get_errno",
-                     "ctypes.set_errno", "ctypes.PyObj_FromPtr", "ctypes.memmove", "ctypes.memset"}
-    guard.watched |= ctypes_events
-    orig_check = guard._check
-
-    def check(event: str, args: tuple[Any, ...]) -> None:
-        if event.startswith("ctypes.") and guard._origin() == "answer":
-            guard._violation("ctypes_use", event)
-            return
-        orig_check(event, args)
-
-    guard._check = check  # type: ignore[method-assign]
 
 
 class _LaunchCounter:
@@ -754,13 +755,14 @@ class _TamperCheck:
         g["tf32:cuda_matmul_allow_tf32"] = lambda: bool(torch.backends.cuda.matmul.allow_tf32)
         g["tf32:cudnn_allow_tf32"] = lambda: bool(torch.backends.cudnn.allow_tf32)
         g["tf32:float32_matmul_precision"] = lambda: _call_str(torch.get_float32_matmul_precision)
-        g["cudnn.benchmark"] = lambda: bool(torch.backends.cudnn.benchmark)
-        g["cudnn.deterministic"] = lambda: bool(torch.backends.cudnn.deterministic)
         g["default_dtype"] = lambda: str(torch.get_default_dtype())
+        # Informational only (reported as global_state_changed:<name>): they tune the answer's own PyTorch calls.
+        g["info:cudnn.benchmark"] = lambda: bool(torch.backends.cudnn.benchmark)
+        g["info:cudnn.deterministic"] = lambda: bool(torch.backends.cudnn.deterministic)
         g.update(extra)
         self.getters = g
         self.expected = {k: f() for k, f in g.items()}
-        self._value_keys = {k for k in g if k.startswith(("tf32:", "cudnn.", "default_dtype"))}
+        self._value_keys = {k for k in g if k.startswith(("tf32:", "info:", "default_dtype"))}
         self.launch = launch
 
     def changed(self) -> list[str]:
@@ -986,8 +988,6 @@ def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
     launch = _LaunchCounter()
     guard = _Guard(sender, init["workdir"], os.path.join(init["workdir"], init["answer"]),
                    allowed_spawn_pkgs=("triton",))
-    _install_network_guard(guard)
-    _install_ctypes_guard(guard)
     threads_before = {t.ident for t in threading.enumerate()}
     sys.addaudithook(guard.hook)  # cannot be removed from Python code
     guard.enforcing = True
@@ -1005,8 +1005,8 @@ def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
     for k in list(vars(guard)):
         if k not in ("busy", "seen", "_rp_cache"):
             extra[f"guard.{k}"] = (lambda k=k: vars(guard).get(k))
-    extra["guard.class._check"] = lambda: _Guard.__dict__.get("_check")
-    extra["guard.class.hook"] = lambda: _Guard.__dict__.get("hook")
+    for k in ("hook", "_check", "_origin", "_direct_caller_is_answer", "_outside", "_violation", "_realpath"):
+        extra[f"guard.class.{k}"] = (lambda k=k: _Guard.__dict__.get(k))
     tamper = _TamperCheck(torch, extra, launch)
     flags: list[str] = []
 
@@ -1015,8 +1015,11 @@ def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
             flags.append(f)
 
     def check_tamper() -> None:
-        for name in tamper.changed()[:5]:
+        changed = tamper.changed()
+        for name in [n for n in changed if not n.startswith("info:")][:5]:
             flag(f"harness_tampered:{name}")
+        for name in [n for n in changed if n.startswith("info:")]:
+            flag(f"global_state_changed:{name[5:]}")
 
     sender.send({"type": "hello", "tf32": c.tf32, "interpret": launch.interpret, "pid": os.getpid(),
                  "torch": torch.__version__, "triton": c.triton.__version__ if c.triton else None})
