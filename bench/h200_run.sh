@@ -14,7 +14,7 @@ cat "$OUT/gpu.txt"
 
 # 1. GPU-specific cheats and the cheat/honest suite on the GPU.
 SECONDS=0
-timeout "${TEST_TIMEOUT:-170}" python3 -m pytest -q -rs -p no:cacheprovider tests/test_cheats.py > "$OUT/pytest_cheats_gpu.txt" 2>&1
+timeout "${TEST_TIMEOUT:-100}" python3 -m pytest -q -rs -p no:cacheprovider tests/test_cheats.py > "$OUT/pytest_cheats_gpu.txt" 2>&1
 echo "cheat suite on GPU: rc=$? in ${SECONDS}s"; tail -5 "$OUT/pytest_cheats_gpu.txt"
 
 # 2. The same answer in three separate evaluation jobs (timing reproducibility across processes).
@@ -27,7 +27,7 @@ done
 
 # 3. The pipeline on the H200 subset, until the lease's time is up (the store keeps what finished).
 SECONDS=0
-timeout "${PIPELINE_TIMEOUT:-300}" python3 -m snakemake --configfile config/h200.yaml --cores 16 --resources gpu=1 \
+timeout "${PIPELINE_TIMEOUT:-290}" python3 -m snakemake --configfile config/h200.yaml --cores 16 --resources gpu=8 gpu_mem_gb=128 \
   --keep-going > "$OUT/snakemake.log" 2>&1
 echo "pipeline: rc=$? in ${SECONDS}s"
 python3 bench/h200_table.py --results results --out-dir "$OUT" > "$OUT/table.txt" 2>&1; tail -14 "$OUT/table.txt"
