@@ -24,20 +24,15 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKFLOW_PARTS = ["Snakefile", "rules", "schemas", "workflow_scripts", "profiles", "envs", "demo", "config.yaml"]
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere
+
+from workflow_scripts.workspace import copy_workflow  # noqa: E402
+
 STUDY_MODELS = [
     "base", "rl_old300", "rl_old500", "rl_v6_250", "rl_v7_235", "sft", "sft_rl241", "sft_rl100", "sft_rl150",
     "sft_rl200", "sft_rl300", "opus55", "gpt61sol", "fable51", "gpt6astra",
 ]
 
-
-def copy_workflow(dest: Path) -> None:
-    for part in WORKFLOW_PARTS:
-        source = ROOT / part
-        if source.is_dir():
-            shutil.copytree(source, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, dest / part)
 
 
 def snakemake(args: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess]:

@@ -26,10 +26,17 @@ for i in 1 2 3; do
 done
 
 # 3. The pipeline on the H200 subset, until the lease's time is up (the store keeps what finished).
+# Archive what has finished every 30 s: the device tool may end the command before its last steps run.
+( while sleep 30; do
+    tar czf "$OUT/results.tgz.part" results/evaluations results/baselines results/environment results/logs 2>/dev/null \
+      && mv "$OUT/results.tgz.part" "$OUT/results.tgz"
+  done ) &
+ARCHIVER=$!
 SECONDS=0
 timeout "${PIPELINE_TIMEOUT:-290}" python3 -m snakemake --configfile config/h200.yaml --cores 16 --resources gpu=8 gpu_mem_gb=128 \
   --keep-going > "$OUT/snakemake.log" 2>&1
 echo "pipeline: rc=$? in ${SECONDS}s"
+kill "$ARCHIVER" 2>/dev/null
 python3 bench/h200_table.py --results results --out-dir "$OUT" > "$OUT/table.txt" 2>&1; tail -14 "$OUT/table.txt"
 tar czf "$OUT/results.tgz" results/evaluations results/baselines results/environment results/logs results/summary.json 2>/dev/null
 ls -la "$OUT"

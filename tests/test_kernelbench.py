@@ -30,20 +30,6 @@ REPO = Path(__file__).resolve().parents[1]
 OTHER_REVISION = "0" * 40
 
 
-def kernelbench_dir() -> Path:
-    # CI clones the repo with shared/ beside it: <parent>/main and <parent>/shared/kernelbench.
-    env = os.environ.get("KERNELBENCH_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "kernelbench"
-
-
-@pytest.fixture(scope="module")
-def kb_dir() -> Path:
-    d = kernelbench_dir()
-    if not (d / "KernelBench" / "level1").is_dir():
-        pytest.skip(f"KernelBench data not available at {d} (set KERNELBENCH_DIR)")
-    return d
-
-
 def make_suite(root: Path, counts: dict[int, int] | None = None, prompts: bool = True) -> Path:
     """A tiny suite laid out like a checkout: <id>_P<id>.py problems per level and a prompts.toml."""
     counts = {1: 3, 2: 2} if counts is None else counts

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,21 +18,12 @@ import pandas as pd
 import pytest
 import yaml
 
+from workflow_scripts.workspace import copy_workflow
+
 ROOT = Path(__file__).resolve().parents[1]
-WORKFLOW_PARTS = ["Snakefile", "rules", "schemas", "workflow_scripts", "profiles", "envs", "demo", "config.yaml"]
 
 pytestmark = pytest.mark.slow
 
-
-def copy_workflow(dest: Path) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    for part in WORKFLOW_PARTS:
-        source = ROOT / part
-        if source.is_dir():
-            shutil.copytree(source, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, dest / part)
-    return dest
 
 
 def snakemake(cwd: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:

@@ -25,20 +25,6 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO_SUITE = REPO / "demo" / "suite"
 
 
-def kernelbench_dir() -> Path:
-    # CI clones the repo with shared/ beside it: <parent>/main and <parent>/shared/kernelbench.
-    env = os.environ.get("KERNELBENCH_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "kernelbench"
-
-
-@pytest.fixture(scope="module")
-def kb_dir() -> Path:
-    d = kernelbench_dir()
-    if not (d / "src" / "kernelbench" / "prompts" / "prompts.toml").is_file():
-        pytest.skip(f"KernelBench data not available at {d} (set KERNELBENCH_DIR)")
-    return d
-
-
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "workflow_scripts.prompt", *args], cwd=REPO, env=env,

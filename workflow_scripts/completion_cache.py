@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import os
 import tempfile
 import threading
@@ -485,3 +486,16 @@ def missing_record(model: str, item: PromptItem, key: str, error: str, provenanc
         error=error,
         provenance=provenance,
     )
+
+
+def publish_completions(name: str, records: list[CompletionRecord], out_dir: Path, answers_root: Path | None) -> Path:
+    """Write <out_dir>/<name>.jsonl (and the answer-file layout under answers_root) and report the counts."""
+    out = Path(out_dir) / f"{name}.jsonl"
+    write_completions_jsonl(out, records)
+    if answers_root:
+        write_answer_files(records, Path(answers_root) / name)
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record.status] = counts.get(record.status, 0) + 1
+    print(f"{name}: {len(records)} problems {counts} -> {out}", file=sys.stderr)
+    return out

@@ -64,8 +64,7 @@ from workflow_scripts.completion_cache import (
     missing_record,
     read_prompts_jsonl,
     utc_now,
-    write_answer_files,
-    write_completions_jsonl,
+    publish_completions,
 )
 
 PLACEHOLDERS = (
@@ -580,14 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     except MissingCompletionsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out_dir) / f"{args.name}.jsonl"
-    write_completions_jsonl(out, records)
-    if args.answers_root:
-        write_answer_files(records, Path(args.answers_root) / args.name)
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    print(f"{args.name}: {len(records)} problems {counts} -> {out}", file=sys.stderr)
+    publish_completions(args.name, records, Path(args.out_dir), args.answers_root)
     return 0
 
 

@@ -45,8 +45,7 @@ from workflow_scripts.completion_cache import (
     read_prompts_jsonl,
     sha256_text,
     utc_now,
-    write_answer_files,
-    write_completions_jsonl,
+    publish_completions,
 )
 
 PROVIDER = "vllm"
@@ -396,15 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     except (MissingCompletionsError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out_dir = Path(args.out_dir)
     for name, records in results.items():
-        write_completions_jsonl(out_dir / f"{name}.jsonl", records)
-        if args.answers_root:
-            write_answer_files(records, Path(args.answers_root) / name)
-        counts: dict[str, int] = {}
-        for r in records:
-            counts[r.status] = counts.get(r.status, 0) + 1
-        print(f"{name}: {len(records)} problems {counts} -> {out_dir / (name + '.jsonl')}", file=sys.stderr)
+        publish_completions(name, records, Path(args.out_dir), args.answers_root)
     return 0
 
 

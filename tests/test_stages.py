@@ -1,0 +1,129 @@
+"""Unit tests of the pipeline's own stage functions: completions replay, extraction, collect, report context."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workflow_scripts.answers import extract_answers
+from workflow_scripts.collect import build_row, collect_rows, flag_table
+from workflow_scripts.completions import reference_completions, rename_reference_model, replay_cached
+from workflow_scripts.evaluation_jobs import failed_without_running, key_params
+from workflow_scripts.report import build_context, figure_outputs
+
+PROBLEMS = pd.DataFrame(
+    {"level": [1, 1, 2], "problem_id": [1, 2, 1], "problem": ["A", "B", "C"],
+     "path": ["KernelBench/level1/1_A.py", "KernelBench/level1/2_B.py", "KernelBench/level2/1_C.py"],
+     "sha256": ["a" * 64, "b" * 64, "c" * 64]}
+)
+
+
+def test_rename_reference_model_renames_only_the_name_token() -> None:
+    source = "class Model(nn.Module):\n    def __init__(self):\n        super(Model, self).__init__()\n        self.ModelX = 'Model'\n"
+    renamed = rename_reference_model(source)
+    assert "class ModelNew(nn.Module)" in renamed and "super(ModelNew, self)" in renamed
+    assert "self.ModelX = 'Model'" in renamed  # other names and strings untouched
+
+
+def test_replay_cached_missing_and_empty_files_are_failed_rows(tmp_path: Path) -> None:
+    (tmp_path / "level1_1.txt").write_text("Here:\n```python\nx = 1\n```\n")
+    (tmp_path / "level1_2.txt").write_text("   \n")
+    (tmp_path / "meta.json").write_text(json.dumps({"level1_1": {"completion_tokens": 12}}))
+    records = replay_cached("m", tmp_path, PROBLEMS, {"level1_1": "p1"})
+    assert [(r.level, r.problem_id, r.status) for r in records] == [(1, 1, "ok"), (1, 2, "failed"), (2, 1, "missing")]
+    assert records[0].completion_tokens == 12 and records[0].prompt_sha256 == "p1"
+    assert records[1].text is None and records[2].text is None  # never an empty "ok" answer
+
+
+def test_reference_completions_are_the_renamed_reference(tmp_path: Path) -> None:
+    for path in PROBLEMS["path"]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("class Model:\n    pass\n")
+    records = reference_completions("calibration", tmp_path, PROBLEMS)
+    assert all(r.status == "ok" and "class ModelNew" in r.text and r.text.startswith("```python") for r in records)
+
+
+def test_extract_answers_gives_every_problem_a_row() -> None:
+    completions = [
+        {"model": "m", "level": 1, "problem_id": 1, "status": "ok", "text": "```python\ncode\n```", "completion_tokens": 5},
+        {"model": "m", "level": 1, "problem_id": 2, "status": "ok", "text": "no fence here", "completion_tokens": None},
+    ]
+    frame = extract_answers(completions, PROBLEMS, require_triton=True)
+    assert list(frame["extract_status"]) == ["ok", "no_code", "missing_completion"]
+    assert frame.loc[0, "code"] == "code" and frame.loc[0, "code_sha256"] is not None
+    assert pd.isna(frame.loc[2, "completion_tokens"])
+
+
+def test_failed_without_running_maps_to_statuses() -> None:
+    assert failed_without_running({"extract_status": "missing_completion", "completion_status": "missing"}, "cpu")["status"] == "missing_completion"
+    assert failed_without_running({"extract_status": "no_code", "completion_status": "ok"}, "cpu")["status"] == "no_code"
+
+
+def test_key_params_leave_out_placement_and_secrets() -> None:
+    from workflow_scripts.evaluate import EvalConfig
+
+    a = key_params(EvalConfig(device="cpu", gpu_index=0, lock_dir="/x", hidden_seeds=[1]))
+    b = key_params(EvalConfig(device="cpu", gpu_index=3, lock_dir="/y", hidden_seeds=[2]))
+    assert a == b
+    assert key_params(EvalConfig(device="cpu", atol=1e-3)) != a
+
+
+def evaluation(status: str, runtime_ms: float | None = None, flags: list[str] | None = None) -> dict:
+    return {"status": status, "runtime_ms": runtime_ms, "flags": flags or [], "device": "cpu", "timing_mode": "x"}
+
+
+BASELINE = {"eager_ms": 2.0, "eager_status": "ok", "compile_ms": 30.0, "compile_status": "ok"}
+
+
+def test_build_row_speedups_and_flags() -> None:
+    problem = PROBLEMS.iloc[0].to_dict()
+    answer = {"completion_tokens": 7, "completion_sha256": "c", "code_sha256": "d", "require_triton": True}
+    row = build_row("m", problem, answer, {"keeps_torch_op": False}, evaluation("correct", 1.0), BASELINE)
+    assert row["correct"] and row["compiled"] and row["speedup_eager"] == 2.0 and row["speedup_compile"] == 30.0
+    assert row["flags"] == "suspicious_speedup"  # above 10x against torch.compile
+    failed = build_row("m", problem, answer, {}, evaluation("mismatch", 1.0), {"eager_status": "timeout"})
+    assert not failed["correct"] and failed["compiled"] and failed["runtime_ms"] is None
+    assert failed["speedup_eager"] is None and failed["keeps_torch_op"] is None
+    baseline_failed = build_row("m", problem, answer, {}, evaluation("correct", 1.0), {"eager_status": "error: x",
+                                                                                        "eager_ms": 5.0})
+    assert baseline_failed["eager_ms"] is None and baseline_failed["speedup_eager"] is None
+    load = build_row("m", problem, answer, {}, evaluation("load_error"), BASELINE)
+    assert not load["compiled"]
+
+
+def test_collect_rows_and_flag_table() -> None:
+    answers = {"m": pd.DataFrame([{"level": l, "problem_id": p, "completion_tokens": None, "completion_sha256": None,
+                                   "code_sha256": None, "require_triton": True}
+                                  for l, p in zip(PROBLEMS["level"], PROBLEMS["problem_id"])])}
+    static = {"m": pd.DataFrame([{"level": 1, "problem_id": 1, "keeps_torch_op": True}])}
+    evaluations = {("m", 1, 1): evaluation("correct", 1.0, ["static:cuda_stream_use"]),
+                   ("m", 1, 2): evaluation("rejected_runtime", None, ["inputs_mutated"]),
+                   ("m", 2, 1): evaluation("rejected_static")}
+    rows = collect_rows(PROBLEMS, ["m"], answers, static, evaluations, {(1, 1): BASELINE})
+    assert len(rows) == 3 and list(rows["status"]) == ["correct", "rejected_runtime", "rejected_static"]
+    table = flag_table(rows).set_index(["kind", "name"])["count"]
+    assert table[("flag", "inputs_mutated")] == 1 and table[("status", "rejected_static")] == 1
+    assert table[("flag", "static:cuda_stream_use")] == 1
+
+
+def test_build_context_keeps_config_order_and_runtime() -> None:
+    settings = {
+        "models": {"b": {"label": "B"}, "a": {"label": "A", "generation": {"model": "x"}}},
+        "model_order": ["b", "a"],
+        "summary": {"benchmark": {"name": "demo"}, "reference": "b", "resamples": 10, "seed": 42},
+        "suite": {}, "prompt": {}, "evaluation": {}, "baselines": {},
+    }
+    context = build_context(settings, {"device": "cuda", "torch": "2.11", "gpu_name": "H200"})
+    assert list(context["models"]) == ["b", "a"] and context["models"]["a"]["generation"] == {"model": "x"}
+    assert context["runtime"]["device"] == "cuda" and context["runtime"]["gpu_name"] == "H200"
+    assert context["benchmark"]["settings"]["bootstrap"]["resamples"] == 10
+
+
+@pytest.mark.parametrize("levels", [[1], [1, 2]])
+def test_figure_outputs_follow_levels(levels: list[int], tmp_path: Path) -> None:
+    names = set(figure_outputs(tmp_path, levels))
+    assert {f"fast_p_level{level}.png" for level in levels} <= names
+    assert "bootstrap_forest.svg" in names and len(names) == 2 * (len(levels) + 3)
