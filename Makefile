@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TRITON_INTERPRET ?= 1
 
-.PHONY: demo test venv vllm-venv dry-run-study bench verify clean-results wheelhouse
+.PHONY: demo test venv vllm-venv bench verify clean-results wheelhouse
 
 ## venv: the pinned environment (requirements/lock.txt, consistent with pyproject.toml)
 venv: $(STAMP)
@@ -39,9 +39,12 @@ test: venv vllm-venv
 verify: venv
 	$(BIN)/snakemake --cores 1 verify_store
 
-## bench: time the demo run and the study-sized dry run (numbers go to bench/NOTES.md by hand)
+## bench: time the study-sized dry run, the demo run, the bootstrap and one evaluated answer
+## (record the printed numbers in bench/NOTES.md)
 bench: venv
 	$(BIN)/python bench/bench_pipeline.py
+	$(BIN)/python bench/bench_bootstrap.py
+	$(BIN)/python bench/bench_evaluate.py
 
 clean-results:
 	rm -rf results/* .snakemake
