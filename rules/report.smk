@@ -58,3 +58,29 @@ rule summary:
         " --settings '{params.settings}' --out {output.json} --markdown {output.markdown} --levels {output.levels}"
         " --bootstrap {output.bootstrap}"
         " --figures-dir {params.figures_dir} --store {params.store} > {log} 2>&1 && cat {output.markdown}"
+
+
+rule model_rows:
+    # One model's branch on its own: `snakemake --cores all results/models/<model>.parquet` builds that model's
+    # completions, answers, evaluations (and the shared baselines) and nothing of the other models.
+    input:
+        problems=f"{RESULTS}/problems.parquet",
+        answers=f"{RESULTS}/answers/{{model}}.parquet",
+        static=f"{RESULTS}/static/{{model}}.parquet",
+        evaluations=lambda wc: evaluation_files(wc.model),
+        baselines=[f"{RESULTS}/baselines/{key}.json" for key in problem_keys()] if PROBLEMS else [],
+    output:
+        rows=f"{RESULTS}/models/{{model}}.parquet",
+        flags=f"{RESULTS}/models/{{model}}.flags.parquet",
+    params:
+        results=RESULTS,
+        store=STORE,
+    log:
+        f"{RESULTS}/logs/models/{{model}}.log",
+    resources:
+        mem_mb=2000,
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "{PYTHON} -m workflow_scripts.collect --problems {input.problems} --models {wildcards.model}"
+        " --results {params.results} --out {output.rows} --flags-out {output.flags} --store {params.store} > {log} 2>&1"

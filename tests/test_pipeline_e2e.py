@@ -193,3 +193,14 @@ def test_bad_config_names_the_problem(tmp_path: Path, mutate, message: str) -> N
     done = snakemake(work, "-n", "--configfile", "bad.yaml", timeout=120)
     assert done.returncode != 0
     assert message in done.stdout + done.stderr
+
+
+def test_targeting_one_model_plans_only_its_branch(tmp_path: Path) -> None:
+    work = copy_workflow(tmp_path / "one")
+    dry = snakemake(work, "results/models/weak.parquet", "-n", "--quiet", "rules", timeout=120)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    planned = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", dry.stdout, re.MULTILINE)}
+    problems = len(list((ROOT / "demo/suite/KernelBench").glob("level*/*.py")))
+    assert planned["completions_replay"] == 1 and planned["extract"] == 1 and planned["static_analysis"] == 1
+    assert planned["evaluate"] == problems and planned["baseline"] == problems
+    assert "collect" not in planned and "summary" not in planned
