@@ -83,7 +83,7 @@ def eval_settings():
         "device": DEVICE, "timeout_s": EVAL["timeout_s"], "seed": EVAL["seed"],
         "correctness_trials": EVAL["correctness_trials"], "atol": EVAL["atol"], "rtol": EVAL["rtol"],
         "timing_trials": EVAL["timing_trials"], "warmup": EVAL["warmup"],
-        "require_triton": EVAL["require_triton"], "tf32": EVAL["tf32"],
+        "require_triton": EVAL["require_triton"], "tf32": EVAL["tf32"], "gpus": EVAL["gpus"],
     }, sort_keys=True)
 
 

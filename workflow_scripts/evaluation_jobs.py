@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -94,7 +93,8 @@ def answer_job(args: argparse.Namespace) -> bool:
         config = replace(config, require_triton=False)
     inputs = {
         "problem": sha256_file(args.problem),
-        "code": answer["code_sha256"] or f"none:{answer['extract_status']}",
+        # Without code, why there is none determines the verdict (and its message).
+        "code": answer["code_sha256"] or f"none:{answer['extract_status']}:{answer['completion_status']}",
         "environment": _environment_key(args.environment),
     }
 
@@ -163,5 +163,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONHASHSEED", "0")
     raise SystemExit(main())
