@@ -18,7 +18,6 @@ CLI: ``python -m workflow_scripts.baselines --problem P.py --device cpu|cuda --o
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import shutil
 import sys
@@ -26,7 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from workflow_scripts import environment, gpu_lock, timing
 from workflow_scripts.harness import ChildDied, ChildProcess, ChildTimeout, Limits, ProtocolError
@@ -142,7 +141,8 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
     cfg = config or BaselineConfig()
     problem_path = Path(problem_path)
     phases: dict[str, float] = {}
-    with _gpu_lease(cfg) as gpu:
+    with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=True) as lease:
+        gpu = lease.gpu if lease else None
         eager_status, eager = ("skipped", {}) if not cfg.run_eager else _run_one(problem_path, cfg, gpu, "eager")
         phases["eager_wall_s"] = eager.get("wall_s", 0.0)
         comp_status, comp = ("skipped", {}) if not cfg.run_compile else _run_one(problem_path, cfg, gpu, "compile")
@@ -167,14 +167,6 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
     )
 
 
-@contextlib.contextmanager
-def _gpu_lease(cfg: BaselineConfig) -> Iterator[str | None]:
-    if cfg.device != "cuda":
-        yield None
-        return
-    cands = [str(cfg.gpu_index)] if cfg.gpu_index is not None else cfg.gpus
-    with gpu_lock.acquire_gpu(exclusive=True, gpus=cands, lock_dir=cfg.lock_dir) as lease:
-        yield lease.gpu
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,6 @@ CLI: ``python -m workflow_scripts.evaluate --problem P.py --answer A.py --device
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import importlib
 import json
@@ -53,7 +52,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from workflow_scripts import environment, gpu_lock, timing
 from workflow_scripts.harness import (
@@ -713,7 +712,8 @@ def evaluate_answer(problem_path: Path, answer_path: Path, config: EvalConfig | 
     if syntax is not None:
         return finish(Status.LOAD_ERROR, None, f"syntax error: {syntax}")
 
-    with _gpu_lease(cfg) as lease:
+    # Shared while checking correctness; upgraded to exclusive just before timing (see gpu_lock).
+    with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False) as lease:
         ev = _Evaluation(problem_path, answer_path, cfg, lease.gpu if lease else None, lease)
         ev.run()
     all_launched = all((t.launches or 0) > 0 for t in ev.trials if t.kind in ("seeded", "hidden"))
@@ -733,15 +733,6 @@ def evaluate_answer(problem_path: Path, answer_path: Path, config: EvalConfig | 
     return finish(status, ev, ev.error)
 
 
-@contextlib.contextmanager
-def _gpu_lease(cfg: EvalConfig) -> Iterator[gpu_lock.GpuLease | None]:
-    # Shared while checking correctness; upgraded to exclusive just before timing (see gpu_lock).
-    if cfg.device != "cuda":
-        yield None
-        return
-    cands = [str(cfg.gpu_index)] if cfg.gpu_index is not None else cfg.gpus
-    with gpu_lock.acquire_gpu(exclusive=False, gpus=cands, lock_dir=cfg.lock_dir) as lease:
-        yield lease
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

@@ -194,3 +194,16 @@ def acquire_gpu(
         if chosen is not None:
             with contextlib.suppress(OSError):
                 (lock_dir / f"gpu{_safe(chosen)}.{os.getpid()}.json").unlink()
+
+
+@contextlib.contextmanager
+def lease_for_job(device: str, gpu_index: int | None, gpus: Sequence[str | int] | None, lock_dir: Path | str,
+                  exclusive: bool) -> Iterator[GpuLease | None]:
+    """The GPU lease of one evaluation or baseline job: none on the CPU; on CUDA the configured GPU (or any of the
+    candidates), shared for correctness work or exclusive for timing."""
+    if device != "cuda":
+        yield None
+        return
+    candidates = [str(gpu_index)] if gpu_index is not None else gpus
+    with acquire_gpu(exclusive=exclusive, gpus=candidates, lock_dir=lock_dir) as lease:
+        yield lease
