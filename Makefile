@@ -46,8 +46,9 @@ bench: venv
 	$(BIN)/python bench/bench_bootstrap.py
 	$(BIN)/python bench/bench_evaluate.py
 
+## clean-results: remove every output, the store and Snakemake's metadata (the next run starts from nothing)
 clean-results:
-	rm -rf results/* .snakemake
+	rm -rf results/* results/.store results/.locks .snakemake
 
 ## wheelhouse: wheels for an offline GPU host (Python $(WHEEL_PYTHON)); install there with
 ##   pip install --no-index --find-links wheelhouse -r requirements/gpu-host.txt

@@ -20,6 +20,9 @@ LEVELS = config["suite"]["levels"]
 EVAL = config["evaluation"]
 DEVICE = EVAL["device"]
 MODELS = list(config["models"])
+for _name in [config["summary"]["reference"], *(config["summary"]["compare"] or [])]:
+    if _name not in config["models"]:
+        raise WorkflowError(f"summary names model {_name!r}, which is not under models: (models: {MODELS})")
 # Jobs run the interpreter that runs Snakemake unless a conda env supplies its own `python`.
 PYTHON = "python" if "conda" in str(workflow.deployment_settings.deployment_method).lower() else sys.executable
 
@@ -107,6 +110,8 @@ def final_targets():
 
 def figure_names():
     """The figures workflow_scripts.figures draws: one fast_p curve per level, then the cross-level figures."""
+    if PROBLEMS is None:
+        return []
     return [f"fast_p_level{level}" for level in sorted({level for level, _ in PROBLEMS})] + [
         "bootstrap_forest", "level2_strategy", "correct_compiled"]
 
@@ -138,7 +143,8 @@ def _refresh_environment_file():
             live["gpu_name"], live["driver"] = query[0].strip(), query[1].strip()
         except (OSError, subprocess.SubprocessError, IndexError):
             pass
-    changed = {k: (recorded.get(k), v) for k, v in live.items() if recorded.get(k) != v}
+    # Under --sdm conda the jobs' environment, not Snakemake's, runs torch: compare only what is visible here.
+    changed = {k: (recorded.get(k), v) for k, v in live.items() if v is not None and recorded.get(k) != v}
     if changed:
         sys.stderr.write(f"environment changed since {path} was recorded ({changed}); re-measuring it\n")
         path.unlink()

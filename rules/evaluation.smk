@@ -38,13 +38,14 @@ rule baseline:
         f"{RESULTS}/logs/baselines/level{{level}}_{{problem_id}}.log",
     resources:
         mem_mb=8000,
-        runtime=max(1, int(config["baselines"]["timeout_s"] // 60) + 1),
+        # Two children (eager, compile), each up to the timeout, plus time waiting for the GPU lock.
+        runtime=2 * int(config["baselines"]["timeout_s"] // 60) + 10,
         **gpu_resources(),
     conda:
         "../envs/evaluation.yaml"
     shell:
         "{PYTHON} -m workflow_scripts.evaluation_jobs --store {params.store} --lock-dir {params.locks} baseline"
-        " --problem {input.problem} --environment {input.environment} --settings '{params.settings}'"
+        " --problem {input.problem} --environment {input.environment} --settings {params.settings:q}"
         " --compile-mode {params.compile_mode} --timeout {params.timeout} --out {output} > {log} 2>&1"
 
 
@@ -66,12 +67,12 @@ rule evaluate:
         f"{RESULTS}/logs/evaluations/{{model}}/level{{level}}_{{problem_id}}.log",
     resources:
         mem_mb=8000,
-        runtime=max(1, int(EVAL["timeout_s"] // 60) + 1),
+        runtime=int(EVAL["timeout_s"] // 60) + 10,
         **gpu_resources(),
     conda:
         "../envs/evaluation.yaml"
     shell:
         "{PYTHON} -m workflow_scripts.evaluation_jobs --store {params.store} --lock-dir {params.locks} answer"
         " --answers {input.answers} --level {wildcards.level} --problem-id {wildcards.problem_id}"
-        " --problem {input.problem} --environment {input.environment} --settings '{params.settings}'"
+        " --problem {input.problem} --environment {input.environment} --settings {params.settings:q}"
         " --out {output} > {log} 2>&1"

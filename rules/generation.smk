@@ -85,10 +85,10 @@ def vllm_arguments(base, names):
         other = config["models"][name]
         if other.get("decoding") != first.get("decoding") or other.get("engine") != first.get("engine"):
             raise WorkflowError(f"vLLM models {names[0]} and {name} share base {base} but not decoding/engine")
-    args = [f"--base {base}"]
+    args = [f"--base {shlex.quote(base)}"]
     for name in names:
         adapter = config["models"][name].get("adapter")
-        args.append(f"--adapter {name}={adapter}" if adapter else f"--model {name}")
+        args.append(f"--adapter {shlex.quote(f'{name}={adapter}')}" if adapter else f"--model {name}")
     decoding = first.get("decoding", {})
     for key in ("max_tokens", "temperature", "top_p", "top_k", "seed"):
         if key in decoding:
@@ -118,7 +118,7 @@ for _index, (_base, _names) in enumerate(sorted(vllm_groups().items())):
             [f"{RESULTS}/completions/{name}.jsonl" for name in _names],
         params:
             arguments=vllm_arguments(_base, _names),
-            cache=COMPLETION_CACHE,
+            cache=config["models"][_names[0]].get("cache", COMPLETION_CACHE),
             out_dir=f"{RESULTS}/completions",
         log:
             f"{RESULTS}/logs/completions/vllm_{_index}.log",

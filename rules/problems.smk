@@ -25,10 +25,9 @@ rule problems:
     params:
         suite=SUITE,
         levels=" ".join(str(level) for level in LEVELS),
-        revision=f"--revision {config['suite']['revision']}" if config["suite"]["revision"] else "",
-        counts=(f"--expected-counts '{json.dumps(config['suite']['expected_problems'])}'"
-                if config["suite"]["expected_problems"] else ""),
-        only=f"--only '{json.dumps(config['suite']['only'])}'" if config["suite"]["only"] else "",
+        revision=config["suite"]["revision"] or "",
+        counts=json.dumps(config["suite"]["expected_problems"]) if config["suite"]["expected_problems"] else "",
+        only=json.dumps(config["suite"]["only"]) if config["suite"]["only"] else "",
         store=STORE,
     log:
         f"{RESULTS}/logs/problems.log",
@@ -37,8 +36,8 @@ rule problems:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "{PYTHON} -m workflow_scripts.problems --suite {params.suite} --levels {params.levels} {params.revision}"
-        " {params.counts} {params.only} --out {output} --store {params.store} > {log} 2>&1"
+        "{PYTHON} -m workflow_scripts.problems --suite {params.suite:q} --levels {params.levels} --revision {params.revision:q}"
+        " --expected-counts {params.counts:q} --only {params.only:q} --out {output} --store {params.store} > {log} 2>&1"
 
 
 rule prompts:

@@ -55,7 +55,7 @@ rule summary:
         "../envs/analysis.yaml"
     shell:
         "{PYTHON} -m workflow_scripts.report --rows {input.rows} --environment {input.environment}"
-        " --settings '{params.settings}' --out {output.json} --markdown {output.markdown} --levels {output.levels}"
+        " --settings {params.settings:q} --out {output.json} --markdown {output.markdown} --levels {output.levels}"
         " --bootstrap {output.bootstrap}"
         " --figures-dir {params.figures_dir} --store {params.store} > {log} 2>&1 && cat {output.markdown}"
 

@@ -204,3 +204,11 @@ def test_targeting_one_model_plans_only_its_branch(tmp_path: Path) -> None:
     assert planned["completions_replay"] == 1 and planned["extract"] == 1 and planned["static_analysis"] == 1
     assert planned["evaluate"] == problems and planned["baseline"] == problems
     assert "collect" not in planned and "summary" not in planned
+
+
+def test_study_config_plans_the_fetch_on_a_fresh_clone(tmp_path: Path) -> None:
+    # No KernelBench checkout yet and fetch: true: the first run fetches it at the pinned revision.
+    work = copy_workflow(tmp_path / "study")
+    dry = snakemake(work, "-n", "--configfile", "config/study.yaml", timeout=120)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "fetch_kernelbench" in dry.stdout + dry.stderr

@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in problems.itertuples():
         files[f"baseline:{problem_key(p.level, p.problem_id)}"] = results / "baselines" / f"{problem_key(p.level, p.problem_id)}.json"
     inputs = {role: sha256_file(path) for role, path in files.items()}
+    store = Store(args.store)
 
     def compute(out: dict[str, Path]) -> None:
         answers = {m: pd.read_parquet(files[f"answers:{m}"]) for m in args.models}
@@ -155,12 +156,17 @@ def main(argv: list[str] | None = None) -> int:
             key = problem_key(p.level, p.problem_id)
             baselines[(p.level, p.problem_id)] = json.loads(files[f"baseline:{key}"].read_text())
             for m in args.models:
-                evaluations[(m, p.level, p.problem_id)] = json.loads(files[f"evaluation:{m}:{key}"].read_text())
+                path = files[f"evaluation:{m}:{key}"]
+                evaluation = json.loads(path.read_text())
+                # The store key the evaluation was reused or computed under: reviewers find the object by it.
+                entry = store.manifest_path(path)
+                evaluation["evaluation_key"] = json.loads(entry.read_text())["key"] if entry.exists() else None
+                evaluations[(m, p.level, p.problem_id)] = evaluation
         rows = collect_rows(problems, args.models, answers, static, evaluations, baselines)
         write_parquet(out["rows"], rows)
         write_parquet(out["flags"], flag_table(rows))
 
-    Store(args.store).build(
+    store.build(
         {"rows": args.out, "flags": args.flags_out}, STAGE, code_version(CODE_MODULES),
         {"models": args.models}, inputs, compute,
     )

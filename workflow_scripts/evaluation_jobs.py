@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -29,7 +30,7 @@ from workflow_scripts.statuses import Status
 from workflow_scripts.store import Store, code_version, sha256_file, write_json
 
 EVALUATE_MODULES = ["evaluate", "harness", "timing", "environment", "statuses", "static_analysis"]
-BASELINE_MODULES = ["baselines", "harness", "timing", "environment"]
+BASELINE_MODULES = ["baselines", "evaluate", "harness", "timing", "environment"]  # baselines use evaluate's helpers
 
 
 def load_answer(answers_parquet: Path, level: int, problem_id: int) -> dict[str, Any]:
@@ -79,7 +80,8 @@ def _environment_key(environment_file: Path) -> str:
 def _placement(settings: dict[str, Any], lock_dir: Path) -> dict[str, Any]:
     """Where a job may run: the configured GPUs (default: every visible one) and the shared lock folder."""
     gpus = settings.pop("gpus", None)
-    return {"gpus": [str(g) for g in gpus] if gpus else None, "lock_dir": str(lock_dir)}
+    # Locks name GPUs as the host sees them: one folder per host, so cluster nodes never contend for "gpu0".
+    return {"gpus": [str(g) for g in gpus] if gpus else None, "lock_dir": str(lock_dir / socket.gethostname())}
 
 
 def answer_job(args: argparse.Namespace) -> bool:

@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--store", type=Path, default=Path("results/.store"))
     args = parser.parse_args(argv)
+    args.revision = args.revision or None  # the rule passes "" for "not checked"
     counts = {int(k): v for k, v in json.loads(args.expected_counts).items()} if args.expected_counts else None
     only = {int(k): v for k, v in json.loads(args.only).items()} if args.only else None
     try:

@@ -265,6 +265,8 @@ class Store:
             for readable in bad_readables:
                 with contextlib.suppress(FileNotFoundError):
                     readable.unlink()
+                with contextlib.suppress(FileNotFoundError):
+                    self.manifest_path(readable).unlink()  # the next run rebuilds the name and its entry
         return problems
 
 
