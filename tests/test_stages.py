@@ -127,3 +127,14 @@ def test_figure_outputs_follow_levels(levels: list[int], tmp_path: Path) -> None
     names = set(figure_outputs(tmp_path, levels))
     assert {f"fast_p_level{level}.png" for level in levels} <= names
     assert "bootstrap_forest.svg" in names and len(names) == 2 * (len(levels) + 3)
+
+
+def test_check_environment_refuses_timings_from_another_environment(tmp_path: Path) -> None:
+    from workflow_scripts.environment import fingerprint_key
+    from workflow_scripts.evaluation_jobs import check_environment
+
+    recorded = {"device": "cuda", "gpu_name": "NVIDIA H200", "torch": "2.11.0"}
+    check_environment({"fingerprint": dict(recorded, gpu_uuid="x", sm_clock_mhz=1980)}, fingerprint_key(recorded), tmp_path)
+    check_environment({"status": "no_code"}, fingerprint_key(recorded), tmp_path)  # nothing was measured
+    with pytest.raises(SystemExit, match="another environment"):
+        check_environment({"fingerprint": dict(recorded, gpu_name="NVIDIA H100")}, fingerprint_key(recorded), tmp_path)

@@ -77,6 +77,20 @@ def _environment_key(environment_file: Path) -> str:
     return fingerprint_key(json.loads(environment_file.read_text()))
 
 
+def check_environment(result: dict[str, Any], expected_key: str, environment_file: Path) -> None:
+    """A timing is stored under the recorded environment's key only if it was measured in that environment
+    (e.g. a job that landed on another GPU type, or a changed driver, fails here instead of mixing timings)."""
+    from workflow_scripts.environment import fingerprint_key
+
+    measured = result.get("fingerprint")
+    if measured and fingerprint_key(measured) != expected_key:
+        raise SystemExit(
+            f"error: this job ran in another environment than {environment_file} records "
+            f"(measured {fingerprint_key(measured)[:12]}, recorded {expected_key[:12]}); delete {environment_file} "
+            "to re-key the timings for this environment, or run the job where that environment is"
+        )
+
+
 def _placement(settings: dict[str, Any], lock_dir: Path) -> dict[str, Any]:
     """Where a job may run: the configured GPUs (default: every visible one) and the shared lock folder."""
     gpus = settings.pop("gpus", None)
@@ -109,6 +123,7 @@ def answer_job(args: argparse.Namespace) -> bool:
             answer_file = Path(tmp) / "answer.py"
             answer_file.write_text(answer["code"], encoding="utf-8")
             result = evaluate_answer(args.problem, answer_file, config).to_dict()
+        check_environment(result, inputs["environment"], args.environment)
         write_json(out["json"], result)
 
     return Store(args.store).build({"json": args.out}, "evaluate", code_version(EVALUATE_MODULES),
@@ -127,7 +142,9 @@ def baseline_job(args: argparse.Namespace) -> bool:
     inputs = {"problem": sha256_file(args.problem), "environment": _environment_key(args.environment)}
 
     def compute(out: dict[str, Path]) -> None:
-        write_json(out["json"], measure_baselines(args.problem, config).to_dict())
+        result = measure_baselines(args.problem, config).to_dict()
+        check_environment(result, inputs["environment"], args.environment)
+        write_json(out["json"], result)
 
     return Store(args.store).build({"json": args.out}, "baselines", code_version(BASELINE_MODULES),
                                    key_params(config), inputs, compute)
