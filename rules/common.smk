@@ -59,6 +59,13 @@ SUITE_FILES = sorted(PROBLEMS.values()) if PROBLEMS else []
 PROMPT_FILES = sorted(str(p) for p in Path(SUITE, "src", "kernelbench", "prompts").rglob("*") if p.is_file()) if PROBLEMS else []
 
 
+def optional_flag(flag, value):
+    """`--flag 'value'` (JSON for mappings), or nothing when the value is unset."""
+    if value in (None, "", {}, []):
+        return ""
+    return f"{flag} {shlex.quote(value if isinstance(value, str) else json.dumps(value, sort_keys=True))}"
+
+
 def models_of_kind(*kinds):
     return [name for name, model in config["models"].items() if model["kind"] in kinds]
 

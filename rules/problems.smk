@@ -25,9 +25,10 @@ rule problems:
     params:
         suite=SUITE,
         levels=" ".join(str(level) for level in LEVELS),
-        revision=config["suite"]["revision"] or "",
-        counts=json.dumps(config["suite"]["expected_problems"]) if config["suite"]["expected_problems"] else "",
-        only=json.dumps(config["suite"]["only"]) if config["suite"]["only"] else "",
+        # Optional flags, shell-quoted here (Snakemake's :q turns an empty value into nothing, not '').
+        revision=optional_flag("--revision", config["suite"]["revision"]),
+        counts=optional_flag("--expected-counts", config["suite"]["expected_problems"]),
+        only=optional_flag("--only", config["suite"]["only"]),
         store=STORE,
     log:
         f"{RESULTS}/logs/problems.log",
@@ -36,8 +37,8 @@ rule problems:
     conda:
         "../envs/analysis.yaml"
     shell:
-        "{PYTHON} -m workflow_scripts.problems --suite {params.suite:q} --levels {params.levels} --revision {params.revision:q}"
-        " --expected-counts {params.counts:q} --only {params.only:q} --out {output} --store {params.store} > {log} 2>&1"
+        "{PYTHON} -m workflow_scripts.problems --suite {params.suite:q} --levels {params.levels} {params.revision}"
+        " {params.counts} {params.only} --out {output} --store {params.store} > {log} 2>&1"
 
 
 rule prompts:
