@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from workflow_scripts.records import CompletionRecord, problem_key, read_jsonl, write_jsonl
+from workflow_scripts.completion_cache import CompletionRecord, write_completions_jsonl
+from workflow_scripts.records import problem_key, read_jsonl
 from workflow_scripts.store import Store, code_version, sha256_file
 
 STAGE = "completions"
-CODE_MODULES = ["completions", "records"]
+CODE_MODULES = ["completions", "completion_cache", "records"]
 
 
 def rename_reference_model(source: str) -> str:
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             records = replay_cached(args.model, args.source, problems, prompt_hashes)
         else:
             records = reference_completions(args.model, args.suite, problems)
-        write_jsonl(out["jsonl"], records)
+        write_completions_jsonl(out["jsonl"], records)
 
     Store(args.store).build(
         {"jsonl": args.out}, STAGE, code_version(CODE_MODULES), {"model": args.model, "kind": args.kind}, inputs, compute

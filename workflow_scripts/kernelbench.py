@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Mapping, Sequence
 
+from workflow_scripts.store import sha256_file
+
 # The revision the benchmark protocol names (ScalingIntelligence/KernelBench).
 PINNED_REVISION = "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"
 REPO_URL = "https://github.com/ScalingIntelligence/KernelBench"
@@ -90,18 +92,6 @@ def read_text(path: Path) -> str:
     # KernelBench reads with open(path, "r"): text mode, universal newlines. We pin UTF-8 rather than the locale.
     with open(path, "r", encoding="utf-8") as f:
         return f.read()
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -1,32 +1,17 @@
-"""Records passed between stages, and the small I/O helpers every stage CLI shares."""
+"""Records passed between stages (the completions record is completion_cache.CompletionRecord), and the small I/O
+helpers every stage CLI shares."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from workflow_scripts.store import sha256_bytes, sha256_file
-
-
-@dataclass
-class CompletionRecord:
-    """One line of results/completions/<model>.jsonl (see docs/generation.md)."""
-
-    model: str
-    level: int
-    problem_id: int
-    status: str  # ok | failed | missing
-    text: str | None
-    completion_tokens: int | None = None
-    prompt_sha256: str | None = None
-    cache_key: str | None = None
-    error: str | None = None
-    provenance: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

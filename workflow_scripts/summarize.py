@@ -69,6 +69,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workflow_scripts.records import write_parquet
+
 # Speedup thresholds of fast_p; the key suffix is how the published file spells p.
 THRESHOLDS: tuple[tuple[str, float], ...] = (("1", 1.0), ("1.5", 1.5), ("2", 2.0))
 FLAG_SPEEDUP = 10.0  # a correct answer above this speedup (either baseline) is flagged for review
@@ -617,11 +619,6 @@ def markdown_table(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
-    # No index and fixed row order, so equal tables give equal bytes.
-    frame.reset_index(drop=True).to_parquet(path, index=False)
-
-
 def write_outputs(
     summary: Mapping[str, Any], out: Path, *, tables_dir: Path | None = None, markdown: Path | None = None,
 ) -> list[Path]:
@@ -632,8 +629,8 @@ def write_outputs(
     tables_dir = Path(tables_dir) if tables_dir is not None else out.parent / "tables"
     tables_dir.mkdir(parents=True, exist_ok=True)
     written = [out, tables_dir / "levels.parquet", tables_dir / "bootstrap.parquet"]
-    _write_parquet(written[1], levels_table(summary))
-    _write_parquet(written[2], bootstrap_table(summary))
+    write_parquet(written[1], levels_table(summary))
+    write_parquet(written[2], bootstrap_table(summary))
     if markdown is not None:
         markdown = Path(markdown)
         markdown.parent.mkdir(parents=True, exist_ok=True)
