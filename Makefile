@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TRITON_INTERPRET ?= 1
 
-.PHONY: demo test venv vllm-venv bench verify clean-results wheelhouse
+.PHONY: demo test lint venv vllm-venv bench verify clean-results wheelhouse
 
 ## venv: the pinned environment (requirements/lock.txt, consistent with pyproject.toml)
 venv: $(STAMP)
@@ -30,8 +30,13 @@ $(VLLM_VENV)/.installed: requirements/vllm.txt
 demo: venv
 	$(BIN)/snakemake --cores all
 
-## test: the test suite (CPU; GPU-only tests skip)
-test: venv vllm-venv
+## lint: Snakemake's linter on the demo and the study configurations (must report nothing)
+lint: venv
+	$(BIN)/snakemake --lint
+	$(BIN)/snakemake --lint --configfile config/study.yaml
+
+## test: the linter, then the test suite (CPU; GPU-only tests skip)
+test: venv vllm-venv lint
 	$(BIN)/python -m pytest -q -rs
 	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -rs tests/test_generate_vllm.py
 

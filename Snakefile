@@ -1,5 +1,5 @@
 # Triton KernelBench pipeline: generation -> extraction -> static analysis -> evaluation -> collect -> summary.
-# The rules live in rules/<stage>.smk; their computations in workflow_scripts/<stage>.py (each also a CLI).
+# The rules live in rules/<stage>.smk; each runs one module, workflow_scripts/stages/<rule>.py (docs/design.md).
 # Default configuration: the bundled demo suite (config.yaml). The study: --configfile config/study.yaml.
 
 # config.yaml is the default; a --configfile replaces it instead of being merged into it (merging would add the

@@ -1,4 +1,4 @@
-"""Time the paired bootstrap of workflow_scripts.summarize at study size, and (optionally) how the published
+"""Time the paired bootstrap of workflow_scripts.scoring.summary at study size, and (optionally) how the published
 intervals depend on where the discordant problems sit.
 
     .venv/bin/python bench/bench_bootstrap.py [--models 15] [--problems 200] [--resamples 100000] [--repeats 5]

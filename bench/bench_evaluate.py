@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
-from workflow_scripts.evaluate import EvalConfig, evaluate_answer  # noqa: E402
+from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answer  # noqa: E402
 
 PROBLEM = ROOT / "tests/cheats/problems/1_ElementwiseAdd.py"
 ANSWER = ROOT / "tests/cheats/answers/honest/add_triton.py"

@@ -26,7 +26,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
-from workflow_scripts.workspace import copy_workflow  # noqa: E402
+from workflow_scripts.devtools.workspace import copy_workflow  # noqa: E402
 
 STUDY_MODELS = [
     "base", "rl_old300", "rl_old500", "rl_v6_250", "rl_v7_235", "sft", "sft_rl241", "sft_rl100", "sft_rl150",

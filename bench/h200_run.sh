@@ -18,9 +18,9 @@ timeout "${TEST_TIMEOUT:-100}" python3 -m pytest -q -rs -p no:cacheprovider test
 echo "cheat suite on GPU: rc=$? in ${SECONDS}s"; tail -5 "$OUT/pytest_cheats_gpu.txt"
 
 # 2. The same answer in three separate evaluation jobs (timing reproducibility across processes).
-mkdir -p /tmp/answer && python3 -m workflow_scripts.extract --completion bench/kernelbench_answers/ours/level2_76.txt --out /tmp/answer/a.py
+mkdir -p /tmp/answer && python3 -m workflow_scripts extract --completion bench/kernelbench_answers/ours/level2_76.txt --out /tmp/answer/a.py
 for i in 1 2 3; do
-  python3 -m workflow_scripts.evaluate --problem .kb/KernelBench/level2/76_Gemm_Add_ReLU.py --answer /tmp/answer/a.py \
+  python3 -m workflow_scripts evaluate --problem .kb/KernelBench/level2/76_Gemm_Add_ReLU.py --answer /tmp/answer/a.py \
     --device cuda --out "$OUT/same_answer_$i.json" > /dev/null 2>&1
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('same answer job', sys.argv[2], d['status'], d['runtime_ms'], (d.get('runtime_stats') or {}).get('std'))" "$OUT/same_answer_$i.json" $i
 done

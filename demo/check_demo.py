@@ -5,7 +5,7 @@ Standalone (it does not use the pipeline's modules): for every model directory u
 every problem under demo/suite/KernelBench/level*/, it takes the first fenced code block of the completion,
 runs reference and answer in a child process (TRITON_INTERPRET=1 unless --device cuda, fresh temporary
 directory, own process group, killed on timeout), and prints a verdict and the answer's time per forward. Verdicts use the names of
-workflow_scripts/statuses.py. With --expected (default demo/expected_statuses.json) it also compares each
+workflow_scripts/core/statuses.py. With --expected (default demo/expected_statuses.json) it also compares each
 verdict with the intended one for --device and exits non-zero on any difference.
 
 Protocol, as KernelBench's: torch.manual_seed(seed) before building each model, then `trials` input sets,

@@ -3,37 +3,41 @@
 
 rule extract:
     input:
-        completions=f"{RESULTS}/completions/{{model}}.jsonl",
-        problems=f"{RESULTS}/problems.parquet",
+        completions=LAYOUT.completions("{model}"),
+        problems=LAYOUT.problems(),
     output:
-        f"{RESULTS}/answers/{{model}}.parquet",
+        LAYOUT.answers("{model}"),
     params:
-        exempt=lambda wc: "--no-require-triton" if config["models"][wc.model]["kind"] == "reference" else "",
+        # The calibration model (kind reference) answers with the problem's own code: no Triton is required of it.
+        settings=lambda wc: as_params(
+            {"model": wc.model, "require_triton": config["models"][wc.model]["kind"] != "reference"}
+        ),
         store=STORE,
     log:
-        f"{RESULTS}/logs/extract/{{model}}.log",
+        LAYOUT.log("extract/{model}"),
     resources:
         mem_mb=1000,
     conda:
         "../envs/analysis.yaml"
     shell:
-        "{PYTHON} -m workflow_scripts.answers --model {wildcards.model} --completions {input.completions}"
-        " --problems {input.problems} {params.exempt} --out {output} --store {params.store} > {log} 2>&1"
+        "python -m workflow_scripts.stages.extract --params {params.settings:q} --completions {input.completions:q}"
+        " --problems {input.problems:q} --out {output:q} --store {params.store:q} > {log} 2>&1"
 
 
 rule static_analysis:
     input:
-        f"{RESULTS}/answers/{{model}}.parquet",
+        LAYOUT.answers("{model}"),
     output:
-        f"{RESULTS}/static/{{model}}.parquet",
+        LAYOUT.static("{model}"),
     params:
+        settings=lambda wc: as_params({"model": wc.model}),
         store=STORE,
     log:
-        f"{RESULTS}/logs/static/{{model}}.log",
+        LAYOUT.log("static/{model}"),
     resources:
         mem_mb=1000,
     conda:
         "../envs/analysis.yaml"
     shell:
-        "{PYTHON} -m workflow_scripts.analyze --model {wildcards.model} --answers {input} --out {output}"
-        " --store {params.store} > {log} 2>&1"
+        "python -m workflow_scripts.stages.static_analysis --params {params.settings:q} --answers {input:q}"
+        " --out {output:q} --store {params.store:q} > {log} 2>&1"

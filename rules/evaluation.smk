@@ -4,38 +4,37 @@
 
 rule environment:
     output:
-        f"{RESULTS}/environment/{DEVICE}.json",
+        LAYOUT.environment(DEVICE),
     params:
-        device=DEVICE,
-        tf32=EVAL["tf32"],
+        settings=as_params({"device": DEVICE, "tf32": EVAL["tf32"]}),
+        # Not read by the stage: a changed Python, torch, Triton, GPU or driver changes this parameter, so
+        # Snakemake re-measures the fingerprint and every timing is re-keyed.
+        live=live_facts(DEVICE),
     log:
-        f"{RESULTS}/logs/environment.log",
+        LAYOUT.log("environment"),
     resources:
         mem_mb=2000,
     conda:
         "../envs/evaluation.yaml"
     shell:
-        "{PYTHON} -m workflow_scripts.evaluation_jobs environment --device {params.device} --tf32 {params.tf32}"
-        " --out {output} > {log} 2>&1"
+        "python -m workflow_scripts.stages.environment --params {params.settings:q} --out {output:q} > {log} 2>&1"
 
 
 rule baseline:
     input:
         problem=problem_file,
-        environment=f"{RESULTS}/environment/{DEVICE}.json",
+        environment=LAYOUT.environment(DEVICE),
     output:
-        f"{RESULTS}/baselines/level{{level}}_{{problem_id}}.json",
+        LAYOUT.baseline("{level}", "{problem_id}"),
     wildcard_constraints:
         level=r"\d+",
         problem_id=r"\d+",
     params:
-        settings=eval_settings(),
-        compile_mode=config["baselines"]["compile_mode"],
-        timeout=config["baselines"]["timeout_s"],
+        settings=as_params({"evaluation": EVAL, "baselines": config["baselines"]}),
         store=STORE,
-        locks=LOCKS,
+        locks=LAYOUT.locks(),
     log:
-        f"{RESULTS}/logs/baselines/level{{level}}_{{problem_id}}.log",
+        LAYOUT.log("baselines/level{level}_{problem_id}"),
     resources:
         mem_mb=8000,
         # Two children (eager, compile), each up to the timeout, plus time waiting for the GPU lock.
@@ -44,27 +43,29 @@ rule baseline:
     conda:
         "../envs/evaluation.yaml"
     shell:
-        "{PYTHON} -m workflow_scripts.evaluation_jobs --store {params.store} --lock-dir {params.locks} baseline"
-        " --problem {input.problem} --environment {input.environment} --settings {params.settings:q}"
-        " --compile-mode {params.compile_mode} --timeout {params.timeout} --out {output} > {log} 2>&1"
+        "python -m workflow_scripts.stages.baseline --params {params.settings:q} --problem {input.problem:q}"
+        " --environment {input.environment:q} --out {output:q} --store {params.store:q}"
+        " --lock-dir {params.locks:q} > {log} 2>&1"
 
 
 rule evaluate:
     input:
-        answers=f"{RESULTS}/answers/{{model}}.parquet",
+        answers=LAYOUT.answers("{model}"),
         problem=problem_file,
-        environment=f"{RESULTS}/environment/{DEVICE}.json",
+        environment=LAYOUT.environment(DEVICE),
     output:
-        f"{RESULTS}/evaluations/{{model}}/level{{level}}_{{problem_id}}.json",
+        LAYOUT.evaluation("{model}", "{level}", "{problem_id}"),
     wildcard_constraints:
         level=r"\d+",
         problem_id=r"\d+",
     params:
-        settings=eval_settings(),
+        settings=lambda wc: as_params(
+            {"level": int(wc.level), "problem_id": int(wc.problem_id), "evaluation": EVAL}
+        ),
         store=STORE,
-        locks=LOCKS,
+        locks=LAYOUT.locks(),
     log:
-        f"{RESULTS}/logs/evaluations/{{model}}/level{{level}}_{{problem_id}}.log",
+        LAYOUT.log("evaluations/{model}/level{level}_{problem_id}"),
     resources:
         mem_mb=8000,
         runtime=int(EVAL["timeout_s"] // 60) + 10,
@@ -72,7 +73,6 @@ rule evaluate:
     conda:
         "../envs/evaluation.yaml"
     shell:
-        "{PYTHON} -m workflow_scripts.evaluation_jobs --store {params.store} --lock-dir {params.locks} answer"
-        " --answers {input.answers} --level {wildcards.level} --problem-id {wildcards.problem_id}"
-        " --problem {input.problem} --environment {input.environment} --settings {params.settings:q}"
-        " --out {output} > {log} 2>&1"
+        "python -m workflow_scripts.stages.evaluate --params {params.settings:q} --answers {input.answers:q}"
+        " --problem {input.problem:q} --environment {input.environment:q} --out {output:q}"
+        " --store {params.store:q} --lock-dir {params.locks:q} > {log} 2>&1"

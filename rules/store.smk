@@ -3,27 +3,31 @@
 
 rule verify_store:
     params:
+        settings=as_params({"repair": False}),
         store=STORE,
-        report=f"{RESULTS}/store_verify.json",
+        report=f"{LAYOUT.root}/store_verify.json",
     log:
-        f"{RESULTS}/logs/verify_store.log",
+        LAYOUT.log("verify_store"),
     resources:
         mem_mb=1000,
     conda:
         "../envs/analysis.yaml"
     shell:
-        "{PYTHON} -m workflow_scripts.store verify --store {params.store} --report {params.report} 2>&1 | tee {log}"
+        "python -m workflow_scripts.stages.verify_store --params {params.settings:q} --store {params.store:q}"
+        " --report {params.report:q} 2>&1 | tee {log}"
 
 
 rule repair_store:
     params:
+        settings=as_params({"repair": True}),
         store=STORE,
-        report=f"{RESULTS}/store_verify.json",
+        report=f"{LAYOUT.root}/store_verify.json",
     log:
-        f"{RESULTS}/logs/repair_store.log",
+        LAYOUT.log("repair_store"),
     resources:
         mem_mb=1000,
     conda:
         "../envs/analysis.yaml"
     shell:
-        "{PYTHON} -m workflow_scripts.store verify --repair --store {params.store} --report {params.report} 2>&1 | tee {log}"
+        "python -m workflow_scripts.stages.repair_store --params {params.settings:q} --store {params.store:q}"
+        " --report {params.report:q} 2>&1 | tee {log}"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from workflow_scripts.baselines import BaselineConfig, measure_baselines
+from workflow_scripts.evaluation.baseline import BaselineConfig, measure_baselines
 
 REPO = Path(__file__).resolve().parent.parent
 PROBLEMS = REPO / "tests" / "cheats" / "problems"
@@ -16,7 +16,7 @@ PROBLEMS = REPO / "tests" / "cheats" / "problems"
 def test_eager_and_compile_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "base.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "workflow_scripts.baselines", "--problem", str(PROBLEMS / "5_LinearReLU.py"),
+        [sys.executable, "-m", "workflow_scripts", "baseline", "--problem", str(PROBLEMS / "5_LinearReLU.py"),
          "--device", "cpu", "--out", str(out), "--timing-trials", "5"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )
@@ -45,7 +45,7 @@ def test_failing_baseline_keeps_the_problem(tmp_path: Path) -> None:
 
 
 def test_same_timing_protocol_as_answers() -> None:
-    from workflow_scripts.evaluate import EvalConfig
+    from workflow_scripts.evaluation.answer import EvalConfig
 
     for dev in ("cpu", "cuda"):
         assert BaselineConfig(device=dev).timing_protocol() == EvalConfig(device=dev).timing_protocol()

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.evaluate import EvalConfig, EvalResult, evaluate_answer, run_static_analysis
-from workflow_scripts.statuses import Status
+from workflow_scripts.evaluation.answer import EvalConfig, EvalResult, evaluate_answer, run_static_analysis
+from workflow_scripts.core.statuses import Status
 
 HERE = Path(__file__).resolve().parent / "cheats"
 PROBLEMS = HERE / "problems"
@@ -236,5 +236,5 @@ def test_static_analysis_with_runtime(case: Case, results: dict[str, EvalResult]
     """The pipeline runs static analysis first: either it rejects the cheat, or the run-time verdict stands."""
     report, flags, reject, _ = run_static_analysis((ANSWERS / case.answer).read_text())
     if report is None and not flags:
-        pytest.skip("workflow_scripts.static_analysis is not available")
+        pytest.skip("workflow_scripts.analysis.static is not available")
     assert reject is not None or results[case.answer].status != Status.CORRECT.value

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from workflow_scripts import environment
-from workflow_scripts.environment import fingerprint, fingerprint_key
+from workflow_scripts.evaluation import environment
+from workflow_scripts.evaluation.environment import fingerprint, fingerprint_key
+from workflow_scripts.tools import environment as environment_tool
 
 
 def test_cpu_fingerprint_fields() -> None:
@@ -66,6 +67,6 @@ def test_cuda_fingerprint_without_any_gpu_does_not_raise(monkeypatch: pytest.Mon
 
 def test_cli(tmp_path) -> None:
     out = tmp_path / "fp.json"
-    assert environment.main(["--device", "cpu", "--out", str(out)]) == 0
+    assert environment_tool.main(["--device", "cpu", "--out", str(out)]) == 0
     d = json.loads(out.read_text())
     assert d["key"] == fingerprint_key(d)

@@ -4,7 +4,6 @@ process group, calibration, reference failures and the CLI."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -12,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts import harness
-from workflow_scripts.evaluate import EvalConfig, evaluate_answer, make_calibration_answer
-from workflow_scripts.harness import isolation_prefix
-from workflow_scripts.statuses import Status
+from workflow_scripts.core.statuses import Status
+from workflow_scripts.evaluation import sandbox
+from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answer
+from workflow_scripts.evaluation.sandbox import isolation_prefix
+from workflow_scripts.generation.replay import rename_reference_model
 
 REPO = Path(__file__).resolve().parent.parent
 CHEATS = REPO / "tests" / "cheats"
@@ -59,14 +59,14 @@ def test_without_namespaces_isolation_is_recorded_false() -> None:
 
 def test_timeout_kills_the_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
     pids: list[int] = []
-    orig = harness.ChildProcess.start
+    orig = sandbox.ChildProcess.start
 
-    def start(self: harness.ChildProcess) -> None:
+    def start(self: sandbox.ChildProcess) -> None:
         orig(self)
         assert self.proc is not None
         pids.append(self.proc.pid)
 
-    monkeypatch.setattr(harness.ChildProcess, "start", start)
+    monkeypatch.setattr(sandbox.ChildProcess, "start", start)
     t0 = time.monotonic()
     res = evaluate_answer(ADD, ANS / "failures/endless_loop.py",
                           EvalConfig(device="cpu", timeout_s=12, run_static=False))
@@ -82,7 +82,7 @@ def test_timeout_kills_the_process_group(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_calibration_answer_is_correct_without_triton(tmp_path: Path) -> None:
     for prob in (ADD, LINEAR):  # LINEAR: parameters must match (both models built after seed 42)
         ans = tmp_path / f"cal_{prob.stem}.py"
-        ans.write_text(make_calibration_answer(prob.read_text()))
+        ans.write_text(rename_reference_model(prob.read_text()))
         cfg = EvalConfig(device="cpu", require_triton=False, timing_trials=3, run_static=False)
         res = evaluate_answer(prob, ans, cfg)
         assert res.status == Status.CORRECT.value, res.error
@@ -104,7 +104,7 @@ def test_reference_failure_is_reference_error(tmp_path: Path) -> None:
 def test_cli_writes_the_documented_keys(tmp_path: Path) -> None:
     out = tmp_path / "eval.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "workflow_scripts.evaluate", "--problem", str(ADD), "--answer",
+        [sys.executable, "-m", "workflow_scripts", "evaluate", "--problem", str(ADD), "--answer",
          str(ANS / "honest/add_triton.py"), "--device", "cpu", "--out", str(out), "--timing-trials", "3",
          "--tf32", "ieee", "--timeout", "120"],
         cwd=REPO, capture_output=True, text=True, timeout=200,
@@ -125,10 +125,10 @@ def test_cli_writes_the_documented_keys(tmp_path: Path) -> None:
 
 def test_cli_no_timing_and_no_require_triton(tmp_path: Path) -> None:
     ans = tmp_path / "cal.py"
-    ans.write_text(make_calibration_answer(ADD.read_text()))
+    ans.write_text(rename_reference_model(ADD.read_text()))
     out = tmp_path / "eval.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "workflow_scripts.evaluate", "--problem", str(ADD), "--answer", str(ans),
+        [sys.executable, "-m", "workflow_scripts", "evaluate", "--problem", str(ADD), "--answer", str(ans),
          "--device", "cpu", "--out", str(out), "--no-timing", "--no-require-triton"],
         cwd=REPO, capture_output=True, text=True, timeout=200,
     )

@@ -1,4 +1,4 @@
-"""Tests of workflow_scripts.extract: the first fenced code block, as KernelBench's extract_first_code takes it."""
+"""Tests of workflow_scripts.analysis.extract: the first fenced code block, as KernelBench's extract_first_code takes it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.extract import EXIT_NO_CODE, KERNELBENCH_LANGUAGE_TYPES, extract_code
+from workflow_scripts.analysis.extract import EXIT_NO_CODE, KERNELBENCH_LANGUAGE_TYPES, extract_code
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,7 +99,7 @@ def test_custom_language_types() -> None:
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workflow_scripts.extract", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "workflow_scripts", "extract", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
 

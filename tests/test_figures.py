@@ -1,4 +1,4 @@
-"""Figures (workflow_scripts.figures): files, formats, determinism, and that they follow the data."""
+"""Figures (workflow_scripts.scoring.figures): files, formats, determinism, and that they follow the data."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workflow_scripts import figures as fg
-from workflow_scripts import summarize as sm
-
+from workflow_scripts.core.layout import figure_names
+from workflow_scripts.scoring import figures as fg
+from workflow_scripts.scoring import summary as sm
 REPO = Path(__file__).resolve().parents[1]
-STEMS = ("fast_p_level1", "fast_p_level2", "bootstrap_forest", "level2_strategy", "correct_compiled")
+# The figure names the workflow declares as outputs (core/layout.py): the figures module must draw exactly these.
+STEMS = tuple(figure_names([1, 2]))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -125,10 +126,10 @@ def test_cli(tmp_path: Path, via: str) -> None:
     if via == "figures":
         summary_path = tmp_path / "summary.json"
         summary_path.write_text(sm.dumps_summary(sm.summarize(frame, reference="a", resamples=500)))
-        cmd = ["-m", "workflow_scripts.figures", "--rows", str(rows_path), "--summary", str(summary_path),
+        cmd = ["-m", "workflow_scripts", "figures", "--rows", str(rows_path), "--summary", str(summary_path),
                "--out-dir", str(out_dir)]
     else:
-        cmd = ["-m", "workflow_scripts.summarize", "--rows", str(rows_path), "--out", str(tmp_path / "s.json"),
+        cmd = ["-m", "workflow_scripts", "summarize", "--rows", str(rows_path), "--out", str(tmp_path / "s.json"),
                "--reference", "a", "--resamples", "500", "--figures-dir", str(out_dir)]
     subprocess.run([sys.executable, *cmd], cwd=REPO, check=True, capture_output=True, text=True)
     assert sorted(p.name for p in out_dir.iterdir()) == sorted(f"{s}.{e}" for s in STEMS for e in ("png", "svg"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.completion_cache import (
+from workflow_scripts.generation.cache import (
     RECORD_KEYS,
     CompletionCache,
     CompletionRecord,
@@ -23,7 +23,7 @@ from workflow_scripts.completion_cache import (
     read_completions_jsonl,
     write_prompts_jsonl,
 )
-from workflow_scripts.generate_cli import (
+from workflow_scripts.generation.cli_tool import (
     CliModel,
     generate_with_cli,
     import_answers,
@@ -300,7 +300,7 @@ def test_import_jsonl_and_unknown_problems(tmp_path):
 
 def run_cli(*args, **kw):
     return subprocess.run(
-        [sys.executable, "-m", "workflow_scripts.generate_cli", *map(str, args)],
+        [sys.executable, "-m", "workflow_scripts", "generate-cli", *map(str, args)],
         cwd=REPO, capture_output=True, text=True, timeout=120, check=False, **kw,
     )
 
@@ -345,3 +345,31 @@ def test_cli_generate_offline_online_and_import(tmp_path):
     p = run_cli("generate", "--name", "x", "--entry-json", '{"command": "t {reasoning_effort}"}',
                 "--prompts", prompts, "--cache", tmp_path / "c2", "--out-dir", out)
     assert p.returncode == 2 and "bad model entry" in p.stderr
+
+
+def test_completions_cli_stage_takes_the_config_entry(tmp_path):
+    """The rule's path: the model's whole config entry as --params (pipeline-only keys such as label are dropped)."""
+    prompts = tmp_path / "prompts.jsonl"
+    write_prompts_jsonl(prompts, PROMPTS)
+    log = tmp_path / "log.jsonl"
+    config_entry = {
+        "kind": "cli", "label": "Fake", "generation": {"provider": "fake"}, "offline": False,
+        "command": f"{TOOL} --model {{model}} --log {log}", "provider": "fake-cli", "model": "fake-1",
+        "attempts": 1, "backoff_s": 0,
+    }
+
+    def stage(params: dict) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "workflow_scripts.stages.completions_cli", "--params", json.dumps(params),
+             "--prompts", str(prompts), "--cache", str(tmp_path / "cache"), "--out-dir", str(tmp_path / "out")],
+            cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+        )
+
+    p = stage({"name": "fake", "entry": config_entry})
+    assert p.returncode == 0, p.stderr
+    recs = read_completions_jsonl(tmp_path / "out" / "fake.jsonl")
+    assert [r.status for r in recs] == ["ok"] * 3 and len(calls(log)) == 3
+    p = stage({"name": "fake", "entry": {**config_entry, "comand": "typo"}})
+    assert p.returncode == 2 and "model fake: bad model entry" in p.stderr and "comand" in p.stderr
+    p = stage({"name": "fake"})
+    assert p.returncode == 2 and "unknown" not in p.stderr and "bad model entry" in p.stderr

@@ -2,7 +2,7 @@
 
 The first group runs anywhere (standard library only): cache keys, folder digests, missing folders, offline
 mode, and the stage's bookkeeping driven by a stand-in engine. The second group (marked ``vllm``) runs real
-vLLM on a tiny random Qwen3 model built locally (``workflow_scripts.tiny_models``) and checks that greedy
+vLLM on a tiny random Qwen3 model built locally (``workflow_scripts.devtools.tiny_models``) and checks that greedy
 output through ``generate_with_vllm`` equals transformers' greedy output token for token, with and without a
 LoRA adapter; it skips cleanly where vLLM, transformers or peft are not installed.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts import generate_vllm as gv
-from workflow_scripts.completion_cache import (
+from workflow_scripts.generation import vllm as gv
+from workflow_scripts.generation.cache import (
     CompletionCache,
     Decoding,
     MissingCompletionsError,
@@ -274,7 +274,7 @@ def test_cli_offline_reports_missing_and_exits_2(tmp_path):
     base = _fake_base(tmp_path / "base")
     write_prompts_jsonl(tmp_path / "p.jsonl", PROMPTS)
     proc = subprocess.run(
-        [sys.executable, "-m", "workflow_scripts.generate_vllm", "--base", str(base), "--model", "tiny",
+        [sys.executable, "-m", "workflow_scripts", "generate-vllm", "--base", str(base), "--model", "tiny",
          "--prompts", str(tmp_path / "p.jsonl"), "--out-dir", str(tmp_path / "out"), "--cache", str(tmp_path / "c"),
          "--offline"],
         cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
@@ -282,6 +282,24 @@ def test_cli_offline_reports_missing_and_exits_2(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "3 completion(s) are not in the cache" in proc.stderr and "tiny level 2 problem 7" in proc.stderr
     assert not (tmp_path / "out" / "tiny.jsonl").exists()
+
+
+def _entry(base, adapter=None, **decoding):
+    return {"kind": "vllm", "label": "x", "base_model": str(base), "adapter": None if adapter is None else str(adapter),
+            "decoding": {"temperature": 0, "max_tokens": 8192, "enable_thinking": False, **decoding},
+            "engine": {"dtype": "bfloat16", "max_model_len": 16384, "max_lora_rank": 64}}
+
+
+def test_plan_engine_from_config_entries():
+    plan = gv.plan_engine({"base": _entry("m"), "sft": _entry("m", "adapters/sft")})
+    assert plan.base == Path("m") and plan.adapters == {"base": None, "sft": Path("adapters/sft")}
+    assert plan.decoding == Decoding(max_tokens=8192, chat_template_kwargs={"enable_thinking": False})
+    assert plan.engine_kwargs == {"dtype": "bfloat16", "max_model_len": 16384, "max_lora_rank": 64}
+    assert plan.batch_size == gv.DEFAULT_BATCH and plan.offline is False
+    with pytest.raises(ValueError, match="base and sft share base m but not decoding"):
+        gv.plan_engine({"base": _entry("m"), "sft": _entry("m", "adapters/sft", max_tokens=10)})
+    groups = gv.engine_groups({"a": _entry("m"), "c": {"kind": "cached"}, "b": _entry("n"), "d": _entry("m", "x")})
+    assert groups == {"m": ["a", "d"], "n": ["b"]}
 
 
 # ---------------------------------------------------------------------------------------- real vLLM on CPU
@@ -294,7 +312,7 @@ def tiny(tmp_path_factory):
     pytest.importorskip("vllm")
     pytest.importorskip("transformers")
     pytest.importorskip("peft")
-    from workflow_scripts.tiny_models import build_tiny_lora, build_tiny_qwen3
+    from workflow_scripts.devtools.tiny_models import build_tiny_lora, build_tiny_qwen3
 
     root = tmp_path_factory.mktemp("tiny")
     base = build_tiny_qwen3(root / "tiny-qwen3")
@@ -388,7 +406,7 @@ def test_vllm_changed_adapter_never_reuses_stale_answers(tiny, engine, tmp_path)
     shutil.copytree(tiny.lora, lora2)
     first = gv.generate_with_vllm(tiny.base, {"ft": lora2}, PROMPTS[:1], decoding, cache, ENGINE_KWARGS, llm=engine)
     # Rewrite the adapter with other weights (same path, same file names).
-    from workflow_scripts.tiny_models import build_tiny_lora
+    from workflow_scripts.devtools.tiny_models import build_tiny_lora
 
     shutil.rmtree(lora2)
     build_tiny_lora(tiny.base, lora2, seed=7)
@@ -418,7 +436,7 @@ def test_vllm_changed_adapter_never_reuses_stale_answers(tiny, engine, tmp_path)
 def test_vllm_cli_end_to_end_then_offline(tiny, tmp_path):
     write_prompts_jsonl(tmp_path / "p.jsonl", PROMPTS[:2])
     args = [
-        sys.executable, "-m", "workflow_scripts.generate_vllm", "--base", str(tiny.base), "--model", "tiny",
+        sys.executable, "-m", "workflow_scripts", "generate-vllm", "--base", str(tiny.base), "--model", "tiny",
         "--adapter", f"tiny-lora={tiny.lora}", "--prompts", str(tmp_path / "p.jsonl"),
         "--out-dir", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"), "--max-tokens", "8",
         "--dtype", "float32", "--max-model-len", "512", "--enforce-eager", "--answers-root", str(tmp_path / "ans"),
@@ -440,3 +458,23 @@ def test_vllm_cli_end_to_end_then_offline(tiny, tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (tmp_path / "out" / "tiny-lora.jsonl").read_bytes() == first
     assert "Initializing" not in proc.stderr and "vLLM" not in proc.stderr
+
+
+@pytest.mark.vllm
+def test_completions_vllm_stage_runs_config_entries(tiny, tmp_path):
+    """The rule's path: config entries as --params, one engine for the base and its adapter."""
+    write_prompts_jsonl(tmp_path / "p.jsonl", PROMPTS[:1])
+    engine = {"dtype": "float32", "max_model_len": 512, "enforce_eager": True}
+    models = {"tiny": dict(_entry(tiny.base, max_tokens=8), engine=engine),
+              "tiny-lora": dict(_entry(tiny.base, tiny.lora, max_tokens=8), engine=engine)}
+    args = [sys.executable, "-m", "workflow_scripts.stages.completions_vllm", "--params", json.dumps({"models": models}),
+            "--prompts", str(tmp_path / "p.jsonl"), "--cache", str(tmp_path / "cache"), "--out-dir", str(tmp_path / "out")]
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for name in models:
+        recs = read_completions_jsonl(tmp_path / "out" / f"{name}.jsonl")
+        assert [(r.status, r.model) for r in recs] == [("ok", name)] and recs[0].completion_tokens <= 8
+    bad = subprocess.run(args[:4] + [json.dumps({"models": models, "extra": 1})] + args[5:], cwd=REPO,
+                         capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert bad.returncode == 2 and "unknown key(s) ['extra']" in bad.stderr

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.gpu_lock import GpuLockTimeout, acquire_gpu, visible_gpus
+from workflow_scripts.evaluation.gpu_lock import GpuLockTimeout, acquire_gpu, visible_gpus
 
 REPO = Path(__file__).resolve().parent.parent
 
 HOLDER = """
 import sys, time
-from workflow_scripts.gpu_lock import acquire_gpu
+from workflow_scripts.evaluation.gpu_lock import acquire_gpu
 with acquire_gpu(exclusive=sys.argv[1] == "ex", gpus=sys.argv[2].split(","), lock_dir=sys.argv[3]) as lease:
     print(lease.gpu, flush=True)
     time.sleep(float(sys.argv[4]))

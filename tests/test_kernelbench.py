@@ -1,4 +1,4 @@
-"""Problem listing, checkout validation and fetching (workflow_scripts.kernelbench)."""
+"""Problem listing, checkout validation and fetching (workflow_scripts.suite.kernelbench)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts import kernelbench as kb
-from workflow_scripts.kernelbench import (
+from workflow_scripts.suite import kernelbench as kb
+from workflow_scripts.suite.kernelbench import (
     PINNED_REVISION,
     KernelBenchError,
     Problem,
@@ -254,7 +254,7 @@ def test_fetch_real_checkout_tarball(kb_dir: Path, tmp_path: Path) -> None:
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "workflow_scripts.kernelbench", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "workflow_scripts", "kernelbench", *args], cwd=REPO, env=env,
                           capture_output=True, timeout=300)
 
 

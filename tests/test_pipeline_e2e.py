@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from workflow_scripts.workspace import copy_workflow
+from workflow_scripts.devtools.workspace import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Prompt rendering (workflow_scripts.prompt): byte-identical to KernelBench's TOML prompt constructor."""
+"""Prompt rendering (workflow_scripts.suite.prompt): byte-identical to KernelBench's TOML prompt constructor."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.kernelbench import list_problems
-from workflow_scripts.prompt import (
+from workflow_scripts.suite.kernelbench import list_problems
+from workflow_scripts.suite.prompt import (
     SYSTEM_MESSAGE,
     PromptError,
     chat_messages,
@@ -27,7 +27,7 @@ DEMO_SUITE = REPO / "demo" / "suite"
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "workflow_scripts.prompt", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "workflow_scripts", "prompt", *args], cwd=REPO, env=env,
                           capture_output=True, timeout=300)
 
 

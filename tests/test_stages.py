@@ -8,11 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workflow_scripts.answers import extract_answers
-from workflow_scripts.collect import build_row, collect_rows, flag_table
-from workflow_scripts.completions import reference_completions, rename_reference_model, replay_cached
-from workflow_scripts.evaluation_jobs import failed_without_running, key_params
-from workflow_scripts.report import build_context, figure_outputs
+from workflow_scripts.analysis.tables import extract_answers
+from workflow_scripts.core.layout import ResultsLayout
+from workflow_scripts.core.params import ParamsError, parse_params
+from workflow_scripts.evaluation.jobs import failed_without_running, key_params, run_settings
+from workflow_scripts.generation.replay import reference_completions, rename_reference_model, replay_cached
+from workflow_scripts.scoring.rows import build_row, collect_rows, flag_table
+from workflow_scripts.scoring.summary import build_context
 
 PROBLEMS = pd.DataFrame(
     {"level": [1, 1, 2], "problem_id": [1, 2, 1], "problem": ["A", "B", "C"],
@@ -63,7 +65,7 @@ def test_failed_without_running_maps_to_statuses() -> None:
 
 
 def test_key_params_leave_out_placement_and_secrets() -> None:
-    from workflow_scripts.evaluate import EvalConfig
+    from workflow_scripts.evaluation.answer import EvalConfig
 
     a = key_params(EvalConfig(device="cpu", gpu_index=0, lock_dir="/x", hidden_seeds=[1]))
     b = key_params(EvalConfig(device="cpu", gpu_index=3, lock_dir="/y", hidden_seeds=[2]))
@@ -123,18 +125,56 @@ def test_build_context_keeps_config_order_and_runtime() -> None:
 
 
 @pytest.mark.parametrize("levels", [[1], [1, 2]])
-def test_figure_outputs_follow_levels(levels: list[int], tmp_path: Path) -> None:
-    names = set(figure_outputs(tmp_path, levels))
+def test_figure_outputs_follow_levels(levels: list[int]) -> None:
+    names = set(ResultsLayout("results").figures(levels))
     assert {f"fast_p_level{level}.png" for level in levels} <= names
     assert "bootstrap_forest.svg" in names and len(names) == 2 * (len(levels) + 3)
 
 
 def test_check_environment_refuses_timings_from_another_environment(tmp_path: Path) -> None:
-    from workflow_scripts.environment import fingerprint_key
-    from workflow_scripts.evaluation_jobs import check_environment
+    from workflow_scripts.evaluation.environment import fingerprint_key
+    from workflow_scripts.evaluation.jobs import check_environment
 
     recorded = {"device": "cuda", "gpu_name": "NVIDIA H200", "torch": "2.11.0"}
     check_environment({"fingerprint": dict(recorded, gpu_uuid="x", sm_clock_mhz=1980)}, fingerprint_key(recorded), tmp_path)
     check_environment({"status": "no_code"}, fingerprint_key(recorded), tmp_path)  # nothing was measured
     with pytest.raises(SystemExit, match="another environment"):
         check_environment({"fingerprint": dict(recorded, gpu_name="NVIDIA H100")}, fingerprint_key(recorded), tmp_path)
+
+
+def test_build_context_reports_protocol_not_resources() -> None:
+    settings = {
+        "models": {"a": {"label": "A", "kind": "cached", "completions": "x"}}, "model_order": ["a"],
+        "summary": {"reference": "a", "resamples": 10, "seed": 42},
+        "suite": {"path": "s", "levels": [1], "revision": None, "fetch": False, "only": None},
+        "prompt": {}, "evaluation": {"device": "cpu", "memory_gb": 40}, "baselines": {},
+    }
+    benchmark = build_context(settings, {"device": "cpu"})["benchmark"]["settings"]
+    assert benchmark["suite"] == {"path": "s", "levels": [1], "revision": None}
+    assert benchmark["evaluation"] == {"device": "cpu"}
+
+
+def test_run_settings_are_a_valid_eval_config(tmp_path: Path) -> None:
+    from workflow_scripts.evaluation.answer import EvalConfig
+
+    evaluation = {"device": "cpu", "gpus": [0, 2], "timeout_s": 120, "seed": 42, "correctness_trials": 5,
+                  "atol": 1e-4, "rtol": 1e-4, "timing_trials": 100, "warmup": 3, "require_triton": True,
+                  "tf32": "pytorch_default", "memory_gb": 40}
+    config = parse_params(EvalConfig, run_settings(evaluation, tmp_path))
+    assert config.gpus == ["0", "2"] and config.lock_dir.startswith(str(tmp_path)) and config.timeout_s == 120
+    with pytest.raises(ParamsError, match="unknown key.*'atoll'"):
+        parse_params(EvalConfig, run_settings(dict(evaluation, atoll=1.0), tmp_path))
+    with pytest.raises(ParamsError, match="'timeout_s'"):
+        parse_params(EvalConfig, run_settings(dict(evaluation, timeout_s="soon"), tmp_path))
+
+
+def test_params_name_the_key_that_is_wrong() -> None:
+    from workflow_scripts.stages.extract import Params
+
+    assert parse_params(Params, '{"model": "m"}') == Params(model="m", require_triton=True)
+    with pytest.raises(ParamsError, match="missing key 'model'"):
+        parse_params(Params, "{}")
+    with pytest.raises(ParamsError, match="'require_triton' is 'yes'"):
+        parse_params(Params, '{"model": "m", "require_triton": "yes"}')
+    with pytest.raises(ParamsError, match="not JSON"):
+        parse_params(Params, "{model: m}")

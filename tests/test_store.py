@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.store import Store, code_version, object_key, sha256_file
+from workflow_scripts.core import store as store_module
+from workflow_scripts.core.hashing import sha256_file
+from workflow_scripts.core.store import Store, code_files, code_version, object_key
+
+PACKAGE = Path(store_module.__file__).resolve().parents[1]
 
 
 @pytest.fixture()
@@ -37,9 +41,34 @@ def test_key_depends_on_every_part() -> None:
                 object_key("s", "c", {"p": 2}, {"i": "h"}), object_key("s", "c", {"p": 1}, {"i": "g"})}) == 5
 
 
-def test_code_version_tracks_module_source() -> None:
-    assert code_version(["store"]) == code_version(["store"])
-    assert code_version(["store"]) != code_version(["store", "records"])
+def test_code_version_covers_whole_subpackages_never_a_hand_kept_list() -> None:
+    files = {p.relative_to(PACKAGE).as_posix() for p in code_files("workflow_scripts.stages.evaluate")}
+    # The stage itself, and every module of each subpackage it imports from (directly or not).
+    assert "stages/evaluate.py" in files
+    assert {p.relative_to(PACKAGE).as_posix() for p in (PACKAGE / "evaluation").glob("*.py")} <= files
+    assert {p.relative_to(PACKAGE).as_posix() for p in (PACKAGE / "core").glob("*.py")} <= files
+    # Neither other stages nor subpackages it does not use, nor the development tools.
+    assert not any(f.startswith(("stages/summary", "scoring/", "devtools/", "tools/")) for f in files)
+    with pytest.raises(ValueError, match="not a module"):
+        code_version("workflow_scripts.stages.no_such_stage")
+
+
+def test_code_version_changes_with_any_file_of_a_used_subpackage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    copy = tmp_path / "workflow_scripts"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(store_module, "PACKAGE_DIR", copy)
+    before_evaluate = code_version("workflow_scripts.stages.evaluate")
+    before_summary = code_version("workflow_scripts.stages.summary")
+    # A new helper module nobody imports yet, beside the evaluator: still part of the evaluator's code version.
+    (copy / "evaluation" / "new_helper.py").write_text("X = 1\n")
+    assert code_version("workflow_scripts.stages.evaluate") != before_evaluate
+    assert code_version("workflow_scripts.stages.summary") == before_summary  # the summary does not use evaluation/
+    (copy / "devtools" / "workspace.py").write_text("# changed\n")
+    assert code_version("workflow_scripts.stages.summary") == before_summary  # devtools are never hashed
+    (copy / "core" / "io.py").write_text((copy / "core" / "io.py").read_text() + "\n# changed\n")
+    assert code_version("workflow_scripts.stages.summary") != before_summary  # every stage uses core/
 
 
 def test_second_build_reuses_and_links(in_tmp: Path) -> None:
@@ -111,15 +140,15 @@ def test_missing_output_is_an_error(in_tmp: Path) -> None:
 
 
 def test_cli_verify_exit_codes(in_tmp: Path) -> None:
-    from workflow_scripts.store import main
+    from workflow_scripts.stages.verify_store import main
 
     store = Store("store")
     build_text(store, Path("a.txt"), "good")
-    assert main(["verify", "--store", "store", "--report", "report.json"]) == 0
+    assert main(["--params", "{}", "--store", "store", "--report", "report.json"]) == 0
     key = json.loads((store.manifest / "a.txt.json").read_text())["key"]
     os.chmod(store.object_path(key), 0o644)
     store.object_path(key).write_text("bad")
-    assert main(["verify", "--store", "store", "--report", "report.json"]) == 1
+    assert main(["--params", "{}", "--store", "store", "--report", "report.json"]) == 1
     assert json.loads(Path("report.json").read_text())["ok"] is False
-    assert main(["verify", "--store", "store", "--repair"]) == 0
+    assert main(["--params", '{"repair": true}', "--store", "store"]) == 0
     assert not store.object_path(key).exists()

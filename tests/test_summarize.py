@@ -1,4 +1,4 @@
-"""The summary stage (workflow_scripts.summarize): definitions, bootstrap, published numbers, CLI determinism."""
+"""The summary stage (workflow_scripts.scoring.summary): definitions, bootstrap, published numbers, CLI determinism."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workflow_scripts import summarize as sm
-
+from workflow_scripts.scoring import summary as sm
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO.parent / "shared" / "published" / "results.json"
 
@@ -456,7 +455,7 @@ def test_cli_rerun_is_byte_identical(tmp_path: Path) -> None:
     for run in ("a", "b"):
         out = tmp_path / run
         proc = subprocess.run(
-            [sys.executable, "-m", "workflow_scripts.summarize", "--rows", str(rows_path), "--out",
+            [sys.executable, "-m", "workflow_scripts", "summarize", "--rows", str(rows_path), "--out",
              str(out / "summary.json"), "--reference", "ref", "--context", str(context),
              "--markdown", str(out / "table.md")],
             cwd=REPO, capture_output=True, text=True, check=True,
@@ -471,7 +470,7 @@ def test_cli_rerun_is_byte_identical(tmp_path: Path) -> None:
 
 
 def test_cli_help() -> None:
-    proc = subprocess.run([sys.executable, "-m", "workflow_scripts.summarize", "--help"], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "workflow_scripts", "summarize", "--help"], cwd=REPO,
                           capture_output=True, text=True, check=True)
     for option in ("--rows", "--out", "--reference", "--compare", "--resamples", "--seed", "--tables-dir",
                    "--figures-dir", "--markdown", "--context"):

@@ -3,7 +3,7 @@
 
 For every answer file ``level<L>_<id>.txt`` (default: ``ours/`` next to this script):
 
-1. the first fenced code block is extracted the way KernelBench (and ``workflow_scripts.extract``) does it;
+1. the first fenced code block is extracted the way KernelBench (and ``workflow_scripts.analysis.extract``) does it;
 2. the KernelBench problem ``<kernelbench>/level<L>/<id>_*.py`` is loaded with its module-level integer size
    constants SHRUNK: after every top-level assignment, each assigned name whose value is an ``int`` greater than
    ``--threshold`` (64) is replaced by the next value of ``--small`` (cycled, so e.g. M, N and K get different
@@ -20,7 +20,7 @@ For every answer file ``level<L>_<id>.txt`` (default: ``ours/`` next to this scr
    forward (counted by wrapping the interpreter's launcher).
 
 Each answer runs in its own subprocess (``TRITON_INTERPRET=1``) with a timeout. When the repository's
-``workflow_scripts.static_analysis`` is importable, its verdict is shown too (``pure`` = forward keeps no torch op,
+``workflow_scripts.analysis.static`` is importable, its verdict is shown too (``pure`` = forward keeps no torch op,
 ``hybrid`` = it keeps some, e.g. ``layer:Conv2d``; any ``reject`` finding fails the answer).
 
 Usage::
@@ -279,7 +279,7 @@ def worker(args: argparse.Namespace) -> dict:
 def static_verdict(code: str) -> dict | None:
     sys.path.insert(0, str(REPO_ROOT))
     try:
-        from workflow_scripts.static_analysis import analyze_source
+        from workflow_scripts.analysis.static import analyze_source
     except Exception:  # noqa: BLE001
         return None
     finally:

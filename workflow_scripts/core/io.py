@@ -1,0 +1,87 @@
+"""Atomic, deterministic file writers: every artifact goes through these, so equal content means equal bytes and a
+reader never sees a half-written file (the temporary file is renamed into place)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pandas stays out of the vLLM environment's imports
+    import pandas as pd
+
+
+def atomic_write_bytes(path: Path | str, data: bytes) -> None:
+    """Write through a unique temporary file in the same folder, fsync it, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path: Path | str, text: str) -> None:
+    # Bytes, not text mode: no newline translation, so the file holds exactly `text` in UTF-8.
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def finite_json(value: Any) -> Any:
+    """JSON has no NaN or infinity: non-finite floats become their names as strings ("nan", "inf", "-inf"),
+    so a NaN output difference stays visible instead of passing as a number."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
+def json_text(value: Any, *, ensure_ascii: bool = True) -> str:
+    """Deterministic JSON document (sorted keys, indent 1, trailing newline; non-finite floats as strings)."""
+    return json.dumps(finite_json(value), sort_keys=True, indent=1, allow_nan=False, ensure_ascii=ensure_ascii) + "\n"
+
+
+def write_json(path: Path | str, value: Any, *, ensure_ascii: bool = True) -> None:
+    atomic_write_text(path, json_text(value, ensure_ascii=ensure_ascii))
+
+
+def _plain(record: Any) -> Any:
+    return asdict(record) if is_dataclass(record) and not isinstance(record, type) else record
+
+
+def jsonl_text(records: Iterable[Any], *, ensure_ascii: bool = True) -> str:
+    """One JSON object per line (dataclasses as dicts), sorted keys."""
+    return "".join(json.dumps(_plain(r), sort_keys=True, ensure_ascii=ensure_ascii) + "\n" for r in records)
+
+
+def write_jsonl(path: Path | str, records: Iterable[Any], *, ensure_ascii: bool = True) -> None:
+    atomic_write_text(path, jsonl_text(records, ensure_ascii=ensure_ascii))
+
+
+def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_parquet(path: Path | str, frame: pd.DataFrame) -> None:
+    """Parquet without pandas' index and with stable row order, so equal tables give equal bytes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    frame.reset_index(drop=True).to_parquet(tmp, index=False, compression="zstd")
+    os.replace(tmp, path)

@@ -1,0 +1,30 @@
+"""Records passed between stages. The completions record is generation.cache.CompletionRecord (it must import
+in the vLLM environment); the per-problem row's columns are scoring.rows.COLUMNS."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from workflow_scripts.core.hashing import sha256_file
+
+
+@dataclass
+class AnswerRecord:
+    """The extraction stage's row: what code (if any) a completion yields."""
+
+    model: str
+    level: int
+    problem_id: int
+    completion_status: str  # ok | failed | missing
+    completion_sha256: str | None
+    completion_tokens: int | None
+    extract_status: str  # ok | no_code | missing_completion
+    code: str | None
+    code_sha256: str | None
+    require_triton: bool = True
+
+
+def input_hashes(paths: dict[str, Path | str]) -> dict[str, str]:
+    """Content hashes of a stage's input files, keyed by role (never by path: paths do not determine output)."""
+    return {role: sha256_file(Path(path)) for role, path in sorted(paths.items())}

@@ -1,0 +1,130 @@
+"""The documented set of per-answer statuses.
+
+Every (model, problem) row carries exactly one of these. ``compiled`` keeps KernelBench's meaning: the answer
+module was imported and defined ``ModelNew`` (statuses after ``load_error``/``no_model_new``). Only ``correct``
+counts as correct. Rejected answers (cheats) stay in every denominator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Status(str, Enum):
+    # Before any code runs.
+    MISSING_COMPLETION = "missing_completion"  # the model produced no answer (generation failed or absent)
+    NO_CODE = "no_code"  # the completion holds no fenced code block
+    REJECTED_STATIC = "rejected_static"  # a static finding that is a hack by itself (e.g. patches torch)
+    # Loading the answer (compiled = False).
+    LOAD_ERROR = "load_error"  # syntax error or exception while importing the answer module
+    NO_MODEL_NEW = "no_model_new"  # the module imported but defines no ModelNew
+    # After a successful load (compiled = True).
+    INIT_ERROR = "init_error"  # ModelNew(*get_init_inputs()) raised
+    RUNTIME_ERROR = "runtime_error"  # forward() raised
+    TIMEOUT = "timeout"  # the child exceeded its wall-clock limit and was killed
+    CRASH = "crash"  # the child died (signal, early exit, CUDA fault) without a verdict
+    SHAPE_MISMATCH = "shape_mismatch"  # output shape differs from the reference
+    DTYPE_MISMATCH = "dtype_mismatch"  # output dtype differs from the reference
+    MISMATCH = "mismatch"  # values differ beyond atol/rtol, or NaN
+    NO_TRITON_LAUNCH = "no_triton_launch"  # require_triton and no Triton kernel ran at run time
+    REJECTED_RUNTIME = "rejected_runtime"  # a run-time integrity check failed (see the row's flags)
+    CORRECT = "correct"
+    # The problem's reference failed in this environment (crash, timeout, load failure): the answer could not be
+    # judged. Not the answer's fault; kept as a row so the denominator stays complete.
+    REFERENCE_ERROR = "reference_error"
+
+
+COMPILED_STATUSES: frozenset[Status] = frozenset(
+    {
+        Status.INIT_ERROR,
+        Status.RUNTIME_ERROR,
+        Status.TIMEOUT,
+        Status.CRASH,
+        Status.SHAPE_MISMATCH,
+        Status.DTYPE_MISMATCH,
+        Status.MISMATCH,
+        Status.NO_TRITON_LAUNCH,
+        Status.REJECTED_RUNTIME,
+        Status.CORRECT,
+    }
+)
+
+DESCRIPTIONS: dict[Status, str] = {
+    Status.MISSING_COMPLETION: "no completion exists for this (model, problem), or generation failed",
+    Status.NO_CODE: "the completion has no fenced code block",
+    Status.REJECTED_STATIC: "the answer's source contains a construct that is a hack by itself",
+    Status.LOAD_ERROR: "the answer module failed to import (syntax error or import-time exception)",
+    Status.NO_MODEL_NEW: "the answer module imported but defines no ModelNew",
+    Status.INIT_ERROR: "constructing ModelNew raised",
+    Status.RUNTIME_ERROR: "ModelNew.forward raised",
+    Status.TIMEOUT: "the evaluation child exceeded its time limit and was killed",
+    Status.CRASH: "the evaluation child died without reporting a verdict",
+    Status.SHAPE_MISMATCH: "an output's shape differs from the reference output",
+    Status.DTYPE_MISMATCH: "an output's dtype differs from the reference output",
+    Status.MISMATCH: "an output differs from the reference beyond atol/rtol (NaN never matches)",
+    Status.NO_TRITON_LAUNCH: "require_triton is on and no Triton kernel was launched at run time",
+    Status.REJECTED_RUNTIME: "a run-time integrity check failed (inputs mutated, tampering, hidden-input mismatch)",
+    Status.CORRECT: "all correctness trials passed",
+    Status.REFERENCE_ERROR: "the reference model itself failed in this environment; the answer was not judged",
+}
+
+
+def is_compiled(status: Status | str) -> bool:
+    return Status(status) in COMPILED_STATUSES
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Flags: what a row's `flags` column may hold. One registry: each flag's name, whether raising it rejects the
+# answer (status rejected_runtime) and what it means. A flag may carry a detail after ":" (e.g.
+# "harness_tampered:timing.time_ms"); its registry entry is the part before.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str
+    rejects: bool
+    description: str
+
+
+FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
+    # Integrity checks (run time): the answer is rejected.
+    Flag("inputs_mutated", True, "the answer changed its input tensors"),
+    Flag("output_aliases_input", True, "an output shares memory with an input"),
+    Flag("output_not_plain_tensor", True, "an output is a tensor subclass or not a tensor"),
+    Flag("unsynchronized_stream", True, "work was still running on another stream when the call returned"),
+    Flag("harness_tampered", True, "a harness, timer or checker function was replaced"),
+    Flag("hidden_input_mismatch", True, "the answer was wrong on secret-seed inputs only"),
+    Flag("post_timing_mismatch", True, "the answer was wrong on the inputs checked after timing"),
+    Flag("write_outside_workdir", True, "a file was written outside the child's working directory"),
+    Flag("spawned_process", True, "the answer started a process"),
+    Flag("network_access", True, "the answer opened a network connection"),
+    Flag("gc_introspection", True, "the answer walked the garbage collector's objects"),
+    Flag("frame_inspection", True, "the answer inspected the caller's stack frames"),
+    Flag("tracing", True, "the answer installed a tracer or profiler hook"),
+    Flag("ctypes_use", True, "the answer called into ctypes"),
+    Flag("proc_access", True, "the answer read /proc"),
+    Flag("result_channel_forged", True, "a message on the result channel failed authentication"),
+    Flag("triton_launch_skipped_in_timing", True, "timed calls launched no Triton kernel where checked calls did"),
+    Flag("signal_sent", True, "the answer sent a signal"),
+    # Review flags: recorded, counted per model, never change the status.
+    Flag("global_state_changed", False, "the answer changed a cudnn setting (tunes its own PyTorch calls)"),
+    Flag("python_threads_started", False, "the answer started Python threads"),
+    Flag("output_wrong_device", False, "an output is on another device than the reference's"),
+    Flag("timing_error", False, "a timing trial failed after the correctness trials passed"),
+    Flag("static", False, "a static-analysis finding (static:<code>, table in analysis/static)"),
+    Flag("static_analysis_error", False, "the static analyser failed on this answer"),
+    Flag("reference", False, "an event in the reference child (reference:<flag>)"),
+    Flag("suspicious_speedup", False, "a correct answer faster than the flag limit (scoring/metrics.py)"),
+)}
+
+
+def flag_entry(flag: str) -> Flag | None:
+    return FLAGS.get(flag.split(":", 1)[0])
+
+
+def is_integrity_flag(flag: str) -> bool:
+    """True for the flags that reject an answer (status rejected_runtime)."""
+    entry = flag_entry(flag)
+    return entry is not None and entry.rejects

@@ -1,0 +1,554 @@
+"""Evaluate one answer against one problem: the parent side, which drives the two children and judges. The child
+side is ``workflow_scripts.evaluation.child``, whose docstring holds the trust model; the verdicts themselves are
+``workflow_scripts.evaluation.protocol``'s.
+
+Protocol (KernelBench's, with the deviations marked):
+
+* Reference ``Model`` and answer ``ModelNew`` are loaded from files (``importlib.util.spec_from_file_location``
+  on copies in each child's temporary directory) in two separate child processes. Both models are built after
+  ``torch.manual_seed(42)`` + ``torch.cuda.manual_seed(42)`` (``get_init_inputs`` is called after seeding too),
+  under ``torch.no_grad()``, moved with ``.to(device, dtype=float32)``, and not switched to eval mode.
+* Correctness: 5 trials. Their input seeds are KernelBench's derivation: ``torch.manual_seed(42)`` then
+  ``torch.randint(0, 2**32 - 1, (1,)).item()`` five times (= 734796314, 576165995, 2197670066, 839703249,
+  2584932063). Per trial: seed, ``get_inputs()``, seed again, forward under ``torch.no_grad()``.
+  Floating inputs are cast to fp32; **deviation**: integer/bool inputs keep their dtype (KernelBench casts every
+  input to float, which breaks e.g. level-1 problem 95, cross-entropy with integer targets).
+  Outputs must match in structure, shape and dtype, and ``torch.allclose(ref, out, atol=1e-4, rtol=1e-4)``
+  (``equal_nan=False``: NaN never passes; non-floating outputs must be equal).
+* **Additions**: ``hidden_trials`` (default 1) extra trials on seeds the parent draws at random per run (sent only
+  after the answer is loaded; recorded in ``protocol`` for replay); a failure there is ``rejected_runtime`` with
+  ``hidden_input_mismatch``. Timing uses inputs from another secret seed (same distribution as KernelBench's
+  seed-42 timing inputs; values do not change timing for these ops). After timing, the timed input tensors are
+  overwritten in place with inputs from a third secret seed and the answer's output on them is checked
+  (``post_timing_mismatch``).
+* Timing: see ``workflow_scripts.evaluation.timing`` (CUDA events with L2 flush and a device-wide synchronize, 3 warm-up +
+  1 discarded + 100 trials on the GPU; wall clock, 1 + 1 + 10 on the CPU, ``timing_mode`` says which). Only
+  answers that passed every correctness trial are timed. ``runtime_ms`` is the mean, null unless correct.
+* Status precedence (``decide_status``): a failure before the module finished importing is ``load_error`` (or
+  ``no_model_new``); after that any flag that rejects (``core.statuses.FLAGS``) gives
+  ``rejected_runtime``; then timeout, crash (child died, exited early, CUDA error, or no authenticated ``done``),
+  init/runtime error, the first failing trial's shape/dtype/value mismatch; then ``no_triton_launch`` when
+  ``require_triton`` and some correctness call launched no Triton kernel; else ``correct``.
+* Static analysis (``workflow_scripts.analysis.static.analyze_source``, when importable) runs first; a
+  ``reject`` finding gives ``rejected_static`` without running anything (``compiled`` stays False, as for other
+  pre-run statuses); a syntax error gives ``load_error`` without running; ``flag`` findings become
+  ``static:<code>`` flags.
+
+CLI: ``python -m workflow_scripts evaluate --problem P.py --answer A.py --device cpu|cuda --out OUT.json
+[--timeout S] [--no-require-triton] [--tf32 pytorch_default|ieee] [--no-timing] [--gpu-index N]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import secrets
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from workflow_scripts.core.statuses import Status, is_compiled, is_integrity_flag
+from workflow_scripts.evaluation import environment, gpu_lock, timing
+from workflow_scripts.evaluation.channel import HARNESS_VERSION, ChildDied, ChildTimeout, Message, ProtocolError
+from workflow_scripts.evaluation.config import RunConfig
+from workflow_scripts.evaluation.protocol import (
+    SEED_DERIVATION,
+    compare_outputs,
+    decide_status,
+    decode_outputs,
+    kernelbench_trial_seeds,
+)
+from workflow_scripts.evaluation.sandbox import ChildProcess
+
+
+class InfrastructureError(RuntimeError):
+    """The evaluation itself could not run (not the answer's fault): exit non-zero, record nothing."""
+
+
+@dataclass
+class EvalConfig(RunConfig):
+    """An answer's evaluation: the run configuration, KernelBench's correctness protocol and the additions."""
+
+    default_timeout_s: ClassVar[dict[str, float]] = {"cpu": 300.0, "cuda": 1200.0}  # the whole evaluation
+    correctness_trials: int = 5
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    require_triton: bool = True
+    time_answer: bool = True
+    hidden_trials: int = 1
+    # Secret seeds, drawn per run when None; set them to replay a run.
+    hidden_seeds: list[int] | None = None
+    timing_seed: int | None = None
+    post_timing_seed: int | None = None
+    run_static: bool = True
+    keep_workdir: bool = False
+
+
+@dataclass
+class TrialRecord:
+    index: Any
+    kind: str  # "seeded" | "hidden" | "post_timing"
+    seed: int
+    verdict: str  # ok | shape_mismatch | dtype_mismatch | device_mismatch | value_mismatch | bad_output | error
+    max_abs_diff: float | None = None
+    launches: int | None = None
+    forward_ms: float | None = None
+    ref_forward_ms: float | None = None
+    detail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class EvalResult:
+    status: str
+    compiled: bool
+    correct: bool
+    runtime_ms: float | None
+    runtime_stats: dict[str, Any] | None
+    max_abs_diff: float | None
+    triton_launches: int | None
+    flags: list[str]
+    error: str | None
+    device: str
+    timing_mode: str
+    tf32: dict[str, Any]
+    fingerprint: dict[str, Any]
+    protocol: dict[str, Any]
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    timing_raw: dict[str, Any] | None = None  # discarded/warm-up/host times, launches per timed call
+    phases_s: dict[str, float] = field(default_factory=dict)
+    static: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def run_static_analysis(code: str) -> tuple[dict[str, Any] | None, list[str], str | None, str | None]:
+    """(report, flags, reject_message, syntax_error) from ``static_analysis.analyze_source`` if it exists."""
+    try:
+        sa = importlib.import_module("workflow_scripts.analysis.static")
+    except ImportError:
+        return None, [], None, None
+    analyze = getattr(sa, "analyze_source", None)
+    if analyze is None:
+        return None, [], None, None
+    try:
+        rep = analyze(code)
+        d = rep.to_dict() if hasattr(rep, "to_dict") else dataclasses.asdict(rep)
+    except Exception as e:  # noqa: BLE001 - a broken analyzer must not stop evaluations
+        return None, [f"static_analysis_error:{type(e).__name__}"], None, None
+    flags, reject = [], None
+    for f in d.get("findings") or []:
+        code_ = str(f.get("code", "unknown"))
+        flags.append(f"static:{code_}")
+        if f.get("severity") == "reject" and reject is None:
+            reject = f"static analysis: {code_} (line {f.get('line')}): {f.get('message', '')}"
+    syntax = d.get("syntax_error") if d.get("parses") is False else None
+    return d, flags, reject, syntax
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The evaluation
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _RefFailed(Exception):
+    pass
+
+
+# Values from the answer's child are untrusted: keep only well-typed, finite, bounded ones.
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    x = float(x)
+    return x if x == x and abs(x) != float("inf") else None
+
+
+def _int(x: Any) -> int | None:
+    return int(x) if isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 62 else None
+
+
+def _nums(xs: Any, limit: int = 100_000) -> list[float | None] | None:
+    return [_num(x) for x in xs[:limit]] if isinstance(xs, list) else None
+
+
+def _text(x: Any, limit: int = 6000) -> str | None:
+    return None if x is None else str(x)[:limit]
+
+
+class _Evaluation:
+    def __init__(self, problem_path: Path, answer_path: Path, config: EvalConfig, gpu: str | None,
+                 lease: gpu_lock.GpuLease | None = None) -> None:
+        self.lease = lease
+        self.problem_path = problem_path
+        self.answer_path = answer_path
+        self.cfg = config
+        self.gpu = gpu
+        self.flags: list[str] = []
+        self.trials: list[TrialRecord] = []
+        self.failure: Status | None = None
+        self.pre_import_status: Status | None = None
+        self.imported = False
+        self.error: str | None = None
+        self.timing_raw: dict[str, Any] | None = None
+        self.runtime_stats: dict[str, Any] | None = None
+        self.tf32: dict[str, Any] | None = None
+        self.phases: dict[str, float] = {}
+        self.sm_clocks: list[float] = []
+        self.done_ok = False
+        self.network_isolation = False
+        cfg = config
+        self.trial_seeds: list[int] = []  # computed once the children are starting (imports torch here)
+        self.hidden_seeds = list(cfg.hidden_seeds) if cfg.hidden_seeds is not None else [
+            secrets.randbelow(2**32 - 1) for _ in range(cfg.hidden_trials)]
+        self.timing_seed = cfg.timing_seed if cfg.timing_seed is not None else secrets.randbelow(2**32 - 1)
+        self.post_seed = cfg.post_timing_seed if cfg.post_timing_seed is not None else secrets.randbelow(2**32 - 1)
+
+    def flag(self, f: str) -> None:
+        f = str(f)[:160]
+        if f not in self.flags and len(self.flags) < 64:
+            self.flags.append(f)
+
+    def _merge(self, msg: Message | None) -> None:
+        if msg is not None and isinstance(msg.header.get("flags"), list):
+            for f in msg.header["flags"][:64]:
+                self.flag(str(f))
+
+    def _events(self, child: ChildProcess) -> None:
+        for ev in child.events:
+            self.flag(str(ev.get("flag")))
+
+    # -- receiving with the right consequences -----------------------------------------------------------------
+    def _recv_ref(self, ref: ChildProcess, deadline: float, want: str) -> Message:
+        try:
+            m = ref.recv(deadline)
+        except ChildTimeout:
+            raise _RefFailed("the reference timed out") from None
+        except ChildDied:
+            raise _RefFailed(f"the reference child {ref.death_reason()}:\n{ref.log_tail()}") from None
+        except ProtocolError as e:
+            raise _RefFailed(f"reference protocol error: {e}") from None
+        if m.type != want:
+            raise _RefFailed(f"reference: {m.header.get('error') or m.type}")
+        return m
+
+    def run(self) -> None:
+        cfg = self.cfg
+        t_start = time.monotonic()
+        deadline = t_start + cfg.effective_timeout()
+        base = Path(tempfile.mkdtemp(prefix="kbeval-"))
+        ans_dir, ref_dir, logs = base / "answer", base / "reference", base / "logs"
+        for d in (ans_dir, ref_dir, logs):
+            d.mkdir()
+        shutil.copyfile(self.problem_path, ans_dir / "problem.py")
+        shutil.copyfile(self.problem_path, ref_dir / "problem.py")
+        shutil.copyfile(self.answer_path, ans_dir / "answer.py")
+        common = {"problem": "problem.py", "answer": "answer.py", "seed": cfg.seed, "tf32": cfg.tf32,
+                  "timing": cfg.timing_protocol().to_dict(), "require_triton": cfg.require_triton}
+        kw = dict(device=cfg.device, gpu=self.gpu, isolation=cfg.isolation, limits=cfg.limits(),
+                  extra_env=cfg.cpu_thread_env())
+        ans = ChildProcess("answer", ans_dir, logs, init=dict(common), **kw)  # type: ignore[arg-type]
+        ref = ChildProcess("reference", ref_dir, logs, init=dict(common), **kw)  # type: ignore[arg-type]
+        try:
+            ans.start()
+            ref.start()
+            self.network_isolation = ans.network_isolation
+            self.trial_seeds = kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials)  # overlaps child start
+            self._drive(ans, ref, deadline, t_start)
+        except _RefFailed as e:
+            self.failure = Status.REFERENCE_ERROR
+            self.error = str(e)[:4000]
+        finally:
+            self._events(ans)
+            ans.kill()
+            ref.kill()
+            self.phases["total_s"] = time.monotonic() - t_start
+            if cfg.keep_workdir:
+                print(f"kept evaluation directory {base}", file=sys.stderr)
+            else:
+                shutil.rmtree(base, ignore_errors=True)
+
+    def _drive(self, ans: ChildProcess, ref: ChildProcess, deadline: float, t_start: float) -> None:
+        cfg = self.cfg
+        phase = "setup"
+        try:
+            # -- setup and load ------------------------------------------------------------------------------
+            m = ans.recv(deadline)
+            if m.type != "hello":
+                raise InfrastructureError(f"answer child setup failed: {m.header.get('error') or m.type}")
+            self.tf32 = m.header.get("tf32")
+            if bool(m.header.get("interpret")) != (cfg.device == "cpu"):
+                raise InfrastructureError("TRITON_INTERPRET does not match the device")
+            self.phases["child_start_s"] = time.monotonic() - t_start
+            self._recv_ref(ref, deadline, "hello")
+            phase = "import"
+            t_load = time.monotonic()
+            m = ans.recv(deadline)
+            self._merge(m)
+            if m.type in ("load_error", "no_model_new"):
+                self.pre_import_status = Status.LOAD_ERROR if m.type == "load_error" else Status.NO_MODEL_NEW
+                self.error = _text(m.header.get("error"))
+                return
+            if m.type != "imported":
+                raise ProtocolError(f"unexpected {m.type} while importing")
+            self.imported = True  # ModelNew exists (KernelBench's "compiled")
+            phase = "init"
+            m = ans.recv(deadline)
+            self._merge(m)
+            if m.type == "init_error":
+                self.failure = Status.INIT_ERROR
+                self.error = _text(m.header.get("error"))
+                return
+            if m.type != "loaded":
+                raise ProtocolError(f"unexpected {m.type} while loading")
+            self.phases["load_s"] = time.monotonic() - t_load
+            self._recv_ref(ref, deadline, "loaded")
+
+            # -- correctness ---------------------------------------------------------------------------------
+            phase = "correctness"
+            t_corr = time.monotonic()
+            n = len(self.trial_seeds)
+            plan = [(i, "seeded", s) for i, s in enumerate(self.trial_seeds)] + [
+                (n + j, "hidden", s) for j, s in enumerate(self.hidden_seeds)]
+            for idx, kind, seed in plan:
+                ref.send("trial", seed=seed, index=idx, kind=kind)
+                ans.send("trial", seed=seed, index=idx, kind=kind)
+                rm = self._recv_ref(ref, deadline, "output")
+                if not self._answer_trial(ans, rm, deadline, idx, kind, seed):
+                    break
+            self.phases["correctness_s"] = time.monotonic() - t_corr
+            passed = all(t.verdict == "ok" for t in self.trials) and len(self.trials) == len(plan)
+            integrity = any(is_integrity_flag(f) for f in self.flags + [str(e.get("flag")) for e in ans.events])
+            launched = all((t.launches or 0) > 0 for t in self.trials)
+            if self.failure is not None:
+                return
+
+            # -- timing + post-timing check (only answers that can still be correct) -------------------------
+            if passed and not integrity and (launched or not cfg.require_triton) and cfg.time_answer:
+                ref.send("trial", seed=self.post_seed, index="post_timing", kind="post_timing")
+                rpost = self._recv_ref(ref, deadline, "output")
+                ref.send("finish")
+                self._recv_ref(ref, deadline, "done")
+                ref.kill()  # nothing else runs beside the answer while it is timed
+                if self.lease is not None:
+                    left = deadline - time.monotonic()
+                    try:
+                        self.phases["gpu_lock_wait_s"] = self.lease.upgrade(timeout_s=max(1.0, left))
+                    except gpu_lock.GpuLockTimeout:
+                        raise ChildTimeout() from None
+                phase = "timing"
+                t_time = time.monotonic()
+                stop = threading.Event()
+                sampler = None
+                if cfg.device == "cuda":
+                    sampler = threading.Thread(target=self._sample_clock, args=(stop,), daemon=True)
+                    sampler.start()
+                ans.send("time", seed=self.timing_seed)
+                try:
+                    tm = ans.recv(deadline)
+                finally:
+                    stop.set()
+                    if sampler is not None:
+                        sampler.join(15.0)
+                self._merge(tm)
+                if tm.type in ("runtime_error", "cuda_error"):
+                    self.failure = Status.CRASH if tm.type == "cuda_error" else Status.RUNTIME_ERROR
+                    self.error = _text(tm.header.get("error"))
+                    self.flag("timing_error")
+                    return
+                if tm.type != "timing":
+                    raise ProtocolError(f"unexpected {tm.type} while timing")
+                raw = tm.header.get("raw") if isinstance(tm.header.get("raw"), dict) else {}
+                self.timing_raw = {k: _nums(raw.get(k)) for k in ("discarded_ms", "warmup_ms", "host_ms")}
+                lpc = tm.header.get("launches_per_call")
+                self.timing_raw["launches_per_call"] = [_int(x) for x in lpc] if isinstance(lpc, list) else None
+                self.timing_raw["wall_s_parent"] = time.monotonic() - t_time
+                trials_ms = raw.get("trials_ms")
+                self.runtime_stats = timing.stats(trials_ms if isinstance(trials_ms, list) else [])
+                if self.runtime_stats is None:
+                    raise ProtocolError("timing without usable trials")
+                self.phases["timing_s"] = time.monotonic() - t_time
+                phase = "post_timing"
+                t_post = time.monotonic()
+                ans.send("post_timing", seed=self.post_seed)
+                self._answer_trial(ans, rpost, deadline, "post_timing", "post_timing", self.post_seed)
+                self.phases["post_timing_s"] = time.monotonic() - t_post
+            else:
+                ref.send("finish")
+
+            # -- the authenticated end -----------------------------------------------------------------------
+            phase = "finish"
+            if self.failure is None:
+                ans.send("finish")
+                dm = ans.recv(deadline)
+                if dm.type != "done":
+                    raise ProtocolError(f"expected done, got {dm.type}")
+                self._merge(dm)
+                gf = dm.header.get("guard_flags")
+                for f in (gf if isinstance(gf, list) else [])[:64]:
+                    self.flag(str(f))
+                if dm.header.get("threads_started"):
+                    self.flag("python_threads_started")
+                self.done_ok = True
+        except ChildTimeout:
+            if phase == "import":
+                self.pre_import_status = Status.LOAD_ERROR
+                self.error = f"timed out after {cfg.effective_timeout():.0f}s while importing the answer"
+            else:
+                self.failure = Status.TIMEOUT
+                self.error = f"timed out after {cfg.effective_timeout():.0f}s during {phase}"
+        except ChildDied:
+            ans.wait(5.0)
+            reason = ans.death_reason()
+            if phase == "setup":
+                raise InfrastructureError(f"answer child died during setup: {reason}\n{ans.log_tail()}") from None
+            if phase == "import":
+                self.pre_import_status = Status.LOAD_ERROR
+                self.error = f"the child {reason} while importing the answer\n{ans.log_tail(1500)}"
+            else:
+                self.failure = Status.CRASH
+                self.error = f"the child {reason} during {phase}\n{ans.log_tail(1500)}"
+        except ProtocolError as e:
+            self.flag("result_channel_forged")
+            self.failure = Status.CRASH
+            self.error = f"result channel: {e}"
+
+    def _answer_trial(self, ans: ChildProcess, rm: Message, deadline: float, idx: Any, kind: str, seed: int) -> bool:
+        am = ans.recv(deadline)
+        self._merge(am)
+        rec = TrialRecord(index=idx, kind=kind, seed=seed, verdict="error",
+                          ref_forward_ms=rm.header.get("forward_ms"))
+        if am.type == "output":
+            rec.launches = _int(am.header.get("launches"))
+            rec.forward_ms = _num(am.header.get("forward_ms"))
+            ref_out = decode_outputs(rm)
+            new_out = decode_outputs(am)
+            if rm.header.get("structure") != am.header.get("structure"):
+                rec.verdict, rec.detail = "shape_mismatch", (
+                    f"output structure differs: expected {rm.header.get('structure')}, got "
+                    f"{_text(am.header.get('structure'), 40)}")
+            else:
+                ref_dev = [o.get("device") for o in rm.header["outputs"]]
+                new_dev = [o.get("device") for o in am.header["outputs"]]
+                rec.verdict, rec.max_abs_diff, rec.detail = compare_outputs(ref_out, new_out, self.cfg.atol,
+                                                                            self.cfg.rtol)
+                if rec.verdict == "ok" and ref_dev != new_dev:
+                    rec.verdict, rec.detail = "device_mismatch", f"output on {new_dev}, expected {ref_dev}"
+                    self.flag("output_wrong_device")
+            del ref_out, new_out
+            if rec.verdict != "ok" and rec.detail:
+                self.error = self.error or f"trial {idx} ({kind}): {rec.detail}"
+        elif am.type == "bad_output":
+            rec.verdict, rec.detail = "bad_output", _text(am.header.get("error"), 500)
+            rec.launches = _int(am.header.get("launches"))
+            self.error = f"trial {idx}: {rec.detail}"
+        elif am.type in ("runtime_error", "cuda_error"):
+            rec.detail = "error"
+            self.trials.append(rec)
+            self.failure = Status.CRASH if am.type == "cuda_error" else Status.RUNTIME_ERROR
+            self.error = _text(am.header.get("error"))
+            return False
+        else:
+            raise ProtocolError(f"unexpected {am.type} during a trial")
+        self.trials.append(rec)
+        if rec.verdict != "ok":
+            if kind == "hidden":
+                self.flag("hidden_input_mismatch")
+            elif kind == "post_timing":
+                self.flag("post_timing_mismatch")
+            return False
+        return True
+
+    def _sample_clock(self, stop: threading.Event) -> None:
+        # SM clock while timing runs: nvidia-smi readings from the start of timing, one a second (the first is
+        # kept even when timing ends before it returns).
+        for _ in range(10):
+            v = environment.sample_sm_clock(self.gpu)
+            if v is not None:
+                self.sm_clocks.append(v)
+            if stop.wait(1.0):
+                return
+
+
+def evaluate_answer(problem_path: Path, answer_path: Path, config: EvalConfig | None = None) -> EvalResult:
+    cfg = config or EvalConfig()
+    problem_path, answer_path = Path(problem_path), Path(answer_path)
+    t0 = time.monotonic()
+    protocol: dict[str, Any] = {
+        "harness_version": HARNESS_VERSION,
+        "kernelbench_seed": cfg.seed,
+        "seed_derivation": SEED_DERIVATION,
+        "correctness_trials": cfg.correctness_trials,
+        "atol": cfg.atol,
+        "rtol": cfg.rtol,
+        "precision": "fp32",
+        "integer_inputs": "kept (KernelBench casts all inputs to float)",
+        "no_grad": True,
+        "eval_mode": False,
+        "require_triton": cfg.require_triton,
+        "timing": cfg.timing_protocol().to_dict() if cfg.time_answer else None,
+        "hidden_trials": cfg.hidden_trials,
+        "cpu_threads": cfg.cpu_threads if cfg.device == "cpu" else None,
+    }
+    code = answer_path.read_text(errors="replace")
+    static, sflags, reject, syntax = run_static_analysis(code) if cfg.run_static else (None, [], None, None)
+
+    def finish(status: Status, ev: _Evaluation | None, error: str | None) -> EvalResult:
+        flags = list(dict.fromkeys(sflags + (ev.flags if ev else [])))
+        stats = ev.runtime_stats if ev else None
+        correct = status == Status.CORRECT
+        diffs = [t.max_abs_diff for t in ev.trials] if ev else []
+        max_diff = None if not diffs or any(d is None for d in diffs) else max(diffs)  # type: ignore[type-var]
+        launches = sum(t.launches or 0 for t in ev.trials if t.kind != "post_timing") if ev and ev.trials else None
+        tf32 = (ev.tf32 if ev and ev.tf32 else None) or environment.tf32_flags_for_mode(cfg.tf32)
+        sm = sorted(ev.sm_clocks)[len(ev.sm_clocks) // 2] if ev and ev.sm_clocks else None
+        fp = environment.fingerprint(cfg.device, ev.gpu if ev else cfg.gpu_index, cfg.tf32, tf32, sm)
+        fp["key"] = environment.fingerprint_key(fp)
+        if ev is not None:
+            protocol.update({
+                "trial_seeds": ev.trial_seeds, "hidden_seeds": ev.hidden_seeds, "timing_seed": ev.timing_seed,
+                "post_timing_seed": ev.post_seed, "network_isolation": ev.network_isolation,
+                "gpu": ev.gpu, "authenticated_done": ev.done_ok,
+            })
+        phases = dict(ev.phases) if ev else {}
+        phases["evaluate_total_s"] = time.monotonic() - t0
+        return EvalResult(
+            status=status.value, compiled=is_compiled(status), correct=correct,
+            runtime_ms=stats["mean"] if (correct and stats) else None, runtime_stats=stats,
+            max_abs_diff=max_diff, triton_launches=launches, flags=flags,
+            error=(error[:6000] if error else None), device=cfg.device, timing_mode=timing.TIMING_MODES[cfg.device],
+            tf32=tf32, fingerprint=fp, protocol=protocol, trials=[t.to_dict() for t in ev.trials] if ev else [],
+            timing_raw=ev.timing_raw if ev else None, phases_s=phases, static=static,
+        )
+
+    if reject is not None:
+        return finish(Status.REJECTED_STATIC, None, reject)
+    if syntax is not None:
+        return finish(Status.LOAD_ERROR, None, f"syntax error: {syntax}")
+
+    # Shared while checking correctness; upgraded to exclusive just before timing (see gpu_lock).
+    with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False) as lease:
+        ev = _Evaluation(problem_path, answer_path, cfg, lease.gpu if lease else None, lease)
+        ev.run()
+    all_launched = all((t.launches or 0) > 0 for t in ev.trials if t.kind in ("seeded", "hidden"))
+    status = decide_status(
+        imported=ev.imported, pre_import_status=ev.pre_import_status, failure=ev.failure,
+        trial_verdicts=[t.verdict for t in ev.trials], flags=ev.flags + sflags,
+        require_triton=cfg.require_triton, all_calls_launched=all_launched,
+    )
+    if status == Status.CORRECT and not ev.done_ok:
+        status = Status.CRASH  # no authenticated end: never a pass
+        ev.error = ev.error or "no authenticated done message"
+    if status == Status.NO_TRITON_LAUNCH and not ev.error:
+        ev.error = "require_triton: a correctness call launched no Triton kernel"
+    if status == Status.REJECTED_RUNTIME:
+        msg = "integrity check failed: " + ", ".join(f for f in ev.flags if is_integrity_flag(f))
+        ev.error = msg + (f"\n{ev.error}" if ev.error else "")
+    return finish(status, ev, ev.error)

@@ -1,0 +1,137 @@
+"""PyTorch baselines per problem: eager and ``torch.compile(mode="max-autotune", backend="inductor")``.
+
+Each baseline runs in its own child process (``workflow_scripts.evaluation.child``, role ``baseline``; same
+isolation, environment scrubbing and timeout handling as answers, without the answer monitors since the reference
+code is trusted), so a crash, a hang or a CUDA error in one never affects the other or the caller. Both are timed
+with the same :class:`workflow_scripts.evaluation.timing.TimingProtocol` as answers (same warm-up, discarded first
+trial, trial count, L2 flush, ``torch.no_grad()``, output scrubbing between calls). Baselines are timed on
+KernelBench's seed-42 inputs.
+
+Compile: ``torch._dynamo.reset()`` first; the first call (tracing + Inductor code generation + autotuning) is
+timed separately as ``compile_time_s`` and is not part of ``compile_stats``. On CPU Inductor generates C++
+(``compile_backend = "inductor-cpp"``), on CUDA Triton kernels (``"inductor"``). A failing baseline records its
+status (``"error: ..."``, ``"timeout"``, ``"crash: ..."``) and the problem stays in every table; its speedup is
+null. ``compile_max_abs_diff_vs_eager`` records how far the compiled output is from eager on the timing inputs.
+
+CLI: ``python -m workflow_scripts baseline --problem P.py --device cpu|cuda --out OUT.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from workflow_scripts.evaluation import environment, gpu_lock, timing
+from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, ProtocolError
+from workflow_scripts.evaluation.config import RunConfig
+from workflow_scripts.evaluation.sandbox import ChildProcess
+
+
+@dataclass
+class BaselineConfig(RunConfig):
+    """A problem's baselines: the run configuration answers use (seed 42: KernelBench times on its inputs) and
+    the compile settings."""
+
+    default_timeout_s: ClassVar[dict[str, float]] = {"cpu": 600.0, "cuda": 1800.0}  # per baseline child
+    compile_mode: str = "max-autotune"
+    run_eager: bool = True
+    run_compile: bool = True
+    compile_threads: int = 1  # TORCHINDUCTOR_COMPILE_THREADS: no worker pool on small machines
+
+
+@dataclass
+class BaselineResult:
+    eager_ms: float | None
+    eager_stats: dict[str, Any] | None
+    eager_status: str
+    compile_ms: float | None
+    compile_stats: dict[str, Any] | None
+    compile_status: str
+    compile_time_s: float | None
+    compile_backend: str
+    compile_mode: str
+    compile_max_abs_diff_vs_eager: float | None
+    device: str
+    timing_mode: str
+    tf32: dict[str, Any]
+    fingerprint: dict[str, Any]
+    protocol: dict[str, Any]
+    phases_s: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _run_one(problem_path: Path, cfg: BaselineConfig, gpu: str | None, which: str) -> tuple[str, dict[str, Any]]:
+    """One child, one baseline. Returns (status, info)."""
+    base = Path(tempfile.mkdtemp(prefix=f"kbbase-{which}-"))
+    work, logs = base / "work", base / "logs"
+    work.mkdir()
+    shutil.copyfile(problem_path, work / "problem.py")
+    init = {"problem": "problem.py", "seed": cfg.seed, "tf32": cfg.tf32, "timing": cfg.timing_protocol().to_dict()}
+    child = ChildProcess("baseline", work, logs, cfg.device, init, gpu=gpu, isolation=cfg.isolation,
+                         limits=cfg.limits(),
+                         extra_env={"TORCHINDUCTOR_COMPILE_THREADS": str(cfg.compile_threads), **cfg.cpu_thread_env()})
+    t0 = time.monotonic()
+    deadline = t0 + cfg.effective_timeout()
+    info: dict[str, Any] = {}
+    try:
+        child.start()
+        m = child.recv(deadline)
+        if m.type != "loaded":
+            return f"error: {(m.header.get('error') or m.type)[-1500:]}", info
+        info["tf32"] = m.header.get("tf32")
+        child.send(which, mode=cfg.compile_mode)
+        m = child.recv(deadline)
+        if m.type != "timing":
+            return f"error: {(m.header.get('error') or m.type)[-1500:]}", info
+        info["raw"] = m.header.get("raw")
+        info["compile_time_s"] = m.header.get("compile_time_s")
+        info["max_abs_diff_vs_eager"] = m.header.get("max_abs_diff_vs_eager")
+        child.send("finish")
+        return "ok", info
+    except ChildTimeout:
+        return f"timeout after {cfg.effective_timeout():.0f}s", info
+    except ChildDied:
+        return f"crash: the child {child.death_reason()}: {child.log_tail(800)}", info
+    except ProtocolError as e:
+        return f"error: protocol: {e}", info
+    finally:
+        child.kill()
+        info["wall_s"] = time.monotonic() - t0
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) -> BaselineResult:
+    cfg = config or BaselineConfig()
+    problem_path = Path(problem_path)
+    phases: dict[str, float] = {}
+    with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=True) as lease:
+        gpu = lease.gpu if lease else None
+        eager_status, eager = ("skipped", {}) if not cfg.run_eager else _run_one(problem_path, cfg, gpu, "eager")
+        phases["eager_wall_s"] = eager.get("wall_s", 0.0)
+        comp_status, comp = ("skipped", {}) if not cfg.run_compile else _run_one(problem_path, cfg, gpu, "compile")
+        phases["compile_wall_s"] = comp.get("wall_s", 0.0)
+    eager_stats = timing.stats((eager.get("raw") or {}).get("trials_ms") or []) if eager_status == "ok" else None
+    comp_stats = timing.stats((comp.get("raw") or {}).get("trials_ms") or []) if comp_status == "ok" else None
+    tf32 = eager.get("tf32") or comp.get("tf32") or environment.tf32_flags_for_mode(cfg.tf32)
+    fp = environment.fingerprint(cfg.device, gpu, cfg.tf32, tf32)
+    fp["key"] = environment.fingerprint_key(fp)
+    return BaselineResult(
+        eager_ms=eager_stats["mean"] if eager_stats else None, eager_stats=eager_stats, eager_status=eager_status,
+        compile_ms=comp_stats["mean"] if comp_stats else None, compile_stats=comp_stats, compile_status=comp_status,
+        compile_time_s=comp.get("compile_time_s"),
+        compile_backend="inductor" if cfg.device == "cuda" else "inductor-cpp", compile_mode=cfg.compile_mode,
+        compile_max_abs_diff_vs_eager=comp.get("max_abs_diff_vs_eager"), device=cfg.device,
+        timing_mode=timing.TIMING_MODES[cfg.device], tf32=tf32, fingerprint=fp,
+        protocol={"seed": cfg.seed, "inputs": "seed 42 (KernelBench)", "timing": cfg.timing_protocol().to_dict(),
+                  "precision": "fp32", "integer_inputs": "kept", "no_grad": True, "eval_mode": False,
+                  "dynamo_reset": True, "compile_threads": cfg.compile_threads,
+                  "cpu_threads": cfg.cpu_threads if cfg.device == "cpu" else None},
+        phases_s=phases,
+    )

@@ -1,0 +1,139 @@
+"""The result channel between the parent and an evaluation child (both sides; trust model in
+``workflow_scripts.evaluation.child``).
+
+The parent passes a random nonce on the child's stdin (never argv/env) and a pipe fd. Every frame is ``MAGIC``, the
+header's length, the JSON header, an HMAC-SHA256 over (sequence number, header) keyed by the nonce, then the
+payload (``nbytes`` in the header). A frame with a bad MAC, bad framing or inconsistent sizes is a
+``ProtocolError``: the parent treats it as forged (``result_channel_forged``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import select
+import time
+from dataclasses import dataclass
+from typing import Any
+
+HARNESS_VERSION = "1"  # the evaluation harness (channel, child, checks) recorded in every result's protocol
+MAGIC = b"KBH1"
+_MAX_HEADER = 1 << 20
+
+
+def _mac(key: bytes, seq: int, header: bytes) -> bytes:
+    return hmac.new(key, seq.to_bytes(8, "big") + header, hashlib.sha256).digest()
+
+
+class ProtocolError(Exception):
+    """Bad framing or authentication on the result channel: treated as forged."""
+
+
+class ChildDied(Exception):
+    pass
+
+
+class ChildTimeout(Exception):
+    pass
+
+
+@dataclass
+class Message:
+    header: dict[str, Any]
+    payload: bytearray | None = None
+
+    @property
+    def type(self) -> str:
+        return str(self.header.get("type"))
+
+
+class ChannelReader:
+    """Parent end of the result pipe: reads authenticated frames with a deadline."""
+
+    def __init__(self, fd: int, key: bytes, max_payload: int) -> None:
+        self.fd = fd
+        self.key = key
+        self.seq = 0
+        self.max_payload = max_payload
+        self.bytes_read = 0
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+
+    def _read_exact(self, n: int, deadline: float, into: memoryview | None = None) -> bytes | None:
+        buf = into if into is not None else memoryview(bytearray(n))
+        got = 0
+        while got < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ChildTimeout()
+            if not self._poll.poll(int(min(left, 1.0) * 1000) + 1):
+                continue
+            k = os.readv(self.fd, [buf[got:n]])
+            if k == 0:
+                raise ChildDied("result channel closed")
+            got += k
+        self.bytes_read += n
+        return None if into is not None else bytes(buf)
+
+    def recv(self, deadline: float) -> Message:
+        pre = self._read_exact(8, deadline)
+        assert pre is not None
+        if pre[:4] != MAGIC:
+            raise ProtocolError("bad frame magic")
+        hlen = int.from_bytes(pre[4:8], "big")
+        if hlen > _MAX_HEADER:
+            raise ProtocolError("oversized header")
+        hb = self._read_exact(hlen, deadline)
+        mac = self._read_exact(32, deadline)
+        assert hb is not None and mac is not None
+        if not hmac.compare_digest(mac, _mac(self.key, self.seq, hb)):
+            raise ProtocolError("bad message authentication code")
+        self.seq += 1
+        try:
+            header = json.loads(hb)
+        except ValueError as e:
+            raise ProtocolError(f"bad header: {e}") from None
+        if not isinstance(header, dict):
+            raise ProtocolError("header is not an object")
+        n = header.get("nbytes", 0)
+        if not isinstance(n, int) or n < 0 or n > self.max_payload:
+            raise ProtocolError(f"bad payload size {n!r}")
+        payload = None
+        if n:
+            payload = bytearray(n)
+            self._read_exact(n, deadline, memoryview(payload))
+        return Message(header, payload)
+
+
+class Sender:
+    """Child end of the result pipe. Built before any answer code runs; keeps its own references."""
+
+    def __init__(self, fd: int, key: bytes) -> None:
+        import threading
+
+        self._fd = fd
+        self._key = key
+        self._seq = 0
+        self._write = os.write
+        self._dumps = json.dumps
+        self._mac = _mac
+        self._lock = threading.Lock()
+
+    def send(self, header: dict[str, Any], payload: list[memoryview] | None = None) -> None:
+        chunks = payload or []
+        header = dict(header, nbytes=sum(c.nbytes for c in chunks))
+        hb = self._dumps(header, separators=(",", ":"), default=str).encode()
+        with self._lock:
+            frame = MAGIC + len(hb).to_bytes(4, "big") + hb + self._mac(self._key, self._seq, hb)
+            self._seq += 1
+            self._write_all(memoryview(frame))
+            for c in chunks:
+                self._write_all(c.cast("B") if c.ndim != 1 or c.format != "B" else c)
+
+    def _write_all(self, mv: memoryview) -> None:
+        off = 0
+        n = mv.nbytes
+        while off < n:
+            off += self._write(self._fd, mv[off: off + (1 << 22)])

@@ -1,0 +1,598 @@
+"""The evaluation child, and the trust model of the whole evaluation harness.
+
+The parent side (``workflow_scripts.evaluation.sandbox.ChildProcess``, used by ``workflow_scripts.evaluation.answer``
+and ``workflow_scripts.evaluation.baseline``) spawns ``python -m workflow_scripts.evaluation.child`` — a fresh
+interpreter, never a fork — and this module's ``main`` runs one of three roles: ``reference`` (the problem's
+``Model`` only), ``answer`` (the untrusted ``ModelNew``) or ``baseline`` (eager / ``torch.compile`` timing of
+``Model``). The harness is: ``channel`` (the authenticated result channel, both sides), ``sandbox`` (spawning,
+isolation, environment, resource limits), ``integrity`` (the checks inside the answer's process), ``timing`` and
+this module.
+
+Trust model
+===========
+
+The answer is untrusted Python running with the child's full privileges. Anything inside the answer's process can
+be read or rewritten by it: the harness's variables, the nonce, ``torch`` itself, the bytes the process sends.
+So the design never asks the answer's process for a verdict; it asks it only for raw data and makes that data
+useless to forge:
+
+* **Reference outputs are computed in another process** (role ``reference``), which never imports the answer,
+  and they travel to the parent over that process's private pipe, never through the file system. The two
+  children run side by side in lockstep (trial k in both, then the parent compares), and the reference child is
+  gone before the answer is timed. Nothing of the reference exists in the answer's process: reading "the
+  expected output" (``gc.get_objects``, frame walking, ``torch.empty`` returning the reference's freed memory)
+  finds nothing, and mutating inputs or the reference model's parameters cannot change the reference.
+* **The parent computes every verdict** (shape, dtype, ``torch.allclose(ref, out, atol, rtol)``, NaN, statistics)
+  from the raw output bytes the answer's process sent and the reference bytes. The answer's process can send any
+  bytes it likes; to be judged correct those bytes must equal the reference's on every trial, including
+  **hidden trials whose input seed the parent draws at random per run** (recorded for replay) and sends only after
+  the answer is loaded, so no output can be precomputed. Timing runs on inputs from another secret seed, and
+  after timing those same input tensors are overwritten in place with inputs from a third secret seed and the
+  answer must produce their outputs (``post_timing_mismatch``), so caches keyed on tensor identity, address or
+  shape are caught. Each timed output is scrubbed (NaN) after the call, outside the timed region, so handing
+  back old memory yields NaN.
+* **What the answer can still influence** (and what guards it): the timing numbers and the Triton launch count
+  it reports are measured inside its process. The harness captures the timer and checker functions before the
+  answer is imported and calls only the captured references; after loading, after every call and at the end it
+  checks that torch/time/triton globals, the TF32 flags, its own module globals and the launch hooks are the
+  same objects as before (``harness_tampered:<name>``). A launch is counted only when the hook is called from
+  Triton's own launcher code. An answer that rewrites the harness's captured state in memory could still forge
+  timings or launch counts; it cannot make wrong outputs pass. Speedups above 10x are flagged at summary level.
+* **Run-time monitors** in the answer's process (a ``sys.addaudithook`` hook, which Python code cannot remove):
+  writes outside the child's temporary directory, spawning processes (except Triton's own compiler calls),
+  sockets, ``gc`` object enumeration, frame access from answer code, ``sys.settrace``/``setprofile``,
+  ``ctypes`` from answer code, signals sent by answer code and ``/proc/<other pid>`` access are blocked and
+  reported to the parent at once, before the answer can interfere. Reads are not restricted (nothing secret is
+  on disk). Changing ``cudnn.benchmark``/``deterministic`` is only reported (``global_state_changed:*``). Inputs are cloned before each call and compared bitwise afterwards
+  (``inputs_mutated``); outputs must be exactly ``torch.Tensor`` (not a subclass:
+  ``output_not_plain_tensor``), on the right device, not sharing storage with an input
+  (``output_aliases_input``); on CUDA the output is snapshotted on the current stream right after the call
+  returns and compared with its value after a device-wide synchronize (``unsynchronized_stream``).
+* **Process isolation**: each child is a fresh interpreter in its own session (``start_new_session``) and its
+  own temporary working directory; ``HOME``, ``TMPDIR`` and ``TRITON_CACHE_DIR`` point inside it; the
+  environment is scrubbed; ``RLIMIT_CORE=0``, ``RLIMIT_NOFILE``, ``RLIMIT_FSIZE`` (and ``RLIMIT_AS`` on CPU) are
+  set before torch is imported; where ``unshare -rn`` works the child runs in new user and network namespaces
+  (no network; ``network_isolation`` is recorded). A timeout kills the whole process group. A child that dies or
+  exits early (``os._exit``, ``sys.exit``) never produces the final authenticated ``done`` message, which the
+  parent requires, so it is a crash, never a pass; an exception after which even ``torch.cuda.synchronize()``
+  fails (a sticky CUDA error) is reported as ``cuda_error`` and is a crash too. Every answer gets a fresh process,
+  so no CUDA error outlives it.
+* **Result channel**: the parent passes a random nonce on stdin (never argv/env) and a pipe fd; every message
+  header carries an HMAC-SHA256 over (sequence number, header) keyed by the nonce. A message with a bad MAC,
+  bad framing or inconsistent sizes is treated as forged (``result_channel_forged``). Writes to stdout/stderr
+  are logs only, never results.
+
+Limits (documented, not solved): an answer can compute the right function with PyTorch instead of Triton while
+also launching a token Triton kernel; ``keeps_torch_op`` (static analysis) reports that. In-process monitors can
+be evaded by code that rewrites interpreter state (they are evidence, not a sandbox), and a GPU kernel can address
+any memory of its own process; what such code can corrupt is in-process (launch counts, timings, input
+snapshots), never the reference or the verdict. The child runs as the same user as the parent, so outside a user
+namespace it could, in principle, read the parent's memory or files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any, Callable
+
+from workflow_scripts.evaluation.channel import Sender
+from workflow_scripts.evaluation.integrity import HARNESS_MODULES, PACKAGE, Guard, LaunchCounter, TamperCheck
+from workflow_scripts.evaluation.sandbox import apply_rlimits
+
+
+def _fmt_exc(limit: int = 4000) -> str:
+    import traceback
+
+    s = traceback.format_exc()
+    return s if len(s) <= limit else s[: limit // 4] + "\n...\n" + s[-3 * limit // 4:]
+
+
+class _Child:
+    """Everything the child needs, set up before any answer code runs."""
+
+    def __init__(self, init: dict[str, Any], sender: Sender) -> None:
+        import builtins
+
+        self.init = init
+        self.sender = sender
+        self.role = init["role"]
+        self.device_kind = init["device"]
+        self.seed = int(init.get("seed", 42))
+        self._type = builtins.type
+        self._isinstance = builtins.isinstance
+        import torch
+
+        self.torch = torch
+        self.Tensor = torch.Tensor
+        self.manual_seed = torch.manual_seed
+        self.cuda_manual_seed = torch.cuda.manual_seed
+        self.no_grad = torch.no_grad
+        self.clone = torch.Tensor.clone
+        self.to = torch.Tensor.to
+        self.contiguous = torch.Tensor.contiguous
+        self.view = torch.Tensor.view
+        self.reshape = torch.Tensor.reshape
+        self.equal = torch.equal
+        self.untyped_storage = torch.Tensor.untyped_storage
+        self.copy_ = torch.Tensor.copy_
+        if self.device_kind == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimeError("CUDA requested but torch.cuda.is_available() is False in the child")
+            torch.cuda.init()
+            self.device = torch.device("cuda", 0)
+            torch.cuda.set_device(0)
+        else:
+            self.device = torch.device("cpu")
+        self.tf32 = self._configure_tf32(init.get("tf32", "pytorch_default"))
+        from workflow_scripts.evaluation import timing
+        self.timing = timing
+        tp = init.get("timing") or {}
+        self.protocol = timing.TimingProtocol(**tp) if tp else timing.TimingProtocol.for_device(self.device_kind)
+        self.clock = timing.Clock(self.device_kind, self.protocol.l2_flush_mib)
+        self.triton = None
+        self.stdin = sys.stdin.buffer  # captured before any answer code runs
+        if self.role == "answer":
+            import triton
+            import triton.language  # noqa: F401 - import before the answer so its cost is not the answer's
+
+            self.triton = triton
+            if self.device_kind == "cuda":
+                # Build Triton's driver helpers now (it compiles a small C module), not inside the answer's call.
+                try:
+                    triton.runtime.driver.active.get_current_device()
+                    triton.runtime.driver.active.utils  # noqa: B018
+                except Exception:  # noqa: BLE001 - the answer's own launch will report it
+                    pass
+
+    def _configure_tf32(self, mode: str) -> dict[str, Any]:
+        torch = self.torch
+        if mode == "ieee":
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+            torch.set_float32_matmul_precision("highest")
+        elif mode != "pytorch_default":
+            raise ValueError(f"unknown tf32 mode {mode!r}")
+        flags = {
+            "mode": mode,
+            "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "float32_matmul_precision": str(torch.get_float32_matmul_precision()),
+        }
+        for name, get in (("cuda_matmul_fp32_precision", lambda: torch.backends.cuda.matmul.fp32_precision),
+                          ("cudnn_conv_fp32_precision", lambda: torch.backends.cudnn.conv.fp32_precision)):
+            try:
+                flags[name] = str(get())
+            except Exception:  # noqa: BLE001 - older/newer torch may lack the new API
+                pass
+        return flags
+
+    # -- problem loading -------------------------------------------------------------------------------------
+    def load_module(self, path: str, name: str) -> Any:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {path}")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # Triton and dataclasses look modules up by name
+        spec.loader.exec_module(mod)
+        return mod
+
+    def set_seed(self, seed: int) -> None:
+        self.manual_seed(seed)
+        if self.device_kind == "cuda":
+            self.cuda_manual_seed(seed)
+
+    def process(self, x: Any) -> Any:
+        # KernelBench casts every input tensor to fp32; we cast only floating ones (integer targets stay integer).
+        if self._isinstance(x, self.Tensor):
+            if x.is_floating_point():
+                x = self.to(x, dtype=self.torch.float32)
+            return self.to(x, device=self.device)
+        return x
+
+    def make_inputs(self, problem: Any, seed: int) -> list[Any]:
+        self.set_seed(seed)
+        return [self.process(x) for x in problem.get_inputs()]
+
+    def build_model(self, cls: Any, problem: Any) -> Any:
+        self.set_seed(self.seed)
+        init_inputs = [self.process(x) for x in problem.get_init_inputs()]
+        with self.no_grad():
+            self.set_seed(self.seed)
+            model = cls(*init_inputs)
+            model = model.to(device=self.device, dtype=self.torch.float32)
+        return model
+
+    # -- outputs -------------------------------------------------------------------------------------------------
+    def flatten(self, out: Any) -> tuple[str, list[Any]]:
+        if self._isinstance(out, (tuple, list)) and self._type(out) in (tuple, list):
+            return "sequence", list(out)
+        return "tensor", [out]
+
+    def bitwise_equal(self, a: Any, b: Any) -> bool:
+        torch = self.torch
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.numel() == 0:
+            return True
+        ac = self.reshape(self.contiguous(a), (-1,))
+        bc = self.reshape(self.contiguous(b), (-1,))
+        if a.dtype == torch.bool:
+            return bool(self.equal(ac, bc))
+        return bool(self.equal(self.view(ac, torch.uint8), self.view(bc, torch.uint8)))
+
+    def payload(self, tensors: list[Any]) -> tuple[list[dict[str, Any]], list[memoryview]]:
+        metas, chunks = [], []
+        for t in tensors:
+            c = self.contiguous(self.to(t.detach(), device="cpu"))
+            flat = self.reshape(c, (-1,))
+            raw = self.view(flat, self.torch.uint8) if flat.numel() else flat
+            mv = memoryview(raw.numpy()) if raw.numel() else memoryview(b"")
+            metas.append({"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+                          "device": str(t.device), "nbytes": mv.nbytes})
+            chunks.append(mv)
+        return metas, chunks
+
+
+def _read_init() -> dict[str, Any]:
+    line = sys.stdin.buffer.readline()
+    return json.loads(line)
+
+
+def _read_cmd(stdin: Any) -> dict[str, Any]:
+    line = stdin.readline()
+    if not line:
+        os._exit(3)  # the parent is gone
+    return json.loads(line)
+
+
+def _run_reference(c: _Child, problem: Any) -> None:
+    model = c.build_model(problem.Model, problem)
+    c.sender.send({"type": "loaded"})
+    stdin = c.stdin
+    while True:
+        cmd = _read_cmd(stdin)
+        if cmd["cmd"] == "finish":
+            c.sender.send({"type": "done"})
+            return
+        if cmd["cmd"] != "trial":
+            continue
+        seed = int(cmd["seed"])
+        inputs = c.make_inputs(problem, seed)
+        with c.no_grad():
+            c.set_seed(seed)
+            t0 = time.perf_counter()
+            out = model(*inputs)
+            if c.device_kind == "cuda":
+                c.torch.cuda.synchronize()
+            ms = (time.perf_counter() - t0) * 1e3
+        structure, outs = c.flatten(out)
+        outs = [o if isinstance(o, c.Tensor) else c.torch.as_tensor(o) for o in outs]
+        metas, chunks = c.payload(outs)
+        in_meta = [{"dtype": str(x.dtype).replace("torch.", ""), "shape": list(x.shape)} if isinstance(x, c.Tensor)
+                   else {"type": type(x).__name__} for x in inputs]
+        c.sender.send({"type": "output", "index": cmd.get("index"), "structure": structure, "outputs": metas,
+                       "forward_ms": ms, "inputs": in_meta}, chunks)
+        del out, outs, inputs
+
+
+def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
+    import threading
+
+    torch = c.torch
+    sender = c.sender
+    require_triton = bool(init.get("require_triton", True))
+    launch = LaunchCounter()
+    guard = Guard(sender, init["workdir"], os.path.join(init["workdir"], init["answer"]),
+                  allowed_spawn_pkgs=("triton",))
+    threads_before = {t.ident for t in threading.enumerate()}
+    sys.addaudithook(guard.hook)  # cannot be removed from Python code
+    guard.enforcing = True
+    # Identity snapshot: taken now, before the answer exists in this process. The harness's module globals (this
+    # module runs as __main__), the timer's, the clock's and the child's state.
+    watched: dict[str, Any] = {"harness.child": sys.modules[__name__]}
+    watched.update((f"harness.{name}", sys.modules[f"{PACKAGE}.{name}"]) for name in HARNESS_MODULES
+                   if name != "timing")
+    watched.update({"timing": c.timing, "clock": c.clock, "child": c})
+    extra: dict[str, Callable[[], Any]] = {}
+    for prefix, obj in watched.items():
+        for k in list(vars(obj)):
+            extra[f"{prefix}.{k}"] = (lambda obj=obj, k=k: vars(obj).get(k))
+    for k in list(vars(guard)):
+        if k not in ("busy", "seen", "_rp_cache"):
+            extra[f"guard.{k}"] = (lambda k=k: vars(guard).get(k))
+    for k in ("hook", "_check", "_origin", "_direct_caller_is_answer", "_outside", "_violation", "_realpath"):
+        extra[f"guard.class.{k}"] = (lambda k=k: Guard.__dict__.get(k))
+    tamper = TamperCheck(torch, extra, launch)
+    flags: list[str] = []
+
+    def flag(f: str) -> None:
+        if f not in flags:
+            flags.append(f)
+
+    def check_tamper() -> None:
+        changed = tamper.changed()
+        for name in [n for n in changed if not n.startswith("info:")][:5]:
+            flag(f"harness_tampered:{name}")
+        for name in [n for n in changed if n.startswith("info:")]:
+            flag(f"global_state_changed:{name[5:]}")
+
+    sender.send({"type": "hello", "tf32": c.tf32, "interpret": launch.interpret, "pid": os.getpid(),
+                 "torch": torch.__version__, "triton": c.triton.__version__ if c.triton else None})
+
+    # ---- load the answer: everything from here on may be hostile ----
+    try:
+        ans = c.load_module(os.path.join(init["workdir"], init["answer"]), "kb_answer")
+    except Exception:  # noqa: BLE001 - includes SyntaxError
+        sender.send({"type": "load_error", "error": _fmt_exc(), "flags": flags})
+        os._exit(0)
+    model_cls = getattr(ans, "ModelNew", None)
+    if model_cls is None:
+        sender.send({"type": "no_model_new", "error": "the answer module defines no ModelNew", "flags": flags})
+        os._exit(0)
+    sender.send({"type": "imported", "flags": flags})  # KernelBench's "compiled" from here on
+    try:
+        model = c.build_model(model_cls, problem)
+    except Exception:  # noqa: BLE001
+        check_tamper()
+        sender.send({"type": "init_error", "error": _fmt_exc(), "flags": flags})
+        os._exit(0)
+    check_tamper()
+    sender.send({"type": "loaded", "flags": flags})
+    try:
+        _answer_loop(c, problem, model, launch, guard, flag, flags, check_tamper, require_triton, threads_before)
+    except Exception:  # noqa: BLE001 - the harness choked on something the answer produced
+        check_tamper()
+        sender.send({"type": "runtime_error", "index": None, "kind": "harness", "error": _fmt_exc(), "flags": flags})
+    os._exit(0)
+
+
+def _answer_loop(c: _Child, problem: Any, model: Any, launch: LaunchCounter, guard: Guard,
+                 flag: Callable[[str], None], flags: list[str], check_tamper: Callable[[], None],
+                 require_triton: bool, threads_before: set[Any]) -> None:
+    import threading
+
+    torch = c.torch
+    sender = c.sender
+    is_cuda = c.device_kind == "cuda"
+    sync = torch.cuda.synchronize if is_cuda else None
+    clone, equal_bits, storage = c.clone, c.bitwise_equal, c.untyped_storage
+    _type, Tensor, _isinstance = c._type, c.Tensor, c._isinstance
+    perf = c.clock.perf_counter
+    timing_inputs: list[Any] | None = None
+
+    def context_broken() -> bool:
+        if not is_cuda:
+            return False
+        try:
+            sync()
+            return False
+        except Exception:  # noqa: BLE001 - a sticky CUDA error
+            return True
+
+    def fail(index: Any, kind: str) -> None:
+        err = _fmt_exc()
+        check_tamper()
+        sender.send({"type": "cuda_error" if context_broken() else "runtime_error", "index": index, "kind": kind,
+                     "error": err, "flags": flags})
+        os._exit(0)
+
+    def input_ptrs(inputs: list[Any]) -> set[int]:
+        return {storage(x).data_ptr() for x in inputs if _isinstance(x, Tensor) and x.numel()}
+
+    def run_once(inputs: list[Any], seed: int | None, index: Any, kind: str) -> None:
+        snapshot = [clone(x) if _isinstance(x, Tensor) else x for x in inputs]
+        launch.take()
+        t0 = perf()
+        try:
+            with c.no_grad():
+                if seed is not None:
+                    c.set_seed(seed)
+                t0 = perf()
+                out = model(*inputs)
+        except Exception:  # noqa: BLE001
+            fail(index, kind)
+        ms = (perf() - t0) * 1e3
+        launches = launch.take()
+        structure, outs = c.flatten(out)
+        # Exact type: a subclass could compute lazily inside whatever later inspects it.
+        bad_types = [_type(o).__module__ + "." + _type(o).__qualname__ for o in outs if _type(o) is not Tensor]
+        if bad_types:
+            subclass = any(_isinstance(o, Tensor) for o in outs)
+            check_tamper()
+            if subclass:
+                flag("output_not_plain_tensor")
+            sender.send({"type": "bad_output", "index": index, "kind": kind, "subclass": subclass,
+                         "error": f"output types {bad_types}", "launches": launches, "flags": flags})
+            return
+        if is_cuda:
+            try:
+                snap = [clone(o) for o in outs]  # stream-ordered: what a consumer on the current stream sees
+                sync()
+            except Exception:  # noqa: BLE001 - asynchronous CUDA errors surface here
+                fail(index, kind)
+            ms = (perf() - t0) * 1e3
+            if not all(equal_bits(a, b) for a, b in zip(snap, outs)):
+                flag("unsynchronized_stream")
+            send_outs = snap
+        else:
+            send_outs = outs
+        ptrs = input_ptrs(inputs)
+        if any(o.numel() and storage(o).data_ptr() in ptrs for o in outs):
+            flag("output_aliases_input")
+        for x, s in zip(inputs, snapshot):
+            if _isinstance(x, Tensor) and not equal_bits(x, s):
+                flag("inputs_mutated")
+                break
+        check_tamper()
+        metas, chunks = c.payload(send_outs)
+        sender.send({"type": "output", "index": index, "kind": kind, "structure": structure, "outputs": metas,
+                     "launches": launches, "forward_ms": ms, "flags": flags}, chunks)
+
+    stdin = c.stdin
+    while True:
+        cmd = _read_cmd(stdin)
+        name = cmd.get("cmd")
+        if name == "trial":
+            seed = int(cmd["seed"])
+            inputs = c.make_inputs(problem, seed)
+            run_once(inputs, seed, cmd.get("index"), cmd.get("kind", "seeded"))
+            del inputs
+        elif name == "time":
+            timing_inputs = c.make_inputs(problem, int(cmd["seed"]))
+            timing_snapshot = [clone(x) if _isinstance(x, Tensor) else x for x in timing_inputs]
+            per_call: list[int] = []
+            ptrs = input_ptrs(timing_inputs)
+
+            def after(out: Any, phase: str) -> None:
+                per_call.append(launch.take())
+                _, outs = c.flatten(out)
+                for o in outs:
+                    if _type(o) is Tensor:
+                        if o.numel() and storage(o).data_ptr() in ptrs:
+                            flag("output_aliases_input")  # scrubbing it would destroy the inputs
+                        else:
+                            c.timing.scrub(o)
+                check_tamper()
+
+            launch.take()
+            try:
+                raw = c.clock.time_callable(model, timing_inputs, c.protocol, after)
+            except Exception:  # noqa: BLE001
+                fail("timing", "timing")
+            for x, s in zip(timing_inputs, timing_snapshot):
+                if _isinstance(x, Tensor) and not equal_bits(x, s):
+                    flag("inputs_mutated")
+                    break
+            del timing_snapshot
+            if require_triton and per_call and min(per_call) == 0:
+                flag("triton_launch_skipped_in_timing")
+            check_tamper()
+            sender.send({"type": "timing", "raw": raw.to_dict(), "launches_per_call": per_call, "flags": flags})
+        elif name == "post_timing":
+            # Overwrite the timed input tensors in place (same storage, same addresses) with fresh inputs.
+            if timing_inputs is None:
+                raise RuntimeError("post_timing before time")
+            fresh = c.make_inputs(problem, int(cmd["seed"]))
+            with c.no_grad():
+                for i, (t, f) in enumerate(zip(timing_inputs, fresh)):
+                    if _isinstance(t, Tensor) and _isinstance(f, Tensor) and t.shape == f.shape and t.dtype == f.dtype:
+                        c.copy_(t, f)
+                    else:
+                        timing_inputs[i] = f
+            del fresh
+            run_once(timing_inputs, int(cmd["seed"]), "post_timing", "post_timing")
+        elif name == "finish":
+            check_tamper()
+            new_threads = [t.name for t in threading.enumerate() if t.ident not in threads_before]
+            sender.send({"type": "done", "flags": flags, "guard_flags": list(guard.seen),
+                         "threads_started": new_threads[:10]})
+            sys.stdout.flush()
+            os._exit(0)
+
+
+def _run_baseline(c: _Child, problem: Any, init: dict[str, Any]) -> None:
+    torch = c.torch
+    sender = c.sender
+    model = c.build_model(problem.Model, problem)
+    sender.send({"type": "loaded", "tf32": c.tf32})
+    inputs = c.make_inputs(problem, c.seed)  # KernelBench times on the seed-42 inputs
+    in_ptrs = {c.untyped_storage(x).data_ptr() for x in inputs if isinstance(x, c.Tensor) and x.numel()}
+
+    def after(out: Any, phase: str) -> None:
+        _, outs = c.flatten(out)
+        for o in outs:
+            if isinstance(o, c.Tensor) and not (o.numel() and c.untyped_storage(o).data_ptr() in in_ptrs):
+                c.timing.scrub(o)
+
+    eager_ref = None
+    stdin = c.stdin
+    while True:
+        cmd = _read_cmd(stdin)
+        name = cmd.get("cmd")
+        if name == "eager":
+            try:
+                with c.no_grad():
+                    _, o = c.flatten(model(*inputs))
+                    eager_ref = [x.detach().to("cpu").clone() for x in o if isinstance(x, c.Tensor)]
+                raw = c.clock.time_callable(model, inputs, c.protocol, after)
+                sender.send({"type": "timing", "raw": raw.to_dict()})
+            except Exception:  # noqa: BLE001
+                sender.send({"type": "error", "error": _fmt_exc()})
+        elif name == "compile":
+            try:
+                if eager_ref is None:  # reference values for compile_max_abs_diff_vs_eager
+                    with c.no_grad():
+                        _, o = c.flatten(model(*inputs))
+                        eager_ref = [x.detach().to("cpu").clone() for x in o if isinstance(x, c.Tensor)]
+                torch._dynamo.reset()
+                compiled = torch.compile(model, mode=cmd.get("mode", "max-autotune"), backend="inductor")
+                t0 = time.perf_counter()
+                with c.no_grad():
+                    first = compiled(*inputs)
+                    if c.device_kind == "cuda":
+                        torch.cuda.synchronize()
+                compile_s = time.perf_counter() - t0
+                diff = None
+                _, fo = c.flatten(first)
+                if eager_ref is not None:
+                    try:
+                        diff = max(float((a.double() - b.detach().to("cpu").double()).abs().max()) if a.numel() else 0.0
+                                   for a, b in zip(eager_ref, fo))
+                    except Exception:  # noqa: BLE001
+                        diff = None
+                del first, fo
+                raw = c.clock.time_callable(compiled, inputs, c.protocol, after)
+                sender.send({"type": "timing", "raw": raw.to_dict(), "compile_time_s": compile_s,
+                             "max_abs_diff_vs_eager": diff})
+            except Exception:  # noqa: BLE001
+                sender.send({"type": "error", "error": _fmt_exc()})
+        elif name == "finish":
+            sender.send({"type": "done"})
+            sys.stdout.flush()
+            os._exit(0)
+
+
+def main() -> None:
+    init = _read_init()
+    apply_rlimits(init.get("limits") or {})
+    # Our package is on PYTHONPATH; the working directory (the answer's folder) must not shadow modules.
+    cwd = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
+    sender = Sender(int(init["fd"]), bytes.fromhex(init["nonce"]))
+    import faulthandler
+
+    faulthandler.enable()
+    try:
+        c = _Child(init, sender)
+    except Exception:  # noqa: BLE001
+        sender.send({"type": "setup_error", "error": _fmt_exc()})
+        os._exit(0)
+    try:
+        problem = c.load_module(os.path.join(init["workdir"], init["problem"]), "kb_problem")
+        if c.role == "reference":
+            sender.send({"type": "hello", "tf32": c.tf32, "torch": c.torch.__version__})
+    except Exception:  # noqa: BLE001
+        sender.send({"type": "setup_error", "error": "loading the problem failed:\n" + _fmt_exc()})
+        os._exit(0)
+    try:
+        if c.role == "reference":
+            _run_reference(c, problem)
+        elif c.role == "answer":
+            _run_answer(c, problem, init)
+        elif c.role == "baseline":
+            _run_baseline(c, problem, init)
+        else:
+            raise ValueError(f"unknown role {c.role!r}")
+    except Exception:  # noqa: BLE001 - harness-side failures (reference role: the reference failed)
+        sender.send({"type": "setup_error", "error": _fmt_exc()})
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The run configuration answers and baselines share: where a child runs (device, GPU, isolation, locks), its
+limits, and the timing protocol. ``EvalConfig`` (``workflow_scripts.evaluation.answer``) and ``BaselineConfig``
+(``workflow_scripts.evaluation.baseline``) extend ``RunConfig`` with their own fields."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from workflow_scripts.evaluation import environment, gpu_lock, timing
+from workflow_scripts.evaluation.protocol import KERNELBENCH_SEED
+from workflow_scripts.evaluation.sandbox import Limits
+
+
+@dataclass
+class RunConfig:
+    device: str = "cpu"  # "cpu" | "cuda"
+    gpu_index: int | None = None
+    timeout_s: float | None = None  # default: default_timeout_s[device]
+    seed: int = KERNELBENCH_SEED  # models are built (and baselines timed) after seeding with it
+    timing_trials: int | None = None  # default 100 on cuda, 10 on cpu
+    warmup: int | None = None  # default 3 on cuda, 1 on cpu
+    discard_first: int = 1
+    l2_flush_mib: int = 256
+    tf32: str = "pytorch_default"  # "pytorch_default" | "ieee"
+    isolation: str = "auto"  # "auto" (unshare -rn where it works) | "none"
+    lock_dir: str = str(gpu_lock.DEFAULT_LOCK_DIR)
+    gpus: list[str] | None = None  # candidate GPUs (default: visible ones)
+    memory_limit_gib: float | None = 16.0  # RLIMIT_AS of CPU children
+    # CPU children: OMP/MKL threads. 1 keeps CPU timings stable (two OpenMP runtimes - torch's and the one
+    # Inductor's C++ links - oversubscribe small machines) and lets evaluations run side by side.
+    cpu_threads: int | None = 1
+
+    default_timeout_s: ClassVar[dict[str, float]]  # per device, set by each subclass
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+        if self.tf32 not in environment.TF32_MODES:
+            raise ValueError(f"tf32 must be one of {environment.TF32_MODES}")
+
+    def timing_protocol(self) -> timing.TimingProtocol:
+        return timing.TimingProtocol.for_device(self.device, warmup=self.warmup, trials=self.timing_trials,
+                                                discard_first=self.discard_first, l2_flush_mib=self.l2_flush_mib)
+
+    def effective_timeout(self) -> float:
+        return float(self.timeout_s) if self.timeout_s else self.default_timeout_s[self.device]
+
+    def limits(self) -> Limits:
+        as_bytes = None
+        if self.device == "cpu" and self.memory_limit_gib:
+            as_bytes = int(self.memory_limit_gib * (1 << 30))
+        return Limits(as_bytes=as_bytes)
+
+    def cpu_thread_env(self) -> dict[str, str]:
+        """The child's OpenMP/MKL thread settings (CPU only)."""
+        if self.device != "cpu" or not self.cpu_threads:
+            return {}
+        return {"OMP_NUM_THREADS": str(self.cpu_threads), "MKL_NUM_THREADS": str(self.cpu_threads)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -1,0 +1,74 @@
+"""What a pipeline job adds around an evaluation: the answer's row, the run settings from the workflow config,
+where the job may run, the verdict of an answer without code, and the check that a timing was measured in the
+environment it is stored under. The stages evaluate, baseline and environment are thin CLIs over this."""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from workflow_scripts.core.statuses import Status
+from workflow_scripts.evaluation.environment import fingerprint_key
+
+# Config keys that say where or how a job runs but cannot change its result: never part of a key.
+NOT_IN_KEY = {"gpu_index", "gpus", "lock_dir", "keep_workdir", "hidden_seeds", "timing_seed", "post_timing_seed"}
+# Config keys that are Snakemake resources, not run settings.
+RESOURCE_KEYS = {"memory_gb"}
+
+
+def load_answer(answers_parquet: Path, level: int, problem_id: int) -> dict[str, Any]:
+    answers = pd.read_parquet(answers_parquet)
+    match = answers[(answers["level"] == level) & (answers["problem_id"] == problem_id)]
+    if len(match) != 1:
+        raise SystemExit(f"error: {answers_parquet} has {len(match)} rows for level {level} problem {problem_id}")
+    # Parquet nulls come back as NaN/NA: make them None so "no code" is never mistaken for a value.
+    return {k: (None if v is None or (not isinstance(v, (str, bytes, list)) and pd.isna(v)) else v)
+            for k, v in match.iloc[0].to_dict().items()}
+
+
+def failed_without_running(answer: dict[str, Any], device: str) -> dict[str, Any]:
+    """The verdict of an answer that has no code to run."""
+    status = Status.MISSING_COMPLETION if answer["extract_status"] == "missing_completion" else Status.NO_CODE
+    return {
+        "status": status.value, "compiled": False, "correct": False, "runtime_ms": None, "runtime_stats": None,
+        "max_abs_diff": None, "triton_launches": None, "flags": [], "device": device, "timing_mode": None,
+        "error": f"completion status: {answer['completion_status']}" if status is Status.MISSING_COMPLETION
+        else "no fenced code block in the completion",
+    }
+
+
+def key_params(config: Any) -> dict[str, Any]:
+    """The run settings that determine a result (the store key's params)."""
+    return {k: v for k, v in asdict(config).items() if k not in NOT_IN_KEY}
+
+
+def run_settings(evaluation: dict[str, Any], lock_dir: Path) -> dict[str, Any]:
+    """config["evaluation"] as run-configuration fields: resources dropped, the GPUs a job may lock (default:
+    every visible one) and the lock folder added. Locks name GPUs as the host sees them: one folder per host, so
+    cluster nodes never contend for "gpu0"."""
+    settings = {k: v for k, v in evaluation.items() if k not in RESOURCE_KEYS}
+    gpus = settings.pop("gpus", None)
+    settings["gpus"] = [str(g) for g in gpus] if gpus else None
+    settings["lock_dir"] = str(lock_dir / socket.gethostname())
+    return settings
+
+
+def environment_key(environment_file: Path) -> str:
+    return fingerprint_key(json.loads(Path(environment_file).read_text()))
+
+
+def check_environment(result: dict[str, Any], expected_key: str, environment_file: Path) -> None:
+    """A timing is stored under the recorded environment's key only if it was measured in that environment
+    (e.g. a job that landed on another GPU type, or a changed driver, fails here instead of mixing timings)."""
+    measured = result.get("fingerprint")
+    if measured and fingerprint_key(measured) != expected_key:
+        raise SystemExit(
+            f"error: this job ran in another environment than {environment_file} records "
+            f"(measured {fingerprint_key(measured)[:12]}, recorded {expected_key[:12]}); delete {environment_file} "
+            "to re-key the timings for this environment, or run the job where that environment is"
+        )

@@ -1,0 +1,140 @@
+"""KernelBench's correctness protocol as the parent applies it: the trial seeds, decoding the outputs a child sent,
+the output comparison and the status an evaluation gets (the whole protocol: ``workflow_scripts.evaluation.answer``).
+Pure functions: the parent computes every verdict here from raw bytes, never in the answer's process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workflow_scripts.core.statuses import Status, is_integrity_flag
+from workflow_scripts.evaluation.channel import Message, ProtocolError
+
+KERNELBENCH_SEED = 42
+SEED_DERIVATION = ("torch.manual_seed(seed); [torch.randint(0, 2**32 - 1, (1,)).item() for _ in range(n)] "
+                   "(KernelBench run_and_check_correctness)")
+
+
+def kernelbench_trial_seeds(seed: int = KERNELBENCH_SEED, n: int = 5) -> list[int]:
+    """KernelBench's per-trial input seeds (see SEED_DERIVATION); uses a private generator."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return [int(torch.randint(0, 2**32 - 1, (1,), generator=g).item()) for _ in range(n)]
+
+
+def _dtype_from_name(name: str) -> Any:
+    import torch
+
+    dt = getattr(torch, str(name), None)
+    if not isinstance(dt, torch.dtype):
+        raise ProtocolError(f"unknown dtype {name!r}")
+    return dt
+
+
+def decode_outputs(msg: Message) -> list[Any]:
+    """Rebuild the output tensors of an ``output`` message from its raw payload, validating every size."""
+    import torch
+
+    metas = msg.header.get("outputs")
+    if not isinstance(metas, list) or not metas:
+        raise ProtocolError("output message without outputs")
+    payload = msg.payload if msg.payload is not None else bytearray()
+    off = 0
+    out = []
+    for m in metas:
+        shape = m.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+            raise ProtocolError(f"bad shape {shape!r}")
+        dt = _dtype_from_name(m.get("dtype", ""))
+        numel = 1
+        for s in shape:
+            numel *= s
+        itemsize = torch.empty((), dtype=dt).element_size()
+        n = numel * itemsize
+        if m.get("nbytes") != n or off + n > len(payload):
+            raise ProtocolError("output sizes do not add up")
+        if n == 0:
+            out.append(torch.empty(shape, dtype=dt))
+        else:
+            flat = torch.frombuffer(payload, dtype=torch.uint8, count=n, offset=off)
+            out.append(flat.view(dt).reshape(shape))
+        off += n
+    if off != len(payload):
+        raise ProtocolError("trailing payload bytes")
+    return out
+
+
+def compare_outputs(ref: list[Any], new: list[Any], atol: float, rtol: float) -> tuple[str, float | None, str | None]:
+    """KernelBench's check, done by the parent: (verdict, max_abs_diff, detail)."""
+    import torch
+
+    if len(ref) != len(new):
+        return "shape_mismatch", None, f"expected {len(ref)} outputs, got {len(new)}"
+    worst: float | None = 0.0
+    for i, (r, n) in enumerate(zip(ref, new)):
+        if tuple(r.shape) != tuple(n.shape):
+            return "shape_mismatch", None, f"output {i}: expected shape {tuple(r.shape)}, got {tuple(n.shape)}"
+        if r.dtype != n.dtype:
+            return "dtype_mismatch", None, f"output {i}: expected dtype {r.dtype}, got {n.dtype}"
+        if r.numel() == 0:
+            continue
+        if r.dtype.is_floating_point or r.dtype.is_complex:
+            ok = bool(torch.allclose(r, n, atol=atol, rtol=rtol, equal_nan=False))
+            d = (r.to(torch.complex128 if r.dtype.is_complex else torch.float64)
+                 - n.to(torch.complex128 if n.dtype.is_complex else torch.float64)).abs().max().item()
+        elif r.dtype == torch.bool:
+            ok = bool(torch.equal(r, n))
+            d = float((r != n).any().item())
+        else:
+            ok = bool(torch.equal(r, n))
+            d = float((r.to(torch.float64) - n.to(torch.float64)).abs().max().item())
+        d = None if d != d else float(d)  # NaN -> None (JSON has no NaN)
+        if worst is not None:
+            worst = None if d is None else max(worst, d)
+        if not ok:
+            nan = bool(n.isnan().any()) if (n.dtype.is_floating_point or n.dtype.is_complex) else False
+            return "value_mismatch", worst, f"output {i}: not allclose(atol={atol}, rtol={rtol})" + (
+                " (NaN in output)" if nan else "")
+    return "ok", worst, None
+
+
+_VERDICT_STATUS = {
+    "shape_mismatch": Status.SHAPE_MISMATCH,
+    "dtype_mismatch": Status.DTYPE_MISMATCH,
+    "device_mismatch": Status.MISMATCH,
+    "value_mismatch": Status.MISMATCH,
+    "bad_output": Status.RUNTIME_ERROR,
+}
+
+
+def decide_status(
+    *,
+    imported: bool,
+    pre_import_status: Status | None,
+    failure: Status | None,
+    trial_verdicts: list[str],
+    flags: list[str],
+    require_triton: bool,
+    all_calls_launched: bool,
+) -> Status:
+    """Status precedence: a failure before the answer module finished importing is ``load_error`` (or
+    ``no_model_new``); after that any flag that rejects (``core.statuses.FLAGS``) gives ``rejected_runtime``; then
+    the failure (timeout, crash, init/runtime error), the first failing trial's shape/dtype/value mismatch; then
+    ``no_triton_launch`` when ``require_triton`` and some correctness call launched no Triton kernel; else
+    ``correct``. A reference failure (``reference_error``) comes before everything."""
+    if failure == Status.REFERENCE_ERROR:
+        return failure
+    if not imported:
+        return pre_import_status or Status.LOAD_ERROR
+    if any(is_integrity_flag(f) for f in flags):
+        return Status.REJECTED_RUNTIME
+    if failure is not None:
+        return failure
+    for v in trial_verdicts:
+        if v != "ok":
+            return _VERDICT_STATUS.get(v, Status.MISMATCH)
+    if not trial_verdicts:
+        return Status.CRASH
+    if require_triton and not all_calls_launched:
+        return Status.NO_TRITON_LAUNCH
+    return Status.CORRECT

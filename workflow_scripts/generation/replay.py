@@ -1,0 +1,76 @@
+"""Model kinds ``cached`` and ``reference``: one record per problem, replayed, never generated here.
+
+Kinds handled here:
+- ``cached``: raw completions (prose and code fences, exactly as the model or CLI returned them) read from a
+  folder of ``level<L>_<id>.txt`` files; an optional ``meta.json`` gives token counts. A missing file is a
+  record with status ``missing`` (the row fails later as ``missing_completion``), never a missing row.
+- ``reference``: the calibration model. Its answer to every problem is the problem's own reference code with
+  the class renamed to ``ModelNew``; timing it against eager measures the harness's noise and bias.
+
+Kinds ``vllm`` and ``cli`` live in generation/vllm.py and generation/cli_tool.py and write the same JSONL.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tokenize
+from pathlib import Path
+
+import pandas as pd
+
+from workflow_scripts.generation.cache import CompletionRecord
+from workflow_scripts.core.layout import problem_key
+from workflow_scripts.core.hashing import sha256_file
+
+def rename_reference_model(source: str) -> str:
+    """Rename the name token ``Model`` to ``ModelNew`` (class and ``super(Model, self)``), nothing else."""
+    tokens = []
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.NAME and token.string == "Model":
+            token = token._replace(string="ModelNew")
+        tokens.append(token)
+    return tokenize.untokenize(tokens)
+
+
+def replay_cached(
+    model: str, folder: Path, problems: pd.DataFrame, prompt_hashes: dict[str, str]
+) -> list[CompletionRecord]:
+    meta_file = folder / "meta.json"
+    meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    records = []
+    for row in problems.itertuples():
+        key = problem_key(row.level, row.problem_id)
+        path = folder / f"{key}.txt"
+        if not path.exists():
+            records.append(
+                CompletionRecord(
+                    model, row.level, row.problem_id, "missing", None, None, prompt_hashes.get(key),
+                    None, f"no cached completion {path.name} in {folder}", {"generation_provider": "cached"},
+                )
+            )
+            continue
+        text = path.read_text(encoding="utf-8")
+        tokens = meta.get(key, {}).get("completion_tokens")
+        records.append(
+            CompletionRecord(
+                model, row.level, row.problem_id, "ok" if text.strip() else "failed",
+                text if text.strip() else None, tokens, prompt_hashes.get(key), sha256_file(path),
+                None if text.strip() else "empty completion file", {"generation_provider": "cached"},
+            )
+        )
+    return records
+
+
+def reference_completions(model: str, suite_dir: Path, problems: pd.DataFrame) -> list[CompletionRecord]:
+    records = []
+    for row in problems.itertuples():
+        source = (suite_dir / row.path).read_text(encoding="utf-8")
+        text = "```python\n" + rename_reference_model(source).rstrip("\n") + "\n```\n"
+        records.append(
+            CompletionRecord(
+                model, row.level, row.problem_id, "ok", text, None, None, row.sha256, None,
+                {"generation_provider": "reference (calibration: the problem's own code renamed ModelNew)"},
+            )
+        )
+    return records

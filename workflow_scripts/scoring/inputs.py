@@ -1,0 +1,59 @@
+"""Reading what the collect stage joins: the problem index, each model's tables, the evaluation objects (with the
+store key each was computed or reused under) and the shared baselines, all found through the results layout."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from workflow_scripts.core.hashing import sha256_file
+from workflow_scripts.core.layout import ResultsLayout, problem_key
+from workflow_scripts.core.store import Store
+
+
+@dataclass(frozen=True)
+class RowInputs:
+    """The files of one collect run, keyed by role (the role names are part of the store's input hashes)."""
+
+    problems: pd.DataFrame
+    models: list[str]
+    files: dict[str, Path]
+
+    @classmethod
+    def find(cls, problems_file: Path, models: list[str], layout: ResultsLayout) -> RowInputs:
+        problems = pd.read_parquet(problems_file)
+        files: dict[str, Path] = {"problems": Path(problems_file)}
+        keys = [(int(p.level), int(p.problem_id)) for p in problems.itertuples()]
+        for model in models:
+            files[f"answers:{model}"] = Path(layout.answers(model))
+            files[f"static:{model}"] = Path(layout.static(model))
+            for level, pid in keys:
+                files[f"evaluation:{model}:{problem_key(level, pid)}"] = Path(layout.evaluation(model, level, pid))
+        for level, pid in keys:
+            files[f"baseline:{problem_key(level, pid)}"] = Path(layout.baseline(level, pid))
+        return cls(problems, list(models), files)
+
+    def hashes(self) -> dict[str, str]:
+        return {role: sha256_file(path) for role, path in self.files.items()}
+
+    def load(self, store: Store) -> tuple[dict, dict, dict, dict]:
+        """answers, static, evaluations and baselines, as collect_rows takes them."""
+        answers = {m: pd.read_parquet(self.files[f"answers:{m}"]) for m in self.models}
+        static = {m: pd.read_parquet(self.files[f"static:{m}"]) for m in self.models}
+        evaluations: dict[tuple[str, int, int], dict[str, Any]] = {}
+        baselines: dict[tuple[int, int], dict[str, Any]] = {}
+        for p in self.problems.itertuples():
+            key = problem_key(p.level, p.problem_id)
+            baselines[(p.level, p.problem_id)] = json.loads(self.files[f"baseline:{key}"].read_text())
+            for m in self.models:
+                path = self.files[f"evaluation:{m}:{key}"]
+                evaluation = json.loads(path.read_text())
+                # The store key the evaluation was reused or computed under: reviewers find the object by it.
+                entry = store.manifest_path(path)
+                evaluation["evaluation_key"] = json.loads(entry.read_text())["key"] if entry.exists() else None
+                evaluations[(m, p.level, p.problem_id)] = evaluation
+        return answers, static, evaluations, baselines

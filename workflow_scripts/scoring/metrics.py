@@ -1,0 +1,46 @@
+"""The one definition of speedup, fast_p and the review-flag limit. Rows, the summary and the figures all use
+these: change the definition here and every published number follows.
+
+- speedup = baseline time / answer time, for a correct answer with both times known (else unknown);
+- fast_p = the answer is correct and its speedup is strictly greater than p (KernelBench's definition); an
+  unknown speedup is never fast;
+- a correct answer whose speedup over either baseline exceeds FLAG_SPEEDUP is flagged for review.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# Speedup thresholds of the published fast_p counts; the key is how the published file spells p.
+THRESHOLDS: tuple[tuple[str, float], ...] = (("1", 1.0), ("1.5", 1.5), ("2", 2.0))
+FLAG_SPEEDUP = 10.0
+SUSPICIOUS_SPEEDUP_FLAG = "suspicious_speedup"
+
+
+def speedup(baseline_ms: float | None, runtime_ms: float | None) -> float | None:
+    if baseline_ms is None or runtime_ms is None or runtime_ms <= 0 or not math.isfinite(baseline_ms):
+        return None
+    return baseline_ms / runtime_ms
+
+
+def exceeds_flag_limit(*speedups: float | None) -> bool:
+    return any(s is not None and s > FLAG_SPEEDUP for s in speedups)
+
+
+def fast(correct: np.ndarray, speedups: np.ndarray, p: float) -> np.ndarray:
+    """Per problem: correct and speedup > p (NaN, an unknown speedup, is never fast)."""
+    with np.errstate(invalid="ignore"):
+        return correct & (speedups > p)
+
+
+def fast_counts(correct: np.ndarray, speedups: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """The number of fast answers at every p of ``grid`` at once (the same definition as ``fast``)."""
+    values = np.sort(speedups[correct & ~np.isnan(speedups)])
+    return values.size - np.searchsorted(values, grid, side="right")
+
+
+def flagged(correct: np.ndarray, speedup_eager: np.ndarray, speedup_compile: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return correct & ((speedup_eager > FLAG_SPEEDUP) | (speedup_compile > FLAG_SPEEDUP))

@@ -1,0 +1,671 @@
+"""Stage summarize: per-problem rows -> the published summary JSON, per-level tables, a markdown table, figures.
+
+Input: the per-problem rows of ``results/evaluations.parquet`` (one row per model x problem, see docs/design.md);
+the columns used are ``model, level, problem_id, problem, compiled, correct, speedup_eager, speedup_compile,
+keeps_torch_op, completion_tokens``. Output: a JSON object with the keys and nesting of the published
+``results.json`` (``benchmark``, ``models``, ``paired_bootstrap_vs_<reference>``, ``paired_bootstrap_note``,
+``level2_strategy``, ``level2_strategy_note``).
+
+Definitions (the published ones):
+
+* ``n`` = problems of the level; every problem stays in every denominator (failed answers, rejected answers,
+  problems whose baseline failed).
+* ``compiled`` / ``correct``: counts of rows with that flag.
+* ``eager_fast_p`` / ``compile_fast_p`` (p in 1, 1.5, 2): correct AND speedup strictly > p. A null speedup (the
+  baseline or the answer's timing is unknown) is never fast.
+* ``flags``: correct answers whose speedup over eager OR over torch.compile is > 10.
+* ``eager_fast_1_unflagged`` / ``compile_fast_1_unflagged``: the fast_1 counts without flagged answers.
+* ``overall``: all levels together. Level keys come from the levels present in the rows.
+* ``mean_completion_tokens``: mean over rows with a token count (null if none), unrounded.
+* ``paired_bootstrap_vs_<ref>.<model>.{correct, fast_eager, fast_compile}``: per problem 1/0 success
+  (fast_eager = eager_fast_1, fast_compile = compile_fast_1) over all problems of all levels in
+  (level, problem_id) order. ``delta_pp = 100 * mean(model_i - ref_i)``; ``ci95_pp`` = 100 x the 2.5 / 97.5
+  percentiles (numpy's default linear method) of the resampled mean difference; ``gained`` / ``lost`` = problems
+  where only the model / only the reference succeeds.
+* ``level2_strategy.<model>.<level>``: ``answers_keeping_pytorch_op`` = rows with keeps_torch_op true;
+  ``fast_unflagged_hybrid`` / ``fast_unflagged_pure_triton`` = eager_fast_1_unflagged rows that do / do not.
+
+Bootstrap RNG (fixed, so results reproduce): ``rng = numpy.random.default_rng(seed)``; the resample index
+matrix is ``rng.integers(0, n, size=(resamples, n))`` (int64), drawn in consecutive row blocks of
+``BOOTSTRAP_CHUNK`` rows, which yields exactly the same matrix as one call (numpy draws it element by element
+from one stream; tests/test_summarize.py checks this). The same matrix serves every model and every metric, so
+all comparisons are paired on the same resamples. Each block becomes a count matrix (how often each problem was
+drawn) and the resampled sums are ``counts @ (model - ref)`` in float32, which is exact for integer data this
+size. Values are not rounded: the published file stores raw floats such as 3.5000000000000004 (= 100 * 7/200).
+
+Context JSON (``--context``; every key optional, unknown keys are rejected to catch typos)::
+
+    {
+      "title": "...",                       # copied to the top of the summary
+      "benchmark": {...},                   # protocol etc., copied verbatim to summary.benchmark
+      "runtime": {...},                     # software / GPU of the run -> summary.benchmark.runtime
+      "models": {                           # key order = model order of the summary
+        "<model>": {"label": "...", "generation": {...}}   # both optional, copied verbatim
+      },
+      "notes": {"paired_bootstrap": "...", "level2_strategy": "..."}   # appended to the generated notes
+    }
+
+``runtime`` is nested inside ``benchmark`` because that is where the published file keeps it. Models named in
+the context but absent from the rows are ignored; models in the rows but not in the context follow, in order of
+first appearance.
+
+CLI: ``python -m workflow_scripts summarize --rows ROWS.parquet --out OUT.json [--reference NAME]
+[--compare NAME ...] [--resamples 100000] [--seed 42] [--tables-dir DIR] [--figures-dir DIR] [--markdown OUT.md]
+[--context CONTEXT.json]``. Re-running on the same inputs gives byte-identical outputs (ordered keys, no
+timestamps).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workflow_scripts.core.io import write_parquet
+from workflow_scripts.scoring import metrics
+from workflow_scripts.scoring.metrics import THRESHOLDS
+
+LEVEL_FIELDS: tuple[str, ...] = (
+    "n", "compiled", "correct",
+    "eager_fast_1", "eager_fast_1.5", "eager_fast_2",
+    "compile_fast_1", "compile_fast_1.5", "compile_fast_2",
+    "flags", "eager_fast_1_unflagged", "compile_fast_1_unflagged",
+)
+STRATEGY_FIELDS: tuple[str, ...] = ("answers_keeping_pytorch_op", "fast_unflagged_hybrid", "fast_unflagged_pure_triton")
+BOOTSTRAP_METRICS: tuple[str, ...] = ("correct", "fast_eager", "fast_compile")
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "model", "level", "problem_id", "problem", "compiled", "correct", "speedup_eager", "speedup_compile",
+    "keeps_torch_op", "completion_tokens",
+)
+DEFAULT_RESAMPLES = 100_000
+DEFAULT_SEED = 42
+BOOTSTRAP_CHUNK = 10_000  # rows of the index matrix drawn at once: bounds memory (~16 MB per block at n=200)
+CONTEXT_KEYS = frozenset({"title", "benchmark", "runtime", "models", "notes"})
+CONTEXT_MODEL_KEYS = frozenset({"label", "generation"})
+CONTEXT_NOTE_KEYS = frozenset({"paired_bootstrap", "level2_strategy"})
+
+STRATEGY_NOTE = (
+    "An answer 'keeps a PyTorch op' when forward() still calls a torch layer, functional op, tensor math method "
+    "or arithmetic on inputs (static AST check). fast_unflagged_hybrid / fast_unflagged_pure_triton split the "
+    "eager_fast_1_unflagged answers by that check."
+)
+
+
+# ---------------------------------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class LevelCounts:
+    """The counts of one model at one level (or overall); ``to_dict`` gives the published keys."""
+
+    n: int
+    compiled: int
+    correct: int
+    eager_fast_1: int
+    eager_fast_1_5: int
+    eager_fast_2: int
+    compile_fast_1: int
+    compile_fast_1_5: int
+    compile_fast_2: int
+    flags: int
+    eager_fast_1_unflagged: int
+    compile_fast_1_unflagged: int
+
+    def to_dict(self) -> dict[str, int]:
+        values = (
+            self.n, self.compiled, self.correct, self.eager_fast_1, self.eager_fast_1_5, self.eager_fast_2,
+            self.compile_fast_1, self.compile_fast_1_5, self.compile_fast_2, self.flags,
+            self.eager_fast_1_unflagged, self.compile_fast_1_unflagged,
+        )
+        return dict(zip(LEVEL_FIELDS, values))
+
+
+@dataclass(frozen=True)
+class StrategyCounts:
+    """How the eager-fast, unflagged answers of one model at one level split by the keeps-a-torch-op check."""
+
+    answers_keeping_pytorch_op: int
+    fast_unflagged_hybrid: int
+    fast_unflagged_pure_triton: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "answers_keeping_pytorch_op": self.answers_keeping_pytorch_op,
+            "fast_unflagged_hybrid": self.fast_unflagged_hybrid,
+            "fast_unflagged_pure_triton": self.fast_unflagged_pure_triton,
+        }
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """One paired comparison (model vs reference on one metric), in percentage points."""
+
+    delta_pp: float
+    ci95_pp: tuple[float, float]
+    gained: int
+    lost: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"delta_pp": self.delta_pp, "ci95_pp": list(self.ci95_pp), "gained": self.gained, "lost": self.lost}
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    label: str | None = None
+    generation: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SummaryContext:
+    """What the rows cannot say: protocol, runtime, model labels and generation provenance (schema above)."""
+
+    title: str | None = None
+    benchmark: dict[str, Any] = field(default_factory=dict)
+    runtime: dict[str, Any] | None = None
+    models: dict[str, ModelContext] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """Per-problem outcomes of one model, aligned to the sorted (level, problem_id) problem list."""
+
+    levels: np.ndarray  # int, per problem
+    compiled: np.ndarray  # bool
+    correct: np.ndarray  # bool
+    speedup_eager: np.ndarray  # float, NaN where unknown
+    speedup_compile: np.ndarray  # float, NaN where unknown
+    keeps_torch_op: np.ndarray  # bool (null -> False: no answer keeps nothing)
+    completion_tokens: np.ndarray  # float, NaN where unknown
+
+    def speedups(self, baseline: str) -> np.ndarray:
+        return self.speedup_eager if baseline == "eager" else self.speedup_compile
+
+    def fast(self, baseline: str, p: float) -> np.ndarray:
+        return metrics.fast(self.correct, self.speedups(baseline), p)
+
+    @property
+    def flagged(self) -> np.ndarray:
+        return metrics.flagged(self.correct, self.speedup_eager, self.speedup_compile)
+
+    def success(self, metric: str) -> np.ndarray:
+        """The 1/0 per-problem success the bootstrap compares."""
+        if metric == "correct":
+            return self.correct
+        if metric == "fast_eager":
+            return self.fast("eager", 1.0)
+        if metric == "fast_compile":
+            return self.fast("compile", 1.0)
+        raise ValueError(f"unknown bootstrap metric {metric!r}")
+
+
+# ---------------------------------------------------------------------------------------------------- context
+
+
+def parse_context(data: Mapping[str, Any] | None) -> SummaryContext:
+    """Validate the context object (schema in the module docstring) and turn it into a SummaryContext."""
+    if data is None:
+        return SummaryContext()
+    if not isinstance(data, Mapping):
+        raise ValueError("context must be a JSON object")
+    unknown = set(data) - CONTEXT_KEYS
+    if unknown:
+        raise ValueError(f"unknown context keys {sorted(unknown)}; allowed: {sorted(CONTEXT_KEYS)}")
+    for key in ("benchmark", "runtime", "models", "notes"):
+        if key in data and data[key] is not None and not isinstance(data[key], Mapping):
+            raise ValueError(f"context.{key} must be an object")
+    models: dict[str, ModelContext] = {}
+    for name, entry in (data.get("models") or {}).items():
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"context.models.{name} must be an object")
+        bad = set(entry) - CONTEXT_MODEL_KEYS
+        if bad:
+            raise ValueError(
+                f"unknown keys {sorted(bad)} in context.models.{name}; allowed: {sorted(CONTEXT_MODEL_KEYS)}"
+            )
+        generation = entry.get("generation")
+        if generation is not None and not isinstance(generation, Mapping):
+            raise ValueError(f"context.models.{name}.generation must be an object")
+        models[str(name)] = ModelContext(entry.get("label"), dict(generation) if generation is not None else None)
+    notes = dict(data.get("notes") or {})
+    bad = set(notes) - CONTEXT_NOTE_KEYS
+    if bad:
+        raise ValueError(f"unknown keys {sorted(bad)} in context.notes; allowed: {sorted(CONTEXT_NOTE_KEYS)}")
+    runtime = data.get("runtime")
+    return SummaryContext(
+        title=data.get("title"),
+        benchmark=dict(data.get("benchmark") or {}),
+        runtime=dict(runtime) if runtime is not None else None,
+        models=models,
+        notes={k: str(v) for k, v in notes.items()},
+    )
+
+
+def runtime_block(environment: dict[str, Any]) -> dict[str, Any]:
+    """What the published runtime block holds (torch, triton, cuda, python, gpu), then the full fingerprint."""
+    runtime = {key: environment.get(key) for key in ("device", "torch", "triton", "cuda", "python", "gpu")}
+    runtime.update({k: v for k, v in environment.items() if k not in runtime})
+    return runtime
+
+
+def build_context(settings: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
+    """The summary context from the workflow's config blocks (models, model_order, summary, suite, prompt,
+    evaluation, baselines) and the environment fingerprint."""
+    benchmark = dict(settings["summary"].get("benchmark") or {})
+    benchmark["settings"] = {
+        "suite": {k: settings["suite"].get(k) for k in ("path", "levels", "revision")},
+        "prompt": settings["prompt"],
+        # What the protocol is, not how much memory a job reserves.
+        "evaluation": {k: v for k, v in settings["evaluation"].items() if k != "memory_gb"},
+        "baselines": settings["baselines"],
+        "bootstrap": {k: settings["summary"][k] for k in ("reference", "resamples", "seed")},
+    }
+    models = {}
+    # The settings travel as sorted JSON; the config's order of models is kept separately.
+    for name in settings.get("model_order") or list(settings["models"]):
+        model = settings["models"][name]
+        entry: dict[str, Any] = {}
+        if "label" in model:
+            entry["label"] = model["label"]
+        if "generation" in model:
+            entry["generation"] = model["generation"]
+        models[name] = entry
+    return {"benchmark": benchmark, "runtime": runtime_block(environment), "models": models}
+
+
+def load_context(path: Path | None) -> SummaryContext:
+    return parse_context(None if path is None else json.loads(Path(path).read_text()))
+
+
+# ---------------------------------------------------------------------------------------------------- rows
+
+
+def _bool_array(series: pd.Series, name: str, *, null_as: bool | None) -> np.ndarray:
+    if series.isna().any():
+        if null_as is None:
+            raise ValueError(f"column {name!r} has null values")
+        series = series.astype("boolean").fillna(null_as)
+    return series.astype(bool).to_numpy()
+
+
+def _float_array(series: pd.Series) -> np.ndarray:
+    # Nullable dtypes (Float64/Int64 with pd.NA) and object columns with None all become NaN.
+    return pd.to_numeric(series, errors="raise").astype("float64").to_numpy(dtype=float, na_value=np.nan)
+
+
+def normalize_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Check the rows (columns, one row per model x problem, every model on the same problems) and sort them
+    by (level, problem_id) within each model, models in order of first appearance."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in rows.columns]
+    if missing:
+        raise ValueError(f"rows lack columns {missing}")
+    if rows.empty:
+        raise ValueError("no rows to summarize")
+    frame = rows.loc[:, list(REQUIRED_COLUMNS)].copy()
+    frame["model"] = frame["model"].astype(str)
+    frame["level"] = frame["level"].astype("int64")
+    frame["problem_id"] = frame["problem_id"].astype("int64")
+    duplicated = frame.duplicated(["model", "level", "problem_id"])
+    if duplicated.any():
+        first = frame[duplicated].iloc[0]
+        raise ValueError(
+            f"duplicate row for model {first['model']!r}, level {first['level']}, problem {first['problem_id']}"
+        )
+    problems = {(int(l), int(p)) for l, p in zip(frame["level"], frame["problem_id"])}
+    for model, group in frame.groupby("model", sort=False):
+        have = set(zip(group["level"].astype(int), group["problem_id"].astype(int)))
+        if have != problems:
+            lacking = sorted(problems - have)[:5]
+            raise ValueError(f"model {model!r} lacks rows for problems {lacking} (every model needs every problem)")
+    order = {m: i for i, m in enumerate(pd.unique(frame["model"]))}
+    frame["_model_order"] = frame["model"].map(order)
+    frame = frame.sort_values(["_model_order", "level", "problem_id"], kind="stable").drop(columns="_model_order")
+    return frame.reset_index(drop=True)
+
+
+def outcomes_by_model(rows: pd.DataFrame) -> dict[str, Outcomes]:
+    """Per-model outcome arrays (rows must come from normalize_rows, so problems align across models)."""
+    result: dict[str, Outcomes] = {}
+    for model, group in rows.groupby("model", sort=False):
+        compiled = _bool_array(group["compiled"], "compiled", null_as=None)
+        correct = _bool_array(group["correct"], "correct", null_as=None)
+        if (correct & ~compiled).any():
+            raise ValueError(f"model {model!r} has rows that are correct but not compiled")
+        result[str(model)] = Outcomes(
+            levels=group["level"].to_numpy(dtype=np.int64),
+            compiled=compiled,
+            correct=correct,
+            speedup_eager=_float_array(group["speedup_eager"]),
+            speedup_compile=_float_array(group["speedup_compile"]),
+            keeps_torch_op=_bool_array(group["keeps_torch_op"], "keeps_torch_op", null_as=False),
+            completion_tokens=_float_array(group["completion_tokens"]),
+        )
+    return result
+
+
+def model_order(rows: pd.DataFrame, context: SummaryContext | None = None) -> list[str]:
+    """Context order first (models present in the rows only), then the rest in order of first appearance."""
+    present = [str(m) for m in pd.unique(rows["model"].astype(str))]
+    listed = [m for m in (context.models if context else {}) if m in set(present)]
+    return listed + [m for m in present if m not in set(listed)]
+
+
+# ---------------------------------------------------------------------------------------------------- counts
+
+
+def level_counts(outcomes: Outcomes, mask: np.ndarray | None = None) -> LevelCounts:
+    """Counts over the problems selected by ``mask`` (all problems when None)."""
+    sel = np.ones_like(outcomes.correct) if mask is None else mask
+    flagged = outcomes.flagged & sel
+
+    def count(a: np.ndarray) -> int:
+        return int(np.count_nonzero(a & sel))
+
+    e = {k: count(outcomes.fast("eager", p)) for k, p in THRESHOLDS}
+    c = {k: count(outcomes.fast("compile", p)) for k, p in THRESHOLDS}
+    return LevelCounts(
+        n=int(np.count_nonzero(sel)),
+        compiled=count(outcomes.compiled),
+        correct=count(outcomes.correct),
+        eager_fast_1=e["1"], eager_fast_1_5=e["1.5"], eager_fast_2=e["2"],
+        compile_fast_1=c["1"], compile_fast_1_5=c["1.5"], compile_fast_2=c["2"],
+        flags=int(np.count_nonzero(flagged)),
+        eager_fast_1_unflagged=count(outcomes.fast("eager", 1.0) & ~flagged),
+        compile_fast_1_unflagged=count(outcomes.fast("compile", 1.0) & ~flagged),
+    )
+
+
+def strategy_counts(outcomes: Outcomes, mask: np.ndarray) -> StrategyCounts:
+    fast_unflagged = outcomes.fast("eager", 1.0) & ~outcomes.flagged & mask
+    keeps = outcomes.keeps_torch_op
+    return StrategyCounts(
+        answers_keeping_pytorch_op=int(np.count_nonzero(keeps & mask)),
+        fast_unflagged_hybrid=int(np.count_nonzero(fast_unflagged & keeps)),
+        fast_unflagged_pure_triton=int(np.count_nonzero(fast_unflagged & ~keeps)),
+    )
+
+
+def mean_completion_tokens(outcomes: Outcomes) -> float | None:
+    known = outcomes.completion_tokens[~np.isnan(outcomes.completion_tokens)]
+    if known.size == 0:
+        return None
+    # fsum is exact for token counts, so the mean is the correctly rounded sum / count (the published form).
+    return math.fsum(known.tolist()) / known.size
+
+
+# ---------------------------------------------------------------------------------------------------- bootstrap
+
+
+def resample_counts(n: int, resamples: int, seed: int, chunk: int = BOOTSTRAP_CHUNK) -> Iterator[np.ndarray]:
+    """Yield blocks of the (resamples x n) matrix of how often each problem is drawn, as float32.
+
+    Row r of the full matrix counts the indices in row r of ``default_rng(seed).integers(0, n, (resamples, n))``.
+    """
+    rng = np.random.default_rng(seed)
+    done = 0
+    while done < resamples:
+        rows = min(chunk, resamples - done)
+        idx = rng.integers(0, n, size=(rows, n))
+        flat = idx + (np.arange(rows, dtype=np.int64) * n)[:, None]  # row-offset so one bincount does every row
+        yield np.bincount(flat.ravel(), minlength=rows * n).reshape(rows, n).astype(np.float32)
+        done += rows
+
+
+def paired_bootstrap(
+    model: np.ndarray, reference: np.ndarray, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
+    chunk: int = BOOTSTRAP_CHUNK,
+) -> list[BootstrapResult]:
+    """Paired percentile bootstrap of ``model[k] - reference[k]`` for each row k (1/0 per problem).
+
+    ``model`` and ``reference`` are (K, n) arrays (or (n,) for one comparison); every row is resampled with the
+    same index matrix, so all K comparisons are paired on the same resamples.
+    """
+    m = np.atleast_2d(np.asarray(model, dtype=np.int64))
+    r = np.atleast_2d(np.asarray(reference, dtype=np.int64))
+    if m.shape != r.shape:
+        raise ValueError(f"model and reference shapes differ: {m.shape} vs {r.shape}")
+    k, n = m.shape
+    if n == 0:
+        raise ValueError("cannot bootstrap zero problems")
+    if resamples < 1:
+        raise ValueError("resamples must be >= 1")
+    diff = (m - r).T.astype(np.float32)  # (n, K)
+    sums = np.empty((resamples, k), dtype=np.float32)
+    start = 0
+    for counts in resample_counts(n, resamples, seed, chunk):
+        sums[start:start + len(counts)] = counts @ diff  # integer-valued and < 2**24: exact in float32
+        start += len(counts)
+    # Percentiles of the resampled mean difference, then x100: the published form (100 * (7/200) etc.).
+    lo, hi = np.percentile(sums.astype(np.float64) / n, [2.5, 97.5], axis=0)
+    results = []
+    for j in range(k):
+        results.append(BootstrapResult(
+            delta_pp=100.0 * (int((m[j] - r[j]).sum()) / n),
+            ci95_pp=(float(100.0 * lo[j]), float(100.0 * hi[j])),
+            gained=int(np.count_nonzero((m[j] == 1) & (r[j] == 0))),
+            lost=int(np.count_nonzero((m[j] == 0) & (r[j] == 1))),
+        ))
+    return results
+
+
+def bootstrap_block(
+    outcomes: Mapping[str, Outcomes], reference: str, compared: Sequence[str], *, resamples: int, seed: int,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """paired_bootstrap_vs_<reference>: every compared model x metric in one vectorised pass."""
+    if not compared:
+        return {}
+    pairs = [(name, metric) for name in compared for metric in BOOTSTRAP_METRICS]
+    model = np.stack([outcomes[name].success(metric) for name, metric in pairs])
+    ref = np.stack([outcomes[reference].success(metric) for _, metric in pairs])
+    results = paired_bootstrap(model, ref, resamples=resamples, seed=seed)
+    block: dict[str, dict[str, dict[str, Any]]] = {}
+    for (name, metric), result in zip(pairs, results):
+        block.setdefault(name, {})[metric] = result.to_dict()
+    return block
+
+
+# ---------------------------------------------------------------------------------------------------- summary
+
+
+def _level_keys(levels: np.ndarray) -> list[int]:
+    return sorted(int(level) for level in np.unique(levels))
+
+
+def summarize(
+    rows: pd.DataFrame,
+    *,
+    reference: str | None = None,
+    compare: Sequence[str] | None = None,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    context: SummaryContext | None = None,
+) -> dict[str, Any]:
+    """The summary object (published schema) from the per-problem rows.
+
+    ``reference`` defaults to the first model in model order; ``compare`` defaults to every other model.
+    """
+    context = context or SummaryContext()
+    frame = normalize_rows(rows)
+    outcomes = outcomes_by_model(frame)
+    order = model_order(frame, context)
+    reference = order[0] if reference is None else reference
+    if reference not in outcomes:
+        raise ValueError(f"reference model {reference!r} is not in the rows (models: {order})")
+    if compare is None:
+        compared = [m for m in order if m != reference]
+    else:
+        unknown = [m for m in compare if m not in outcomes]
+        if unknown:
+            raise ValueError(f"--compare names models not in the rows: {unknown}")
+        if reference in compare:
+            raise ValueError(f"the reference {reference!r} cannot be compared with itself")
+        wanted = set(compare)
+        compared = [m for m in order if m in wanted]  # model order, whatever order the CLI named them in
+
+    levels = _level_keys(next(iter(outcomes.values())).levels)
+    n_problems = len(next(iter(outcomes.values())).levels)
+
+    models: dict[str, Any] = {}
+    strategy: dict[str, Any] = {}
+    for name in order:
+        o = outcomes[name]
+        entry: dict[str, Any] = {}
+        meta = context.models.get(name, ModelContext())
+        if meta.label is not None:
+            entry["label"] = meta.label
+        entry["levels"] = {"overall": level_counts(o).to_dict()}
+        for level in levels:
+            entry["levels"][str(level)] = level_counts(o, o.levels == level).to_dict()
+        entry["mean_completion_tokens"] = mean_completion_tokens(o)
+        if meta.generation is not None:
+            entry["generation"] = meta.generation
+        models[name] = entry
+        strategy[name] = {str(level): strategy_counts(o, o.levels == level).to_dict() for level in levels}
+
+    bootstrap_note = (
+        f"Differences in percentage points against '{reference}' on the same {n_problems} problems "
+        f"(fast_eager = eager_fast_1, fast_compile = compile_fast_1); 95% percentile interval from {resamples:,} "
+        f"paired resamples of problems, seed {seed}. gained / lost = problems where only the model / only "
+        f"'{reference}' succeeds."
+    )
+    if "paired_bootstrap" in context.notes:
+        bootstrap_note += " " + context.notes["paired_bootstrap"]
+    strategy_note = STRATEGY_NOTE
+    if "level2_strategy" in context.notes:
+        strategy_note += " " + context.notes["level2_strategy"]
+
+    benchmark = dict(context.benchmark)
+    if context.runtime is not None:
+        benchmark["runtime"] = context.runtime  # the published file nests the runtime in benchmark
+
+    summary: dict[str, Any] = {}
+    if context.title is not None:
+        summary["title"] = context.title
+    summary["benchmark"] = benchmark
+    summary["models"] = models
+    summary[f"paired_bootstrap_vs_{reference}"] = bootstrap_block(
+        outcomes, reference, compared, resamples=resamples, seed=seed
+    )
+    summary["paired_bootstrap_note"] = bootstrap_note
+    summary["level2_strategy"] = strategy
+    summary["level2_strategy_note"] = strategy_note
+    return summary
+
+
+def bootstrap_reference(summary: Mapping[str, Any]) -> str:
+    keys = [k for k in summary if k.startswith("paired_bootstrap_vs_")]
+    if len(keys) != 1:
+        raise ValueError(f"expected one paired_bootstrap_vs_<reference> block, found {keys}")
+    return keys[0].removeprefix("paired_bootstrap_vs_")
+
+
+def dumps_summary(summary: Mapping[str, Any]) -> str:
+    """The JSON text: the published layout (indent 1), insertion-ordered keys, no NaN."""
+    return json.dumps(summary, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------- tables
+
+
+def levels_table(summary: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per model x level ('overall' first): the level counts, rates and the strategy split."""
+    records = []
+    for name, entry in summary["models"].items():
+        strategy = summary["level2_strategy"].get(name, {})
+        for level, counts in entry["levels"].items():
+            record: dict[str, Any] = {"model": name, "label": entry.get("label"), "level": level}
+            record.update(counts)
+            n = counts["n"]
+            record["compiled_rate"] = counts["compiled"] / n if n else None
+            record["correct_rate"] = counts["correct"] / n if n else None
+            if level == "overall":  # the JSON has no overall split; the table sums the levels
+                parts = list(strategy.values())
+                split = {f: sum(p[f] for p in parts) for f in STRATEGY_FIELDS} if parts else {}
+            else:
+                split = strategy.get(level, {})
+            for f in STRATEGY_FIELDS:
+                record[f] = split.get(f)
+            record["mean_completion_tokens"] = entry["mean_completion_tokens"]
+            records.append(record)
+    frame = pd.DataFrame.from_records(records)
+    ints = list(LEVEL_FIELDS) + list(STRATEGY_FIELDS)
+    return frame.astype({c: "Int64" for c in ints} | {"label": "string", "model": "string", "level": "string",
+                                                       "mean_completion_tokens": "Float64"})
+
+
+def bootstrap_table(summary: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per compared model x metric."""
+    reference = bootstrap_reference(summary)
+    records = []
+    for name, results in summary[f"paired_bootstrap_vs_{reference}"].items():
+        for metric, r in results.items():
+            records.append({
+                "model": name, "reference": reference, "metric": metric, "delta_pp": r["delta_pp"],
+                "ci95_low_pp": r["ci95_pp"][0], "ci95_high_pp": r["ci95_pp"][1],
+                "gained": r["gained"], "lost": r["lost"],
+            })
+    columns = ["model", "reference", "metric", "delta_pp", "ci95_low_pp", "ci95_high_pp", "gained", "lost"]
+    frame = pd.DataFrame.from_records(records, columns=columns)
+    return frame.astype({"model": "string", "reference": "string", "metric": "string", "delta_pp": "float64",
+                         "ci95_low_pp": "float64", "ci95_high_pp": "float64", "gained": "int64", "lost": "int64"})
+
+
+def _pct(count: int, n: int) -> str:
+    return f"{count} ({100.0 * count / n:.1f}%)" if n else str(count)
+
+
+def _pp(x: float) -> str:
+    return f"{x:+.1f}"
+
+
+def markdown_table(summary: Mapping[str, Any]) -> str:
+    """The headline table: overall counts (and % of all problems) per model, and the bootstrap delta on correct."""
+    reference = bootstrap_reference(summary)
+    boot = summary[f"paired_bootstrap_vs_{reference}"]
+    header = ["model", "label", "n", "compiled", "correct", "eager fast_1", "eager fast_1.5", "eager fast_2",
+              "compile fast_1", "compile fast_1.5", "compile fast_2", "flags",
+              f"Δ correct vs {reference}, pp [95% CI]"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
+    for name, entry in summary["models"].items():
+        c = entry["levels"]["overall"]
+        n = c["n"]
+        if name in boot:
+            b = boot[name]["correct"]
+            delta = f"{_pp(b['delta_pp'])} [{_pp(b['ci95_pp'][0])}, {_pp(b['ci95_pp'][1])}]"
+        else:
+            delta = "reference" if name == reference else ""
+        cells = [name, str(entry.get("label") or ""), str(n), _pct(c["compiled"], n), _pct(c["correct"], n)]
+        cells += [_pct(c[f"eager_fast_{k}"], n) for k, _ in THRESHOLDS]
+        cells += [_pct(c[f"compile_fast_{k}"], n) for k, _ in THRESHOLDS]
+        cells += [str(c["flags"]), delta]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(
+    summary: Mapping[str, Any], out: Path, *, tables_dir: Path | None = None, markdown: Path | None = None,
+) -> list[Path]:
+    """Write the JSON, the tables (levels.parquet, bootstrap.parquet) and optionally the markdown table."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(dumps_summary(summary))
+    tables_dir = Path(tables_dir) if tables_dir is not None else out.parent / "tables"
+    tables_dir.mkdir(parents=True, exist_ok=True)
+    written = [out, tables_dir / "levels.parquet", tables_dir / "bootstrap.parquet"]
+    write_parquet(written[1], levels_table(summary))
+    write_parquet(written[2], bootstrap_table(summary))
+    if markdown is not None:
+        markdown = Path(markdown)
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(markdown_table(summary))
+        written.append(markdown)
+    return written
+
+
+# ---------------------------------------------------------------------------------------------------- CLI

@@ -1,0 +1,53 @@
+"""Rule baseline: eager and torch.compile timings of one problem's reference, shared by every model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.core.hashing import sha256_file
+from workflow_scripts.core.io import write_json
+from workflow_scripts.core.params import parse_params, parse_stage_args, stage_parser
+from workflow_scripts.core.store import Store, code_version
+from workflow_scripts.evaluation.baseline import BaselineConfig, measure_baselines
+from workflow_scripts.evaluation.jobs import check_environment, environment_key, key_params, run_settings
+
+STAGE = "baselines"
+
+
+@dataclass(frozen=True)
+class Params:
+    evaluation: dict[str, Any]  # config["evaluation"]: the answers' protocol, which the baselines share
+    baselines: dict[str, Any]  # config["baselines"]: compile_mode and the per-child timeout_s
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser(__doc__, "workflow_scripts.stages.baseline", Params)
+    parser.add_argument("--problem", type=Path, required=True, help="the problem's source file")
+    parser.add_argument("--environment", type=Path, required=True, help="results/environment/<device>.json")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--store", type=Path, required=True)
+    parser.add_argument("--lock-dir", type=Path, required=True)
+    args, params = parse_stage_args(parser, Params, argv)
+    settings = run_settings(params.evaluation, args.lock_dir)
+    # Only the protocol fields baselines share with answers (correctness fields such as atol do not apply), and
+    # their own limit (max-autotune compiles are slow).
+    settings = {k: v for k, v in settings.items() if k in BaselineConfig.__dataclass_fields__}
+    settings.update(params.baselines)
+    config = parse_params(BaselineConfig, settings, source="--params baselines")
+    inputs = {"problem": sha256_file(args.problem), "environment": environment_key(args.environment)}
+
+    def compute(out: dict[str, Path]) -> None:
+        result = measure_baselines(args.problem, config).to_dict()
+        check_environment(result, inputs["environment"], args.environment)
+        write_json(out["json"], result)
+
+    computed = Store(args.store).build({"json": args.out}, STAGE, code_version(__spec__.name), key_params(config),
+                                       inputs, compute)
+    print(f"baseline {'computed' if computed else 'reused from the store'}: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

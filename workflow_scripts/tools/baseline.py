@@ -1,0 +1,41 @@
+"""`python -m workflow_scripts baseline`: the by-hand command line of evaluation/baseline."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from workflow_scripts.evaluation import environment, gpu_lock
+from workflow_scripts.evaluation.baseline import BaselineConfig, measure_baselines
+from workflow_scripts.core.io import write_json
+
+
+def main(argv: list[str] | None = None) -> int:
+
+    ap = argparse.ArgumentParser(description="Time the eager and torch.compile baselines of one problem.")
+    ap.add_argument("--problem", type=Path, required=True)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--timeout", type=float, default=None, help="seconds per baseline child")
+    ap.add_argument("--gpu-index", type=int, default=None)
+    ap.add_argument("--tf32", choices=list(environment.TF32_MODES), default="pytorch_default")
+    ap.add_argument("--timing-trials", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--compile-mode", default="max-autotune")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--isolation", choices=["auto", "none"], default="auto")
+    ap.add_argument("--lock-dir", default=str(gpu_lock.DEFAULT_LOCK_DIR))
+    a = ap.parse_args(argv)
+    cfg = BaselineConfig(device=a.device, gpu_index=a.gpu_index, timeout_s=a.timeout, tf32=a.tf32,
+                         timing_trials=a.timing_trials, warmup=a.warmup, compile_mode=a.compile_mode,
+                         run_compile=not a.no_compile, isolation=a.isolation, lock_dir=a.lock_dir)
+    res = measure_baselines(a.problem, cfg)
+    write_json(a.out, res.to_dict())
+    print(f"{a.problem}: eager {res.eager_status} {res.eager_ms}, compile {res.compile_status} {res.compile_ms} "
+          f"(compile {res.compile_time_s}s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
