@@ -575,7 +575,7 @@ def test_cli_prints_and_writes_json(tmp_path: Path) -> None:
     code.write_text(HEADER + "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
                     "        return torch.relu(launch_relu(x))\n")
     out = tmp_path / "out" / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "workflow_scripts.analysis.static", "--code", str(code),
+    proc = subprocess.run([sys.executable, "-m", "workflow_scripts", "analyze", "--code", str(code),
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     printed = json.loads(proc.stdout)
@@ -588,7 +588,7 @@ def test_cli_prints_and_writes_json(tmp_path: Path) -> None:
 def test_cli_syntax_error(tmp_path: Path) -> None:
     code = tmp_path / "answer.py"
     code.write_text("class ModelNew(:\n")
-    proc = subprocess.run([sys.executable, "-m", "workflow_scripts.analysis.static", "--code", str(code)],
+    proc = subprocess.run([sys.executable, "-m", "workflow_scripts", "analyze", "--code", str(code)],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     report = json.loads(proc.stdout)
