@@ -131,3 +131,24 @@ def test_core_imports_only_the_standard_library(module: str) -> None:
             if root not in ("workflow_scripts", "__future__") and root not in __import__("sys").stdlib_module_names:
                 third_party.append(name)
     assert not third_party, f"{module} imports {third_party} at module level"
+
+
+@pytest.mark.parametrize("tool", sorted(p.stem for p in (PACKAGE / "tools").glob("*.py") if p.stem != "__init__"))
+def test_every_tool_answers_help_through_the_one_door(tool: str) -> None:
+    import subprocess
+    import sys
+
+    name = tool.replace("_", "-")
+    proc = subprocess.run([sys.executable, "-m", "workflow_scripts", name, "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "usage: python -m workflow_scripts" in proc.stdout, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("stage", sorted(p.stem for p in (PACKAGE / "stages").glob("*.py") if p.stem != "__init__"))
+def test_every_stage_answers_help(stage: str) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", f"workflow_scripts.stages.{stage}", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "--params" in proc.stdout, proc.stderr[-2000:]

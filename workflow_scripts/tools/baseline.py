@@ -13,7 +13,7 @@ from workflow_scripts.core.io import write_json
 
 def main(argv: list[str] | None = None) -> int:
 
-    ap = argparse.ArgumentParser(description="Time the eager and torch.compile baselines of one problem.")
+    ap = argparse.ArgumentParser(prog="python -m workflow_scripts baseline", description="Time the eager and torch.compile baselines of one problem.")
     ap.add_argument("--problem", type=Path, required=True)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--out", type=Path, required=True)

@@ -10,7 +10,7 @@ from workflow_scripts.evaluation.environment import TF32_MODES, fingerprint, fin
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m workflow_scripts environment", description="Print or write the environment fingerprint.")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--gpu-index", default=None)
     ap.add_argument("--tf32", choices=list(TF32_MODES), default="pytorch_default")

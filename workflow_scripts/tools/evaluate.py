@@ -12,7 +12,7 @@ from workflow_scripts.core.io import write_json
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Evaluate one answer (ModelNew) against one KernelBench problem.")
+    ap = argparse.ArgumentParser(prog="python -m workflow_scripts evaluate", description="Evaluate one answer (ModelNew) against one KernelBench problem.")
     ap.add_argument("--problem", type=Path, required=True)
     ap.add_argument("--answer", type=Path, required=True)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

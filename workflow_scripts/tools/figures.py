@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-import pd
+import pandas as pd
 from workflow_scripts.scoring.figures import make_figures
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import pd
+import pandas as pd
 from workflow_scripts.scoring.summary import DEFAULT_RESAMPLES, DEFAULT_SEED, load_context, markdown_table, summarize, write_outputs
 
 
