@@ -21,7 +21,8 @@ Protocol (KernelBench's, with the deviations marked):
   seed-42 timing inputs; values do not change timing for these ops). After timing, the timed input tensors are
   overwritten in place with inputs from a third secret seed and the answer's output on them is checked
   (``post_timing_mismatch``).
-* Timing: see ``workflow_scripts.evaluation.timing`` (CUDA events with L2 flush and a device-wide synchronize, 3 warm-up +
+* Timing: see ``workflow_scripts.evaluation.timing`` (KernelBench's CUDA-event window with an L2 flush before it; work left
+  on other streams is measured after it and flagged, 3 warm-up +
   1 discarded + 100 trials on the GPU; wall clock, 1 + 1 + 10 on the CPU, ``timing_mode`` says which). Only
   answers that passed every correctness trial are timed. ``runtime_ms`` is the mean, null unless correct.
 * Status precedence (``decide_status``): a failure before the module finished importing is ``load_error`` (or
@@ -164,6 +165,16 @@ class _RefFailed(Exception):
 
 
 # Values from the answer's child are untrusted: keep only well-typed, finite, bounded ones.
+def _rng_state(reference_output: Message) -> dict[str, str | None] | None:
+    """The generator state the reference child reported after its forward (hex strings of bounded size), relayed
+    to the answer child unchanged; None if the reference sent none."""
+    rng = reference_output.header.get("rng")
+    if not isinstance(rng, dict) or not isinstance(rng.get("cpu"), str) or len(rng["cpu"]) > 65536:
+        return None
+    cuda = rng.get("cuda")
+    return {"cpu": rng["cpu"], "cuda": cuda if isinstance(cuda, str) and len(cuda) <= 4096 else None}
+
+
 def _num(x: Any) -> float | None:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
@@ -318,9 +329,11 @@ class _Evaluation:
             plan = [(i, "seeded", s) for i, s in enumerate(self.trial_seeds)] + [
                 (n + j, "hidden", s) for j, s in enumerate(self.hidden_seeds)]
             for idx, kind, seed in plan:
+                # The reference first: the answer's forward starts from the generator state it leaves (KernelBench
+                # runs both forwards back to back in one process).
                 ref.send("trial", seed=seed, index=idx, kind=kind)
-                ans.send("trial", seed=seed, index=idx, kind=kind)
                 rm = self._recv_ref(ref, deadline, "output")
+                ans.send("trial", seed=seed, index=idx, kind=kind, rng=_rng_state(rm))
                 if not self._answer_trial(ans, rm, deadline, idx, kind, seed):
                     break
             self.phases["correctness_s"] = time.monotonic() - t_corr
@@ -366,7 +379,8 @@ class _Evaluation:
                 if tm.type != "timing":
                     raise ProtocolError(f"unexpected {tm.type} while timing")
                 raw = tm.header.get("raw") if isinstance(tm.header.get("raw"), dict) else {}
-                self.timing_raw = {k: _nums(raw.get(k)) for k in ("discarded_ms", "warmup_ms", "host_ms")}
+                self.timing_raw = {k: _nums(raw.get(k)) for k in ("discarded_ms", "warmup_ms", "host_ms",
+                                                                   "leftover_us")}
                 lpc = tm.header.get("launches_per_call")
                 self.timing_raw["launches_per_call"] = [_int(x) for x in lpc] if isinstance(lpc, list) else None
                 self.timing_raw["wall_s_parent"] = time.monotonic() - t_time
@@ -374,10 +388,14 @@ class _Evaluation:
                 self.runtime_stats = timing.stats(trials_ms if isinstance(trials_ms, list) else [])
                 if self.runtime_stats is None:
                     raise ProtocolError("timing without usable trials")
+                leftover = self.timing_raw["leftover_us"]
+                if leftover and None not in leftover and timing.side_stream_leftover(
+                        {"leftover_us": leftover, "trials_ms": self.runtime_stats["trials"]}):
+                    self.flag("unsynchronized_stream")  # judged here, from raw numbers, not in the answer's process
                 self.phases["timing_s"] = time.monotonic() - t_time
                 phase = "post_timing"
                 t_post = time.monotonic()
-                ans.send("post_timing", seed=self.post_seed)
+                ans.send("post_timing", seed=self.post_seed, rng=_rng_state(rpost))
                 self._answer_trial(ans, rpost, deadline, "post_timing", "post_timing", self.post_seed)
                 self.phases["post_timing_s"] = time.monotonic() - t_post
             else:

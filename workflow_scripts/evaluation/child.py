@@ -186,6 +186,18 @@ class _Child:
         if self.device_kind == "cuda":
             self.cuda_manual_seed(seed)
 
+    def rng_state(self) -> dict[str, str | None]:
+        """The CPU and CUDA generators' states, as hex (what the next forward would start from)."""
+        torch = self.torch
+        cuda = bytes(torch.cuda.get_rng_state().tolist()).hex() if self.device_kind == "cuda" else None
+        return {"cpu": bytes(torch.get_rng_state().tolist()).hex(), "cuda": cuda}
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        torch = self.torch
+        torch.set_rng_state(torch.tensor(list(bytes.fromhex(state["cpu"])), dtype=torch.uint8))
+        if self.device_kind == "cuda" and state.get("cuda"):
+            torch.cuda.set_rng_state(torch.tensor(list(bytes.fromhex(state["cuda"])), dtype=torch.uint8))
+
     def process(self, x: Any) -> Any:
         # KernelBench casts every input tensor to fp32; we cast only floating ones (integer targets stay integer).
         if self._isinstance(x, self.Tensor):
@@ -270,13 +282,16 @@ def _run_reference(c: _Child, problem: Any) -> None:
             if c.device_kind == "cuda":
                 c.torch.cuda.synchronize()
             ms = (time.perf_counter() - t0) * 1e3
+        # KernelBench runs the answer's forward right after the reference's in one process, without reseeding:
+        # the answer must start from the generators as this forward left them.
+        rng = c.rng_state()
         structure, outs = c.flatten(out)
         outs = [o if isinstance(o, c.Tensor) else c.torch.as_tensor(o) for o in outs]
         metas, chunks = c.payload(outs)
         in_meta = [{"dtype": str(x.dtype).replace("torch.", ""), "shape": list(x.shape)} if isinstance(x, c.Tensor)
                    else {"type": type(x).__name__} for x in inputs]
         c.sender.send({"type": "output", "index": cmd.get("index"), "structure": structure, "outputs": metas,
-                       "forward_ms": ms, "inputs": in_meta}, chunks)
+                       "forward_ms": ms, "inputs": in_meta, "rng": rng}, chunks)
         del out, outs, inputs
 
 
@@ -384,13 +399,15 @@ def _answer_loop(c: _Child, problem: Any, model: Any, launch: LaunchCounter, gua
     def input_ptrs(inputs: list[Any]) -> set[int]:
         return {storage(x).data_ptr() for x in inputs if _isinstance(x, Tensor) and x.numel()}
 
-    def run_once(inputs: list[Any], seed: int | None, index: Any, kind: str) -> None:
+    def run_once(inputs: list[Any], seed: int | None, index: Any, kind: str, rng: dict[str, Any] | None) -> None:
         snapshot = [clone(x) if _isinstance(x, Tensor) else x for x in inputs]
         launch.take()
         t0 = perf()
         try:
             with c.no_grad():
-                if seed is not None:
+                if rng is not None:
+                    c.set_rng_state(rng)  # where the reference's forward left the generators (KernelBench)
+                elif seed is not None:
                     c.set_seed(seed)
                 t0 = perf()
                 out = model(*inputs)
@@ -440,7 +457,7 @@ def _answer_loop(c: _Child, problem: Any, model: Any, launch: LaunchCounter, gua
         if name == "trial":
             seed = int(cmd["seed"])
             inputs = c.make_inputs(problem, seed)
-            run_once(inputs, seed, cmd.get("index"), cmd.get("kind", "seeded"))
+            run_once(inputs, seed, cmd.get("index"), cmd.get("kind", "seeded"), cmd.get("rng"))
             del inputs
         elif name == "time":
             timing_inputs = c.make_inputs(problem, int(cmd["seed"]))
@@ -460,10 +477,13 @@ def _answer_loop(c: _Child, problem: Any, model: Any, launch: LaunchCounter, gua
                 check_tamper()
 
             launch.take()
+            launch.bare = True  # nothing but a counter inside the timing windows
             try:
                 raw = c.clock.time_callable(model, timing_inputs, c.protocol, after)
             except Exception:  # noqa: BLE001
                 fail("timing", "timing")
+            finally:
+                launch.bare = False
             for x, s in zip(timing_inputs, timing_snapshot):
                 if _isinstance(x, Tensor) and not equal_bits(x, s):
                     flag("inputs_mutated")
@@ -485,7 +505,7 @@ def _answer_loop(c: _Child, problem: Any, model: Any, launch: LaunchCounter, gua
                     else:
                         timing_inputs[i] = f
             del fresh
-            run_once(timing_inputs, int(cmd["seed"]), "post_timing", "post_timing")
+            run_once(timing_inputs, int(cmd["seed"]), "post_timing", "post_timing", cmd.get("rng"))
         elif name == "finish":
             check_tamper()
             new_threads = [t.name for t in threading.enumerate() if t.ident not in threads_before]

@@ -199,12 +199,14 @@ class LaunchCounter:
     launch-enter hook that Triton's launcher calls (``knobs.runtime.launch_enter_hook``: a hook chain in recent
     Triton, a single callable in older ones, ``CompiledKernel.launch_enter_hook`` in the oldest). A compiled-mode
     call counts only when the hook's nearest Python caller is Triton's own code (the answer calling the hook
-    chain itself does not count)."""
+    chain itself does not count). While ``bare`` is set (the timed calls), the hook only counts: inspecting the
+    caller's frame costs microseconds per launch (and an audit event), which must not land in a timing window."""
 
     def __init__(self) -> None:
         import triton
 
         self.count = 0
+        self.bare = False
         self._getframe = sys._getframe
         self.installed: list[tuple[Any, str, Any]] = []  # (owner, attribute, our object): checked for tampering
         try:
@@ -261,6 +263,9 @@ class LaunchCounter:
         known: dict[str, bool] = {}  # co_filename -> inside the triton package (cached: this runs per launch)
 
         def on_launch(*_args: Any, **_kw: Any) -> None:
+            if counter.bare:
+                counter.count += 1
+                return
             f = getframe(1)
             while f is not None and f.f_code.co_filename.endswith("knobs.py"):
                 f = f.f_back  # the hook chain's own frame

@@ -8,12 +8,16 @@ Both are timed by the same code with the same :class:`TimingProtocol`, so their 
 * ``warmup`` untimed calls first (each followed by a device-wide synchronize);
 * then ``discard_first + trials`` timed calls; the first ``discard_first`` are reported separately and left out of
   the statistics;
-* on CUDA (``timing_mode = "cuda_events"``) each trial is: device-wide ``torch.cuda.synchronize()``; an L2 flush
-  (writing a ``l2_flush_mib`` MiB buffer, larger than any current L2) *outside* the events; synchronize;
-  ``start.record()``; the call; ``torch.cuda.synchronize()`` (device-wide, so work the call left on any other
-  stream is inside the measurement); ``end.record()``; ``end.synchronize()``. The host time of the same span is
-  recorded too (``host_ms``). The device-wide synchronize adds a few microseconds of fixed overhead to every
-  trial, answers and baselines alike;
+* on CUDA (``timing_mode = "cuda_events"``) each trial has KernelBench's structure
+  (``time_execution_with_cuda_event``): device-wide ``torch.cuda.synchronize()``; an L2 flush (writing a
+  ``l2_flush_mib`` MiB buffer, larger than any current L2) enqueued on the current stream; ``start.record()``; the
+  call; ``end.record()``. The start event fires when the flush is done, so the flush is outside the window while
+  the host's launch work overlaps it, as in KernelBench. Outside the window: ``end.synchronize()`` (the current
+  stream is done), then a device-wide synchronize whose host time is the trial's ``leftover_us``: work the call
+  left on another stream is still running then. Its minimum over the trials beyond
+  ``leftover_limit_us(median)`` means every call leaves work behind (``side_stream_leftover``; the evaluator flags
+  ``unsynchronized_stream``). No harness work runs inside the window (Triton launches are counted by a bare
+  counter while timing, see ``integrity.LaunchCounter``);
 * on CPU (``timing_mode = "cpu_wall_interpreter"``) each trial is ``time.perf_counter()`` around the call. With
   ``TRITON_INTERPRET=1`` this measures the Triton *interpreter*: it says nothing about GPU speed;
 * after each call, outside the timed region, ``after_call(out)`` runs (the harness scrubs the output there, see
@@ -63,6 +67,7 @@ class RawTimes:
     trials_ms: list[float] = field(default_factory=list)  # the kept trials, in order
     discarded_ms: list[float] = field(default_factory=list)  # the first `discard_first` trials
     host_ms: list[float] = field(default_factory=list)  # host time of the kept trials (cuda only)
+    leftover_us: list[float] = field(default_factory=list)  # kept trials: device-wide sync after the window (cuda)
     warmup_ms: list[float] = field(default_factory=list)  # host time of each warm-up call
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,8 +138,9 @@ class Clock:
                     after_call(out, "warmup")
                 del out
             for i in range(protocol.discard_first + protocol.trials):
+                leftover = None
                 if self.device == "cuda":
-                    ms, host = self._one_cuda(fn, args, after_call)
+                    ms, host, leftover = self._one_cuda(fn, args, after_call)
                 else:
                     h0 = self.perf_counter()
                     out = fn(*args)
@@ -147,28 +153,48 @@ class Clock:
                     raw.discarded_ms.append(ms)
                 else:
                     raw.trials_ms.append(ms)
-                    if self.device == "cuda":
+                    if leftover is not None:
                         raw.host_ms.append(host)
+                        raw.leftover_us.append(leftover)
         return raw
 
-    def _one_cuda(self, fn: Callable[..., Any], args: Sequence[Any], after_call: Callable[[Any, str], None] | None):
+    def _one_cuda(self, fn: Callable[..., Any], args: Sequence[Any], after_call: Callable[[Any, str], None] | None
+                  ) -> tuple[float, float, float]:
+        """One trial: (event milliseconds, host milliseconds, leftover microseconds). See the module docstring."""
         sync = self.synchronize
         start = self.Event(enable_timing=True)
         end = self.Event(enable_timing=True)
         sync()
-        self.flush_l2()  # outside the events
-        sync()
+        self.flush_l2()  # on the current stream, before `start`: outside the window
         h0 = self.perf_counter()
         self.record(start)
         out = fn(*args)
-        sync()  # device-wide: work left on any stream is inside the measurement
         self.record(end)
-        self.event_synchronize(end)
-        host = (self.perf_counter() - h0) * 1e3
+        self.event_synchronize(end)  # the current stream has passed `end`
+        h1 = self.perf_counter()
+        sync()  # every stream: whatever still runs now was left behind by the call
+        leftover_us = (self.perf_counter() - h1) * 1e6
         ms = float(self.elapsed_time(start, end))
         if after_call is not None:
             after_call(out, "trial")
-        return ms, host
+        return ms, (h1 - h0) * 1e3, leftover_us
+
+
+def leftover_limit_us(median_trial_ms: float) -> float:
+    """How long the device-wide synchronize after a trial may take when the call left nothing behind: its own
+    cost (a few microseconds) with margin, plus 5% of the trial so a slow call is not flagged for jitter."""
+    return 20.0 + 0.05 * median_trial_ms * 1e3
+
+
+def side_stream_leftover(raw: RawTimes | dict[str, Any]) -> bool:
+    """True when every kept trial left work running on another stream after its window closed (the minimum
+    over the trials is beyond the limit, so one slow synchronize never decides it)."""
+    values = raw.get("leftover_us") if isinstance(raw, dict) else raw.leftover_us
+    trials = raw.get("trials_ms") if isinstance(raw, dict) else raw.trials_ms
+    if not values or not trials:
+        return False
+    median = sorted(trials)[len(trials) // 2]
+    return min(values) > leftover_limit_us(median)
 
 
 class _Null:

@@ -1,0 +1,79 @@
+"""Verdicts identical to KernelBench's where we do not deliberately differ: the random-number state at the
+answer's forward. KernelBench seeds, runs the reference's forward and then the answer's in one process without
+reseeding, so an answer that draws random numbers the way the reference does gets *other* numbers (on
+stochastic problems, e.g. dropout in training mode: level 2 problems 66 and 83, a different mask). The evaluator
+relays the reference child's generator state to the answer child before each forward to reproduce that."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts.core.statuses import Status
+from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answer
+
+HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+INPUTS = "\n\ndef get_inputs():\n    return [torch.rand(64, 32)]\n\n\ndef get_init_inputs():\n    return []\n"
+
+DROPOUT_PROBLEM = HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dropout = nn.Dropout(0.5)  # training mode: KernelBench never calls eval()
+
+    def forward(self, x):
+        return self.dropout(x * 2.0)
+''' + INPUTS
+
+NOISE_PROBLEM = HEADER + '''class Model(nn.Module):
+    def forward(self, x):
+        return x + torch.rand_like(x)
+''' + INPUTS
+
+DETERMINISTIC_PROBLEM = HEADER + '''class Model(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+''' + INPUTS
+
+# Answers that use the random-number generator exactly as their reference does.
+DROPOUT_MIRROR = HEADER + '''class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dropout = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.dropout(x * 2.0)
+'''
+NOISE_MIRROR = HEADER + '''class ModelNew(nn.Module):
+    def forward(self, x):
+        return x + torch.rand_like(x)
+'''
+# An answer that draws random numbers on a problem whose reference does not: no effect on its output.
+DETERMINISTIC_WITH_DRAWS = HEADER + '''class ModelNew(nn.Module):
+    def forward(self, x):
+        torch.rand(3)
+        return x * 2.0
+'''
+
+CONFIG = EvalConfig(device="cpu", time_answer=False, require_triton=False, run_static=False)
+
+
+def evaluate(tmp_path: Path, problem: str, answer: str) -> dict:
+    (tmp_path / "problem.py").write_text(problem)
+    (tmp_path / "answer.py").write_text(answer)
+    return evaluate_answer(tmp_path / "problem.py", tmp_path / "answer.py", CONFIG).to_dict()
+
+
+@pytest.mark.parametrize("problem, answer", [(DROPOUT_PROBLEM, DROPOUT_MIRROR), (NOISE_PROBLEM, NOISE_MIRROR)],
+                         ids=["dropout", "rand_like"])
+def test_an_answer_mirroring_the_reference_rng_gets_kernelbench_verdict(tmp_path: Path, problem: str,
+                                                                         answer: str) -> None:
+    result = evaluate(tmp_path, problem, answer)
+    # KernelBench: the answer's draws continue the reference's sequence, so its mask/noise differs: incorrect.
+    assert result["status"] == Status.MISMATCH.value, result["error"]
+    assert result["trials"][0]["verdict"] == "value_mismatch"
+
+
+def test_rng_use_without_effect_stays_correct(tmp_path: Path) -> None:
+    result = evaluate(tmp_path, DETERMINISTIC_PROBLEM, DETERMINISTIC_WITH_DRAWS)
+    assert result["status"] == Status.CORRECT.value, result["error"]

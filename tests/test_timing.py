@@ -1,0 +1,80 @@
+"""The timing window (evaluation/timing.py): KernelBench's structure, nothing of ours inside it, and work left on
+other streams measured after it. CUDA is replaced by a recording stand-in, so the order of operations is checked
+on any machine; the numbers themselves are measured on the GPU (bench/NOTES.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workflow_scripts.evaluation import timing
+
+
+class RecordingClock(timing.Clock):
+    """A Clock whose CUDA calls only append their name to ``calls``; the host clock advances 1 us per read, and
+    ``sync_cost_us`` more on a device-wide synchronize (work left on another stream)."""
+
+    def __init__(self, sync_cost_us: float = 0.0) -> None:  # noqa: D107 - no torch, no CUDA
+        self.device = "cuda"
+        self.calls: list[str] = []
+        self.now = 0.0
+        self.sync_cost_us = sync_cost_us
+        clock = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.name = ""
+
+        self.Event = Event
+        self._flush_buf = object()
+        self._torch = None
+
+        def record(event: Any) -> None:
+            event.name = "start" if "record start" not in clock.calls else "end"
+            clock.calls.append(f"record {event.name}")
+
+        self.record = record
+        self.synchronize = lambda: (clock.calls.append("device sync"), clock.advance(self.sync_cost_us))
+        self.event_synchronize = lambda event: clock.calls.append(f"wait {event.name}")
+        self.elapsed_time = lambda a, b: 0.05
+        self.zero_ = lambda buf: clock.calls.append("flush L2")
+
+    def advance(self, us: float) -> None:
+        self.now += us * 1e-6
+
+    def perf_counter(self) -> float:  # type: ignore[override]
+        self.advance(1.0)
+        return self.now
+
+
+def test_window_has_kernelbench_structure_and_nothing_inside() -> None:
+    clock = RecordingClock()
+    seen_in_window: list[list[str]] = []
+
+    def call() -> str:
+        seen_in_window.append(list(clock.calls))
+        clock.calls.append("CALL")
+        return "out"
+
+    after: list[str] = []
+    ms, host_ms, leftover_us = clock._one_cuda(call, [], lambda out, phase: after.append(clock.calls[-1]))
+    # KernelBench: synchronize, flush, start, call, end; then (outside) wait for the stream, then every stream.
+    assert clock.calls == ["device sync", "flush L2", "record start", "CALL", "record end", "wait end", "device sync"]
+    assert seen_in_window == [["device sync", "flush L2", "record start"]]  # no synchronize between flush and start
+    assert after == ["device sync"]  # the harness's own checks run after the window is closed
+    assert ms == 0.05 and leftover_us < 20
+
+
+def test_leftover_on_another_stream_is_measured_after_the_window() -> None:
+    clock = RecordingClock(sync_cost_us=500.0)
+    _, _, leftover_us = clock._one_cuda(lambda: None, [], None)
+    assert leftover_us >= 500
+
+
+def test_side_stream_flag_needs_every_trial_to_leave_work_behind() -> None:
+    trials = [0.05] * 100  # a 50 us kernel
+    assert timing.leftover_limit_us(0.05) == 20.0 + 2.5
+    assert not timing.side_stream_leftover({"trials_ms": trials, "leftover_us": [4.0] * 99 + [900.0]})
+    assert timing.side_stream_leftover({"trials_ms": trials, "leftover_us": [30.0] * 100})
+    # A slow call may take longer to synchronize: the limit grows with the trial.
+    assert not timing.side_stream_leftover({"trials_ms": [10.0] * 100, "leftover_us": [300.0] * 100})
+    assert not timing.side_stream_leftover({"trials_ms": [], "leftover_us": []})
