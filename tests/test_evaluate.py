@@ -274,3 +274,21 @@ def test_config_validation() -> None:
     assert EvalConfig(device="cpu").effective_timeout() == 300.0
     assert EvalConfig(device="cpu").limits().as_bytes == 16 << 30
     assert EvalConfig(device="cuda").limits().as_bytes is None  # RLIMIT_AS would break CUDA
+
+
+def test_max_abs_diff_in_chunks_equals_the_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from workflow_scripts.evaluation import protocol
+
+    torch.manual_seed(0)
+    a, b = torch.rand(1000, 7), torch.rand(1000, 7)
+    whole = (a.double() - b.double()).abs().max().item()
+    monkeypatch.setattr(protocol, "DIFF_CHUNK", 64)  # many chunks, the last one partial
+    assert protocol.max_abs_diff(a, b) == whole
+    b[999, 6] = float("nan")
+    assert protocol.max_abs_diff(a, b) != protocol.max_abs_diff(a, b)  # NaN stays NaN
+    ints = torch.tensor([1, 5, -3]), torch.tensor([1, 2, 4])
+    assert protocol.max_abs_diff(*ints) == 7.0
+    verdict, diff, _ = protocol.compare_outputs([a], [a.clone()], 1e-4, 1e-4)
+    assert verdict == "ok" and diff == 0.0

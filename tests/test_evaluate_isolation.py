@@ -79,6 +79,44 @@ def test_timeout_kills_the_process_group(monkeypatch: pytest.MonkeyPatch) -> Non
         assert _pgrp_members(pid) == []
 
 
+def test_watchdog_kills_a_call_that_never_returns_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-call watchdog ends a forward that runs past max(floor, 100 x the reference's forward) at once, long
+    before the evaluation's own timeout, and leaves nothing of the child behind."""
+    pids: list[int] = []
+    orig = sandbox.ChildProcess.start
+
+    def start(self: sandbox.ChildProcess) -> None:
+        orig(self)
+        assert self.proc is not None
+        pids.append(self.proc.pid)
+
+    monkeypatch.setattr(sandbox.ChildProcess, "start", start)
+    t0 = time.monotonic()
+    res = evaluate_answer(ADD, ANS / "failures/endless_loop.py",
+                          EvalConfig(device="cpu", timeout_s=120, run_static=False, watchdog_floor_s=3.0))
+    elapsed = time.monotonic() - t0
+    assert res.status == Status.TIMEOUT.value and "killed by the watchdog during correctness" in res.error
+    assert elapsed < 30  # the evaluation's timeout is 120 s
+    for pid in pids:
+        assert _pgrp_members(pid) == []
+
+
+def test_watchdog_leaves_honest_answers_alone() -> None:
+    res = evaluate_answer(ADD, ANS / "honest/add_triton.py",
+                          EvalConfig(device="cpu", run_static=False, watchdog_floor_s=3.0))
+    assert res.status == Status.CORRECT.value, res.error
+
+
+def test_watchdog_limits() -> None:
+    from workflow_scripts.evaluation.protocol import WATCHDOG_CALL_S, WATCHDOG_FIRST_CALL_S, call_limit_s, timing_limit_s
+
+    assert EvalConfig(device="cuda").watchdog_limits() == (WATCHDOG_FIRST_CALL_S, WATCHDOG_CALL_S)
+    assert EvalConfig(device="cpu").watchdog_limits() is None  # the interpreter's speed is not the reference's
+    assert call_limit_s(1.0, 15.0) == 15.0 and call_limit_s(500.0, 15.0) == 50.0  # 100x a 0.5 s reference
+    assert timing_limit_s(2.0, 104, 45.0) == 45.0 and timing_limit_s(11.0, 104, 45.0) == pytest.approx(114.4)
+    assert WATCHDOG_FIRST_CALL_S < 60  # a never-returning kernel is killed within a minute
+
+
 def test_calibration_answer_is_correct_without_triton(tmp_path: Path) -> None:
     for prob in (ADD, LINEAR):  # LINEAR: parameters must match (both models built after seed 42)
         ans = tmp_path / f"cal_{prob.stem}.py"

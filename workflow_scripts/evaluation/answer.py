@@ -55,14 +55,24 @@ from typing import Any, ClassVar
 
 from workflow_scripts.core.statuses import Status, is_compiled, is_integrity_flag
 from workflow_scripts.evaluation import environment, gpu_lock, timing
-from workflow_scripts.evaluation.channel import HARNESS_VERSION, ChildDied, ChildTimeout, Message, ProtocolError
+from workflow_scripts.evaluation.channel import (
+    HARNESS_VERSION,
+    ChildDied,
+    ChildTimeout,
+    Message,
+    ProtocolError,
+)
 from workflow_scripts.evaluation.config import RunConfig
 from workflow_scripts.evaluation.protocol import (
     SEED_DERIVATION,
+    WATCHDOG_CALL_S,
+    WATCHDOG_FIRST_CALL_S,
+    call_limit_s,
     compare_outputs,
     decide_status,
     decode_outputs,
     kernelbench_trial_seeds,
+    timing_limit_s,
 )
 from workflow_scripts.evaluation.sandbox import ChildProcess
 
@@ -88,6 +98,15 @@ class EvalConfig(RunConfig):
     post_timing_seed: int | None = None
     run_static: bool = True
     keep_workdir: bool = False
+    # The per-call watchdog's floor in seconds (protocol.call_limit_s). None: the protocol's floors on CUDA, and no
+    # watchdog on the CPU, where the Triton interpreter's speed says nothing about the reference's.
+    watchdog_floor_s: float | None = None
+
+    def watchdog_limits(self) -> tuple[float, float] | None:
+        """(first call, later calls) floors in seconds, or None without a watchdog."""
+        if self.watchdog_floor_s is not None:
+            return (self.watchdog_floor_s, self.watchdog_floor_s)
+        return (WATCHDOG_FIRST_CALL_S, WATCHDOG_CALL_S) if self.device == "cuda" else None
 
 
 @dataclass
@@ -198,6 +217,8 @@ class _Evaluation:
     def __init__(self, problem_path: Path, answer_path: Path, config: EvalConfig, gpu: str | None,
                  lease: gpu_lock.GpuLease | None = None) -> None:
         self.lease = lease
+        self.deadline = 0.0
+        self.watchdog: float | None = None  # the per-call limit that fired, if the watchdog killed the child
         self.problem_path = problem_path
         self.answer_path = answer_path
         self.cfg = config
@@ -253,7 +274,7 @@ class _Evaluation:
     def run(self) -> None:
         cfg = self.cfg
         t_start = time.monotonic()
-        deadline = t_start + cfg.effective_timeout()
+        self.deadline = t_start + cfg.effective_timeout()
         base = Path(tempfile.mkdtemp(prefix="kbeval-"))
         ans_dir, ref_dir, logs = base / "answer", base / "reference", base / "logs"
         for d in (ans_dir, ref_dir, logs):
@@ -272,7 +293,7 @@ class _Evaluation:
             ref.start()
             self.network_isolation = ans.network_isolation
             self.trial_seeds = kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials)  # overlaps child start
-            self._drive(ans, ref, deadline, t_start)
+            self._drive(ans, ref, t_start)
         except _RefFailed as e:
             self.failure = Status.REFERENCE_ERROR
             self.error = str(e)[:4000]
@@ -286,22 +307,22 @@ class _Evaluation:
             else:
                 shutil.rmtree(base, ignore_errors=True)
 
-    def _drive(self, ans: ChildProcess, ref: ChildProcess, deadline: float, t_start: float) -> None:
+    def _drive(self, ans: ChildProcess, ref: ChildProcess, t_start: float) -> None:
         cfg = self.cfg
         phase = "setup"
         try:
             # -- setup and load ------------------------------------------------------------------------------
-            m = ans.recv(deadline)
+            m = ans.recv(self.deadline)
             if m.type != "hello":
                 raise InfrastructureError(f"answer child setup failed: {m.header.get('error') or m.type}")
             self.tf32 = m.header.get("tf32")
             if bool(m.header.get("interpret")) != (cfg.device == "cpu"):
                 raise InfrastructureError("TRITON_INTERPRET does not match the device")
             self.phases["child_start_s"] = time.monotonic() - t_start
-            self._recv_ref(ref, deadline, "hello")
+            self._recv_ref(ref, self.deadline, "hello")
             phase = "import"
             t_load = time.monotonic()
-            m = ans.recv(deadline)
+            m = ans.recv(self.deadline)
             self._merge(m)
             if m.type in ("load_error", "no_model_new"):
                 self.pre_import_status = Status.LOAD_ERROR if m.type == "load_error" else Status.NO_MODEL_NEW
@@ -311,7 +332,7 @@ class _Evaluation:
                 raise ProtocolError(f"unexpected {m.type} while importing")
             self.imported = True  # ModelNew exists (KernelBench's "compiled")
             phase = "init"
-            m = ans.recv(deadline)
+            m = ans.recv(self.deadline)
             self._merge(m)
             if m.type == "init_error":
                 self.failure = Status.INIT_ERROR
@@ -320,7 +341,7 @@ class _Evaluation:
             if m.type != "loaded":
                 raise ProtocolError(f"unexpected {m.type} while loading")
             self.phases["load_s"] = time.monotonic() - t_load
-            self._recv_ref(ref, deadline, "loaded")
+            self._recv_ref(ref, self.deadline, "loaded")
 
             # -- correctness ---------------------------------------------------------------------------------
             phase = "correctness"
@@ -332,9 +353,9 @@ class _Evaluation:
                 # The reference first: the answer's forward starts from the generator state it leaves (KernelBench
                 # runs both forwards back to back in one process).
                 ref.send("trial", seed=seed, index=idx, kind=kind)
-                rm = self._recv_ref(ref, deadline, "output")
+                rm = self._recv_ref(ref, self.deadline, "output")
                 ans.send("trial", seed=seed, index=idx, kind=kind, rng=_rng_state(rm))
-                if not self._answer_trial(ans, rm, deadline, idx, kind, seed):
+                if not self._answer_trial(ans, rm, idx, kind, seed):
                     break
             self.phases["correctness_s"] = time.monotonic() - t_corr
             passed = all(t.verdict == "ok" for t in self.trials) and len(self.trials) == len(plan)
@@ -346,16 +367,18 @@ class _Evaluation:
             # -- timing + post-timing check (only answers that can still be correct) -------------------------
             if passed and not integrity and (launched or not cfg.require_triton) and cfg.time_answer:
                 ref.send("trial", seed=self.post_seed, index="post_timing", kind="post_timing")
-                rpost = self._recv_ref(ref, deadline, "output")
+                rpost = self._recv_ref(ref, self.deadline, "output")
                 ref.send("finish")
-                self._recv_ref(ref, deadline, "done")
+                self._recv_ref(ref, self.deadline, "done")
                 ref.kill()  # nothing else runs beside the answer while it is timed
                 if self.lease is not None:
-                    left = deadline - time.monotonic()
+                    left = self.deadline - time.monotonic()
                     try:
-                        self.phases["gpu_lock_wait_s"] = self.lease.upgrade(timeout_s=max(1.0, left))
+                        waited = self.lease.upgrade(timeout_s=max(1.0, left))
                     except gpu_lock.GpuLockTimeout:
                         raise ChildTimeout() from None
+                    self.phases["gpu_lock_wait_s"] = waited
+                    self.deadline += waited  # waiting for the GPU never counts against the answer
                 phase = "timing"
                 t_time = time.monotonic()
                 stop = threading.Event()
@@ -365,7 +388,10 @@ class _Evaluation:
                     sampler.start()
                 ans.send("time", seed=self.timing_seed)
                 try:
-                    tm = ans.recv(deadline)
+                    protocol = cfg.timing_protocol()
+                    floors = cfg.watchdog_limits() or (0.0, 0.0)
+                    tm = self._watched(ans, timing_limit_s(self.reference_ms(), protocol.warmup + protocol.discard_first
+                                                           + protocol.trials, floors[0]))
                 finally:
                     stop.set()
                     if sampler is not None:
@@ -396,7 +422,7 @@ class _Evaluation:
                 phase = "post_timing"
                 t_post = time.monotonic()
                 ans.send("post_timing", seed=self.post_seed, rng=_rng_state(rpost))
-                self._answer_trial(ans, rpost, deadline, "post_timing", "post_timing", self.post_seed)
+                self._answer_trial(ans, rpost, "post_timing", "post_timing", self.post_seed)
                 self.phases["post_timing_s"] = time.monotonic() - t_post
             else:
                 ref.send("finish")
@@ -405,7 +431,7 @@ class _Evaluation:
             phase = "finish"
             if self.failure is None:
                 ans.send("finish")
-                dm = ans.recv(deadline)
+                dm = ans.recv(self.deadline)
                 if dm.type != "done":
                     raise ProtocolError(f"expected done, got {dm.type}")
                 self._merge(dm)
@@ -419,6 +445,10 @@ class _Evaluation:
             if phase == "import":
                 self.pre_import_status = Status.LOAD_ERROR
                 self.error = f"timed out after {cfg.effective_timeout():.0f}s while importing the answer"
+            elif self.watchdog is not None:
+                self.failure = Status.TIMEOUT
+                self.error = (f"killed by the watchdog during {phase}: no result {self.watchdog:.0f}s after the call "
+                              f"started (reference forward {self.reference_ms() or 0:.3g} ms)")
             else:
                 self.failure = Status.TIMEOUT
                 self.error = f"timed out after {cfg.effective_timeout():.0f}s during {phase}"
@@ -438,8 +468,34 @@ class _Evaluation:
             self.failure = Status.CRASH
             self.error = f"result channel: {e}"
 
-    def _answer_trial(self, ans: ChildProcess, rm: Message, deadline: float, idx: Any, kind: str, seed: int) -> bool:
-        am = ans.recv(deadline)
+    def reference_ms(self) -> float | None:
+        """The slowest forward of the reference so far (what the watchdog scales with)."""
+        times = [t.ref_forward_ms for t in self.trials if isinstance(t.ref_forward_ms, (int, float))]
+        return max(times) if times else None
+
+    def _watched(self, ans: ChildProcess, limit_s: float) -> Message:
+        """The answer child's next message after it announced a call: at most ``limit_s`` after the announcement
+        (the per-call watchdog, which kills the child at once), never past the evaluation's deadline. Building the
+        inputs before the announcement is not the answer's time."""
+        m = ans.recv(self.deadline)
+        if m.type != "calling":
+            return m  # it failed before calling (an error message): nothing to watch
+        if self.cfg.watchdog_limits() is None:
+            return ans.recv(self.deadline)
+        limit_end = time.monotonic() + limit_s
+        if limit_end >= self.deadline:
+            return ans.recv(self.deadline)  # the evaluation's own timeout comes first
+        try:
+            return ans.recv(limit_end)
+        except ChildTimeout:
+            self.watchdog = limit_s
+            raise
+
+    def _answer_trial(self, ans: ChildProcess, rm: Message, idx: Any, kind: str, seed: int) -> bool:
+        ref_ms = _num(rm.header.get("forward_ms"))
+        ref_max = max(x for x in (ref_ms, self.reference_ms(), 0.0) if x is not None)
+        floors = self.cfg.watchdog_limits() or (0.0, 0.0)
+        am = self._watched(ans, call_limit_s(ref_max, floors[0] if not self.trials else floors[1]))
         self._merge(am)
         rec = TrialRecord(index=idx, kind=kind, seed=seed, verdict="error",
                           ref_forward_ms=rm.header.get("forward_ms"))

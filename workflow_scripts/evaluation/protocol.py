@@ -64,6 +64,27 @@ def decode_outputs(msg: Message) -> list[Any]:
     return out
 
 
+# Elements per chunk of the max-difference pass: wide temporaries for a chunk (a few hundred MB), never for a whole
+# multi-GB output.
+DIFF_CHUNK = 1 << 25
+
+
+def max_abs_diff(ref: Any, new: Any) -> float:
+    """max |ref - new| in float64 (complex128 for complex), NaN if any difference is NaN; chunk by chunk, so a
+    6 GB float32 output needs about 0.5 GB of temporaries instead of 25 GB."""
+    import torch
+
+    wide = torch.complex128 if ref.dtype.is_complex else torch.float64
+    a, b = ref.reshape(-1), new.reshape(-1)
+    worst = 0.0
+    for start in range(0, a.numel(), DIFF_CHUNK):
+        chunk = (a[start:start + DIFF_CHUNK].to(wide) - b[start:start + DIFF_CHUNK].to(wide)).abs().max().item()
+        if chunk != chunk:
+            return float("nan")
+        worst = max(worst, float(chunk))
+    return worst
+
+
 def compare_outputs(ref: list[Any], new: list[Any], atol: float, rtol: float) -> tuple[str, float | None, str | None]:
     """KernelBench's check, done by the parent: (verdict, max_abs_diff, detail)."""
     import torch
@@ -80,14 +101,13 @@ def compare_outputs(ref: list[Any], new: list[Any], atol: float, rtol: float) ->
             continue
         if r.dtype.is_floating_point or r.dtype.is_complex:
             ok = bool(torch.allclose(r, n, atol=atol, rtol=rtol, equal_nan=False))
-            d = (r.to(torch.complex128 if r.dtype.is_complex else torch.float64)
-                 - n.to(torch.complex128 if n.dtype.is_complex else torch.float64)).abs().max().item()
+            d = max_abs_diff(r, n)
         elif r.dtype == torch.bool:
             ok = bool(torch.equal(r, n))
             d = float((r != n).any().item())
         else:
             ok = bool(torch.equal(r, n))
-            d = float((r.to(torch.float64) - n.to(torch.float64)).abs().max().item())
+            d = max_abs_diff(r, n)
         d = None if d != d else float(d)  # NaN -> None (JSON has no NaN)
         if worst is not None:
             worst = None if d is None else max(worst, d)
@@ -96,6 +116,24 @@ def compare_outputs(ref: list[Any], new: list[Any], atol: float, rtol: float) ->
             return "value_mismatch", worst, f"output {i}: not allclose(atol={atol}, rtol={rtol})" + (
                 " (NaN in output)" if nan else "")
     return "ok", worst, None
+
+
+# The per-call watchdog: a forward that runs this many times longer than the reference's is killed at once (not at the
+# end of the whole evaluation's timeout), with floors: the first call compiles the answer's Triton kernels.
+WATCHDOG_FACTOR = 100.0
+WATCHDOG_FIRST_CALL_S = 45.0
+WATCHDOG_CALL_S = 15.0
+
+
+def call_limit_s(reference_ms: float | None, floor_s: float) -> float:
+    """Seconds one correctness forward of the answer may take (the floor: WATCHDOG_FIRST_CALL_S for the first call,
+    which compiles the answer's kernels, WATCHDOG_CALL_S after it)."""
+    return max(floor_s, WATCHDOG_FACTOR * (reference_ms or 0.0) / 1e3)
+
+
+def timing_limit_s(reference_ms: float | None, calls: int, floor_s: float) -> float:
+    """Seconds the whole timing phase (warm-up and timed calls) may take."""
+    return max(floor_s, WATCHDOG_FACTOR * (reference_ms or 0.0) / 1e3 * calls)
 
 
 _VERDICT_STATUS = {
