@@ -50,7 +50,7 @@ def evaluate(problem: Path, answer_source: str | None, answer_file: Path | None,
         result = evaluate_answer(problem, answer_file, config)
     record = {"what": what, "problem": problem.name, "status": result.status, "runtime_ms": result.runtime_ms,
               "wall_s": round(time.monotonic() - t0, 2), "error": (result.error or "")[:300],
-              "phases": result.phases, "flags": result.flags}
+              "phases": result.phases_s, "flags": result.flags}
     log(out, record)
     return record
 
