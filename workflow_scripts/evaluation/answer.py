@@ -353,8 +353,9 @@ class _Evaluation:
                 # The reference first: the answer's forward starts from the generator state it leaves (KernelBench
                 # runs both forwards back to back in one process).
                 ref.send("trial", seed=seed, index=idx, kind=kind)
+                ans.send("trial", seed=seed, index=idx, kind=kind, await_rng=True)  # builds its inputs meanwhile
                 rm = self._recv_ref(ref, self.deadline, "output")
-                ans.send("trial", seed=seed, index=idx, kind=kind, rng=_rng_state(rm))
+                ans.send("rng", rng=_rng_state(rm))
                 if not self._answer_trial(ans, rm, idx, kind, seed):
                     break
             self.phases["correctness_s"] = time.monotonic() - t_corr

@@ -465,7 +465,12 @@ def _answer_loop(c: _Child, problem: Any, model: Any, launch: LaunchCounter, gua
             seed = int(cmd["seed"])
             kind = cmd.get("kind", "seeded")
             inputs = c.make_inputs(problem, seed, secret=kind != "seeded")
-            run_once(inputs, seed, cmd.get("index"), kind, cmd.get("rng"))
+            rng = cmd.get("rng")
+            if cmd.get("await_rng"):
+                # Inputs are built while the reference runs; the forward waits for the state it leaves.
+                go = _read_cmd(stdin)
+                rng = go.get("rng") if go.get("cmd") == "rng" else None
+            run_once(inputs, seed, cmd.get("index"), kind, rng)
             del inputs
         elif name == "time":
             timing_inputs = c.make_inputs(problem, int(cmd["seed"]), secret=True)
