@@ -475,3 +475,28 @@ def test_cli_help() -> None:
     for option in ("--rows", "--out", "--reference", "--compare", "--resamples", "--seed", "--tables-dir",
                    "--figures-dir", "--markdown", "--context"):
         assert option in proc.stdout
+
+
+def test_summary_stage_refuses_rows_of_other_models(tmp_path: Path) -> None:
+    """A configured model missing from the rows (or an extra one in them) stops the summary with both lists named,
+    instead of a summary.json without it."""
+    rows_path = tmp_path / "results" / "evaluations.parquet"
+    rows_path.parent.mkdir()
+    hand_rows().to_parquet(rows_path, index=False)
+    environment = tmp_path / "environment.json"
+    environment.write_text(json.dumps({"device": "cpu"}))
+
+    def stage(order: list[str]) -> subprocess.CompletedProcess:
+        params = {"models": {name: {"label": name} for name in order}, "model_order": order,
+                  "summary": {"reference": "ref", "resamples": 50, "seed": 42}}
+        return subprocess.run(
+            [sys.executable, "-m", "workflow_scripts.stages.summary", "--params", json.dumps(params),
+             "--rows", str(rows_path), "--environment", str(environment), "--results", str(tmp_path / "results"),
+             "--store", str(tmp_path / "store")], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+    refused = stage(["m", "ref", "new_model"])
+    assert refused.returncode == 2 and "holds models ['m', 'ref']" in refused.stderr and "new_model" in refused.stderr
+    assert not (tmp_path / "results" / "summary.json").exists()
+    done = stage(["m", "ref"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "results" / "summary.json").read_text())["models"]["m"]["levels"]["1"]["n"] == 7
