@@ -57,7 +57,9 @@ def test_without_namespaces_isolation_is_recorded_false() -> None:
     assert res.status == Status.CORRECT.value and res.protocol["network_isolation"] is False
 
 
-def test_timeout_kills_the_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture()
+def child_pids(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The process ids of the evaluation children started during a test (each leads its own process group)."""
     pids: list[int] = []
     orig = sandbox.ChildProcess.start
 
@@ -67,6 +69,10 @@ def test_timeout_kills_the_process_group(monkeypatch: pytest.MonkeyPatch) -> Non
         pids.append(self.proc.pid)
 
     monkeypatch.setattr(sandbox.ChildProcess, "start", start)
+    return pids
+
+
+def test_timeout_kills_the_process_group(child_pids: list[int]) -> None:
     t0 = time.monotonic()
     res = evaluate_answer(ADD, ANS / "failures/endless_loop.py",
                           EvalConfig(device="cpu", timeout_s=12, run_static=False))
@@ -74,30 +80,22 @@ def test_timeout_kills_the_process_group(monkeypatch: pytest.MonkeyPatch) -> Non
     assert res.status == Status.TIMEOUT.value and res.compiled and not res.correct
     assert "timed out" in res.error
     assert elapsed < 30
-    assert len(pids) == 2
-    for pid in pids:  # each child led its own session/process group; nothing of it is left
+    assert len(child_pids) == 2
+    for pid in child_pids:  # each child led its own session/process group; nothing of it is left
         assert _pgrp_members(pid) == []
 
 
-def test_watchdog_kills_a_call_that_never_returns_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_watchdog_kills_a_call_that_never_returns_at_once(child_pids: list[int]) -> None:
     """The per-call watchdog ends a forward that runs past max(floor, 100 x the reference's forward) at once, long
     before the evaluation's own timeout, and leaves nothing of the child behind."""
-    pids: list[int] = []
-    orig = sandbox.ChildProcess.start
-
-    def start(self: sandbox.ChildProcess) -> None:
-        orig(self)
-        assert self.proc is not None
-        pids.append(self.proc.pid)
-
-    monkeypatch.setattr(sandbox.ChildProcess, "start", start)
     t0 = time.monotonic()
     res = evaluate_answer(ADD, ANS / "failures/endless_loop.py",
                           EvalConfig(device="cpu", timeout_s=120, run_static=False, watchdog_floor_s=3.0))
     elapsed = time.monotonic() - t0
     assert res.status == Status.TIMEOUT.value and "killed by the watchdog during correctness" in res.error
     assert elapsed < 30  # the evaluation's timeout is 120 s
-    for pid in pids:
+    assert len(child_pids) == 2
+    for pid in child_pids:
         assert _pgrp_members(pid) == []
 
 

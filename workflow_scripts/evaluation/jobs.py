@@ -8,11 +8,14 @@ import json
 import socket
 from dataclasses import asdict
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
 
+from workflow_scripts.core.io import write_json
 from workflow_scripts.core.statuses import Status
+from workflow_scripts.core.store import Store, code_version
 from workflow_scripts.evaluation.environment import fingerprint_key
 
 # Config keys that say where or how a job runs but cannot change its result: never part of a key.
@@ -72,3 +75,17 @@ def check_environment(result: dict[str, Any], expected_key: str, environment_fil
             f"(measured {fingerprint_key(measured)[:12]}, recorded {expected_key[:12]}); delete {environment_file} "
             "to re-key the timings for this environment, or run the job where that environment is"
         )
+
+
+def store_measurement(store: Path, out: Path, stage: str, stage_module: str, config: Any, inputs: dict[str, str],
+                      environment_file: Path, measure: Callable[[], dict[str, Any]]) -> bool:
+    """Reuse or compute one measured result (an evaluation, a baseline) under its store key: the stage, the
+    stage's code version, the run settings that determine it and its inputs (``inputs["environment"]`` is the
+    environment key). A result measured in another environment is refused, not stored. True if computed."""
+
+    def compute(paths: dict[str, Path]) -> None:
+        result = measure()
+        check_environment(result, inputs["environment"], environment_file)
+        write_json(paths["json"], result)
+
+    return Store(store).build({"json": out}, stage, code_version(stage_module), key_params(config), inputs, compute)

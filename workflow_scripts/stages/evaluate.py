@@ -13,12 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.core.hashing import sha256_file
-from workflow_scripts.core.io import write_json
 from workflow_scripts.core.params import parse_params, parse_stage_args, stage_parser
-from workflow_scripts.core.store import Store, code_version
 from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answer
 from workflow_scripts.evaluation.jobs import (
-    check_environment, environment_key, failed_without_running, key_params, load_answer, run_settings,
+    environment_key, failed_without_running, load_answer, run_settings, store_measurement,
 )
 
 STAGE = "evaluate"
@@ -51,20 +49,16 @@ def main(argv: list[str] | None = None) -> int:
         "environment": environment_key(args.environment),
     }
 
-    def compute(out: dict[str, Path]) -> None:
+    def measure() -> dict[str, Any]:
         if answer["extract_status"] != "ok":
-            write_json(out["json"], failed_without_running(answer, config.device))
-            return
+            return failed_without_running(answer, config.device)
         # The answer file lives outside the child's working directory; the child copies what it loads.
         with tempfile.TemporaryDirectory(prefix="answer-") as tmp:
             answer_file = Path(tmp) / "answer.py"
             answer_file.write_text(answer["code"], encoding="utf-8")
-            result = evaluate_answer(args.problem, answer_file, config).to_dict()
-        check_environment(result, inputs["environment"], args.environment)
-        write_json(out["json"], result)
+            return evaluate_answer(args.problem, answer_file, config).to_dict()
 
-    computed = Store(args.store).build({"json": args.out}, STAGE, code_version(__spec__.name), key_params(config),
-                                       inputs, compute)
+    computed = store_measurement(args.store, args.out, STAGE, __spec__.name, config, inputs, args.environment, measure)
     print(f"evaluation {'computed' if computed else 'reused from the store'}: {args.out}")
     return 0
 
