@@ -12,6 +12,7 @@ from snakemake.utils import min_version, validate
 
 from workflow_scripts.core.layout import ResultsLayout
 from workflow_scripts.evaluation.environment import live_facts
+from workflow_scripts.generation.replay import cached_folder_problems
 from workflow_scripts.generation.vllm import engine_groups
 from workflow_scripts.suite.kernelbench import KernelBenchError, problem_files, suite_root_of
 
@@ -86,14 +87,19 @@ def baseline_files():
     return [LAYOUT.baseline(level, pid) for level, pid in PROBLEMS] if PROBLEMS else []
 
 
+# Cached models' folders are checked now, at parse time: an error inside an input function can be swallowed by
+# Snakemake when the rows already exist, and a misnamed file would silently become missing_completion.
+for _name in models_of_kind("cached"):
+    _problems = cached_folder_problems(config["models"][_name]["completions"])
+    if _problems:
+        raise WorkflowError(f"model {_name}: " + "; ".join(_problems))
+
+
 def cached_completion_files(wildcards):
     model = config["models"][wildcards.model]
     if model["kind"] != "cached":
         return []
-    folder = Path(model["completions"])
-    if not folder.is_dir():
-        raise WorkflowError(f"model {wildcards.model}: completions folder {folder} does not exist")
-    return sorted(str(p) for p in folder.iterdir() if p.is_file())
+    return sorted(str(p) for p in Path(model["completions"]).iterdir() if p.is_file())
 
 
 def completion_cache(names):

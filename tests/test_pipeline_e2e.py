@@ -195,6 +195,21 @@ def test_bad_config_names_the_problem(tmp_path: Path, mutate, message: str) -> N
     assert message in done.stdout + done.stderr
 
 
+def test_misnamed_cached_completion_stops_the_run_naming_the_file(tmp_path: Path) -> None:
+    work = copy_workflow(tmp_path / "misnamed")
+    folder = tmp_path / "answers"
+    folder.mkdir()
+    (folder / "level1_1.txt").write_text("```python\nx = 1\n```\n")
+    (folder / "1_2.txt").write_text("```python\nx = 2\n```\n")  # KernelBench's file stem, not level1_2.txt
+    config = demo_config()
+    config["models"]["expert"]["completions"] = str(folder)
+    (work / "bad.yaml").write_text(yaml.safe_dump(config))
+    done = snakemake(work, "-n", "--configfile", "bad.yaml", timeout=120)
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    assert "model expert" in output and "1_2.txt is not named level<L>_<id>.txt" in output
+
+
 def test_targeting_one_model_plans_only_its_branch(tmp_path: Path) -> None:
     work = copy_workflow(tmp_path / "one")
     dry = snakemake(work, "results/models/weak.parquet", "-n", "--quiet", "rules", timeout=120)

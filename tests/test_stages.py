@@ -178,3 +178,26 @@ def test_params_name_the_key_that_is_wrong() -> None:
         parse_params(Params, '{"model": "m", "require_triton": "yes"}')
     with pytest.raises(ParamsError, match="not JSON"):
         parse_params(Params, "{model: m}")
+
+
+def test_cached_folder_problems_name_each_bad_path(tmp_path: Path) -> None:
+    from workflow_scripts.generation.replay import cached_folder_problems
+
+    assert cached_folder_problems(tmp_path / "absent") == [f"completions folder {tmp_path / 'absent'} does not exist"]
+    (tmp_path / "level1_1.txt").write_text("ok")
+    (tmp_path / ".DS_Store").write_text("litter")
+    (tmp_path / "meta.json").write_text(json.dumps({"level1_1": {"completion_tokens": 3}}))
+    assert cached_folder_problems(tmp_path) == []
+    (tmp_path / "1_2.txt").write_text("misnamed")
+    (tmp_path / "meta.json").write_text("[1, 2]")
+    problems = cached_folder_problems(tmp_path)
+    assert len(problems) == 2 and "1_2.txt is not named level<L>_<id>.txt" in problems[0]
+    assert "meta.json is not a JSON object" in problems[1]
+
+
+def test_a_non_utf8_completion_costs_only_its_own_row(tmp_path: Path) -> None:
+    (tmp_path / "level1_1.txt").write_bytes(b"\xff\xfe not utf-8 \x80")
+    (tmp_path / "level1_2.txt").write_text("```python\nx = 1\n```\n")
+    records = replay_cached("m", tmp_path, PROBLEMS, {})
+    assert [(r.problem_id, r.status) for r in records[:2]] == [(1, "failed"), (2, "ok")]
+    assert "level1_1.txt is not UTF-8 text" in records[0].error and records[0].text is None

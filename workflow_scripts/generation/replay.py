@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tokenize
 from pathlib import Path
 
@@ -22,6 +23,34 @@ import pandas as pd
 from workflow_scripts.generation.cache import CompletionRecord
 from workflow_scripts.core.layout import problem_key
 from workflow_scripts.core.hashing import sha256_file
+
+# A cached completion's file name: level<L>_<id>.txt (the raw text the model returned); meta.json holds token counts.
+CACHED_FILE = re.compile(r"^level(\d+)_(\d+)\.txt$")
+META_FILE = "meta.json"
+
+
+def cached_folder_problems(folder: Path | str) -> list[str]:
+    """What is wrong with a folder of cached completions, each naming the path (empty: nothing). Checked when the
+    workflow is parsed, so a misnamed file stops the run instead of turning its problem into missing_completion."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return [f"completions folder {folder} does not exist"]
+    problems = []
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith("."):
+            continue  # editor and OS litter
+        if path.name == META_FILE:
+            try:
+                meta = json.loads(path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                problems.append(f"{path} is not a JSON object: {e}")
+                continue
+            if not isinstance(meta, dict):
+                problems.append(f"{path} is not a JSON object of {{'level<L>_<id>': {{'completion_tokens': N}}}}")
+        elif not (path.is_file() and CACHED_FILE.match(path.name)):
+            problems.append(f"{path} is not named level<L>_<id>.txt (nor {META_FILE})")
+    return problems
+
 
 def rename_reference_model(source: str) -> str:
     """Rename the name token ``Model`` to ``ModelNew`` (class and ``super(Model, self)``), nothing else."""
@@ -50,7 +79,17 @@ def replay_cached(
                 )
             )
             continue
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            # This file costs its own row only: a failed completion whose message names it.
+            records.append(
+                CompletionRecord(
+                    model, row.level, row.problem_id, "failed", None, None, prompt_hashes.get(key),
+                    sha256_file(path), f"{path} is not UTF-8 text ({e})", {"generation_provider": "cached"},
+                )
+            )
+            continue
         tokens = meta.get(key, {}).get("completion_tokens")
         records.append(
             CompletionRecord(
