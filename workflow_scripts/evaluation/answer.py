@@ -218,7 +218,8 @@ class _Evaluation:
                  lease: gpu_lock.GpuLease | None = None) -> None:
         self.lease = lease
         self.deadline = 0.0
-        self.watchdog: float | None = None  # the per-call limit that fired, if the watchdog killed the child
+        # (limit s, reference forward ms) of the call the watchdog killed, if it did
+        self.watchdog: tuple[float, float] | None = None
         self.problem_path = problem_path
         self.answer_path = answer_path
         self.cfg = config
@@ -391,8 +392,9 @@ class _Evaluation:
                 try:
                     protocol = cfg.timing_protocol()
                     floors = cfg.watchdog_limits() or (0.0, 0.0)
-                    tm = self._watched(ans, timing_limit_s(self.reference_ms(), protocol.warmup + protocol.discard_first
-                                                           + protocol.trials, floors[0]))
+                    reference_ms = self.reference_ms() or 0.0
+                    calls = protocol.warmup + protocol.discard_first + protocol.trials
+                    tm = self._watched(ans, timing_limit_s(reference_ms, calls, floors[0]), reference_ms)
                 finally:
                     stop.set()
                     if sampler is not None:
@@ -448,8 +450,9 @@ class _Evaluation:
                 self.error = f"timed out after {cfg.effective_timeout():.0f}s while importing the answer"
             elif self.watchdog is not None:
                 self.failure = Status.TIMEOUT
-                self.error = (f"killed by the watchdog during {phase}: no result {self.watchdog:.0f}s after the call "
-                              f"started (reference forward {self.reference_ms() or 0:.3g} ms)")
+                limit_s, reference_ms = self.watchdog
+                self.error = (f"killed by the watchdog during {phase}: no result {limit_s:.0f}s after the call "
+                              f"started (reference forward {reference_ms:.3g} ms)")
             else:
                 self.failure = Status.TIMEOUT
                 self.error = f"timed out after {cfg.effective_timeout():.0f}s during {phase}"
@@ -474,7 +477,7 @@ class _Evaluation:
         times = [t.ref_forward_ms for t in self.trials if isinstance(t.ref_forward_ms, (int, float))]
         return max(times) if times else None
 
-    def _watched(self, ans: ChildProcess, limit_s: float) -> Message:
+    def _watched(self, ans: ChildProcess, limit_s: float, reference_ms: float) -> Message:
         """The answer child's next message after it announced a call: at most ``limit_s`` after the announcement
         (the per-call watchdog, which kills the child at once), never past the evaluation's deadline. Building the
         inputs before the announcement is not the answer's time."""
@@ -489,14 +492,14 @@ class _Evaluation:
         try:
             return ans.recv(limit_end)
         except ChildTimeout:
-            self.watchdog = limit_s
+            self.watchdog = (limit_s, reference_ms)
             raise
 
     def _answer_trial(self, ans: ChildProcess, rm: Message, idx: Any, kind: str, seed: int) -> bool:
         ref_ms = _num(rm.header.get("forward_ms"))
         ref_max = max(x for x in (ref_ms, self.reference_ms(), 0.0) if x is not None)
         floors = self.cfg.watchdog_limits() or (0.0, 0.0)
-        am = self._watched(ans, call_limit_s(ref_max, floors[0] if not self.trials else floors[1]))
+        am = self._watched(ans, call_limit_s(ref_max, floors[0] if not self.trials else floors[1]), ref_max)
         self._merge(am)
         rec = TrialRecord(index=idx, kind=kind, seed=seed, verdict="error",
                           ref_forward_ms=rm.header.get("forward_ms"))
