@@ -4,9 +4,6 @@ in the vLLM environment); the per-problem row's columns are scoring.rows.COLUMNS
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-
-from workflow_scripts.core.hashing import sha256_file
 
 
 @dataclass
@@ -24,7 +21,3 @@ class AnswerRecord:
     code_sha256: str | None
     require_triton: bool = True
 
-
-def input_hashes(paths: dict[str, Path | str]) -> dict[str, str]:
-    """Content hashes of a stage's input files, keyed by role (never by path: paths do not determine output)."""
-    return {role: sha256_file(Path(path)) for role, path in sorted(paths.items())}
