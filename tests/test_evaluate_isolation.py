@@ -80,7 +80,7 @@ def test_timeout_kills_the_process_group(child_pids: list[int]) -> None:
     assert res.status == Status.TIMEOUT.value and res.compiled and not res.correct
     assert "timed out" in res.error
     assert elapsed < 30
-    assert len(child_pids) == 2
+    assert len(child_pids) == 1  # the answer's process; the reference runs on the trusted side
     for pid in child_pids:  # each child led its own session/process group; nothing of it is left
         assert _pgrp_members(pid) == []
 
@@ -94,7 +94,7 @@ def test_watchdog_kills_a_call_that_never_returns_at_once(child_pids: list[int])
     elapsed = time.monotonic() - t0
     assert res.status == Status.TIMEOUT.value and "killed by the watchdog during correctness" in res.error
     assert elapsed < 30  # the evaluation's timeout is 120 s
-    assert len(child_pids) == 2
+    assert len(child_pids) == 1  # the answer's process; the reference runs on the trusted side
     for pid in child_pids:
         assert _pgrp_members(pid) == []
 

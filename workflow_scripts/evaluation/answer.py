@@ -70,11 +70,12 @@ from workflow_scripts.evaluation.protocol import (
     call_limit_s,
     compare_outputs,
     decide_status,
-    decode_outputs,
     kernelbench_trial_seeds,
     timing_limit_s,
 )
+from workflow_scripts.evaluation.reference import ReferenceFailed, ReferenceSide, ReferenceTrial
 from workflow_scripts.evaluation.sandbox import ChildProcess
+from workflow_scripts.evaluation.transport import Area, TransportError, dtype_name
 
 
 class InfrastructureError(RuntimeError):
@@ -184,16 +185,6 @@ class _RefFailed(Exception):
 
 
 # Values from the answer's child are untrusted: keep only well-typed, finite, bounded ones.
-def _rng_state(reference_output: Message) -> dict[str, str | None] | None:
-    """The generator state the reference child reported after its forward (hex strings of bounded size), relayed
-    to the answer child unchanged; None if the reference sent none."""
-    rng = reference_output.header.get("rng")
-    if not isinstance(rng, dict) or not isinstance(rng.get("cpu"), str) or len(rng["cpu"]) > 65536:
-        return None
-    cuda = rng.get("cuda")
-    return {"cpu": rng["cpu"], "cuda": cuda if isinstance(cuda, str) and len(cuda) <= 4096 else None}
-
-
 def _num(x: Any) -> float | None:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
@@ -213,14 +204,32 @@ def _text(x: Any, limit: int = 6000) -> str | None:
     return None if x is None else str(x)[:limit]
 
 
+@dataclass
+class _AnswerSlot:
+    """An answer's process, started ahead of its answer, with its own writable areas (secret inputs, outputs)."""
+
+    child: ChildProcess
+    secret: Area
+    output: Area
+
+    def close(self) -> None:
+        self.child.kill()
+        self.secret.close()
+        self.output.close()
+
+
 class _Evaluation:
-    def __init__(self, problem_path: Path, answer_path: Path, config: EvalConfig, gpu: str | None,
-                 lease: gpu_lock.GpuLease | None = None) -> None:
+    """One answer, judged against the problem's trusted side in a child started for it."""
+
+    def __init__(self, reference: ReferenceSide, slot: _AnswerSlot, answer_path: Path, config: EvalConfig,
+                 gpu: str | None, lease: gpu_lock.GpuLease | None = None, next_slot: _AnswerSlot | None = None) -> None:
+        self.reference = reference
+        self.slot = slot
+        self.next_slot = next_slot
         self.lease = lease
         self.deadline = 0.0
         # (limit s, reference forward ms) of the call the watchdog killed, if it did
         self.watchdog: tuple[float, float] | None = None
-        self.problem_path = problem_path
         self.answer_path = answer_path
         self.cfg = config
         self.gpu = gpu
@@ -236,12 +245,12 @@ class _Evaluation:
         self.phases: dict[str, float] = {}
         self.sm_clocks: list[float] = []
         self.done_ok = False
-        self.network_isolation = False
+        self.network_isolation = slot.child.network_isolation
         cfg = config
-        self.trial_seeds: list[int] = []  # computed once the children are starting (imports torch here)
+        self.trial_seeds = [t.seed for t in reference.seeded]
         self.hidden_seeds = list(cfg.hidden_seeds) if cfg.hidden_seeds is not None else [
             secrets.randbelow(2**32 - 1) for _ in range(cfg.hidden_trials)]
-        self.timing_seed = cfg.timing_seed if cfg.timing_seed is not None else secrets.randbelow(2**32 - 1)
+        self.timing_seed = reference.timing_seed
         self.post_seed = cfg.post_timing_seed if cfg.post_timing_seed is not None else secrets.randbelow(2**32 - 1)
 
     def flag(self, f: str) -> None:
@@ -258,73 +267,47 @@ class _Evaluation:
         for ev in child.events:
             self.flag(str(ev.get("flag")))
 
-    # -- receiving with the right consequences -----------------------------------------------------------------
-    def _recv_ref(self, ref: ChildProcess, deadline: float, want: str) -> Message:
+    def _secret_trial(self, kind: str, seed: int) -> ReferenceTrial:
         try:
-            m = ref.recv(deadline)
-        except ChildTimeout:
-            raise _RefFailed("the reference timed out") from None
-        except ChildDied:
-            raise _RefFailed(f"the reference child {ref.death_reason()}:\n{ref.log_tail()}") from None
-        except ProtocolError as e:
-            raise _RefFailed(f"reference protocol error: {e}") from None
-        if m.type != want:
-            raise _RefFailed(f"reference: {m.header.get('error') or m.type}")
-        return m
+            return self.reference.secret_trial(kind, seed, self.slot.secret)
+        except ReferenceFailed as e:
+            raise _RefFailed(str(e)) from None
 
     def run(self) -> None:
-        cfg = self.cfg
         t_start = time.monotonic()
-        self.deadline = t_start + cfg.effective_timeout()
-        base = Path(tempfile.mkdtemp(prefix="kbeval-"))
-        ans_dir, ref_dir, logs = base / "answer", base / "reference", base / "logs"
-        for d in (ans_dir, ref_dir, logs):
-            d.mkdir()
-        shutil.copyfile(self.problem_path, ans_dir / "problem.py")
-        shutil.copyfile(self.problem_path, ref_dir / "problem.py")
-        shutil.copyfile(self.answer_path, ans_dir / "answer.py")
-        common = {"problem": "problem.py", "answer": "answer.py", "seed": cfg.seed, "tf32": cfg.tf32,
-                  "timing": cfg.timing_protocol().to_dict(), "require_triton": cfg.require_triton}
-        kw = dict(device=cfg.device, gpu=self.gpu, isolation=cfg.isolation, limits=cfg.limits(),
-                  extra_env=cfg.cpu_thread_env())
-        ans = ChildProcess("answer", ans_dir, logs, init=dict(common), **kw)  # type: ignore[arg-type]
-        ref = ChildProcess("reference", ref_dir, logs, init=dict(common), **kw)  # type: ignore[arg-type]
+        self.deadline = t_start + self.cfg.effective_timeout()
+        ans = self.slot.child
         try:
-            ans.start()
-            ref.start()
-            self.network_isolation = ans.network_isolation
-            self.trial_seeds = kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials)  # overlaps child start
-            self._drive(ans, ref, t_start)
+            shutil.copyfile(self.answer_path, ans.workdir / "answer.py")
+            self._drive(ans, t_start)
         except _RefFailed as e:
             self.failure = Status.REFERENCE_ERROR
             self.error = str(e)[:4000]
         finally:
             self._events(ans)
             ans.kill()
-            ref.kill()
             self.phases["total_s"] = time.monotonic() - t_start
-            if cfg.keep_workdir:
-                print(f"kept evaluation directory {base}", file=sys.stderr)
-            else:
-                shutil.rmtree(base, ignore_errors=True)
 
-    def _drive(self, ans: ChildProcess, ref: ChildProcess, t_start: float) -> None:
+    def _drive(self, ans: ChildProcess, t_start: float) -> None:
         cfg = self.cfg
+        ref = self.reference
         phase = "setup"
         try:
-            # -- setup and load ------------------------------------------------------------------------------
-            m = ans.recv(self.deadline)
+            # -- setup (the child was started ahead of its answer) and load ----------------------------------
+            m = ans.await_hello(self.deadline)
             if m.type != "hello":
                 raise InfrastructureError(f"answer child setup failed: {m.header.get('error') or m.type}")
             self.tf32 = m.header.get("tf32")
             if bool(m.header.get("interpret")) != (cfg.device == "cpu"):
                 raise InfrastructureError("TRITON_INTERPRET does not match the device")
-            self.phases["child_start_s"] = time.monotonic() - t_start
-            self._recv_ref(ref, self.deadline, "hello")
+            self.phases["child_ready_wait_s"] = time.monotonic() - t_start
             phase = "import"
             t_load = time.monotonic()
+            ans.send("load")
             m = ans.recv(self.deadline)
             self._merge(m)
+            if m.type == "setup_error":
+                raise InfrastructureError(f"answer child setup failed: {m.header.get('error')}")
             if m.type in ("load_error", "no_model_new"):
                 self.pre_import_status = Status.LOAD_ERROR if m.type == "load_error" else Status.NO_MODEL_NEW
                 self.error = _text(m.header.get("error"))
@@ -342,22 +325,17 @@ class _Evaluation:
             if m.type != "loaded":
                 raise ProtocolError(f"unexpected {m.type} while loading")
             self.phases["load_s"] = time.monotonic() - t_load
-            self._recv_ref(ref, self.deadline, "loaded")
 
-            # -- correctness ---------------------------------------------------------------------------------
+            # -- correctness: KernelBench's seeded trials (reference computed once per problem), then hidden ones
             phase = "correctness"
             t_corr = time.monotonic()
-            n = len(self.trial_seeds)
-            plan = [(i, "seeded", s) for i, s in enumerate(self.trial_seeds)] + [
-                (n + j, "hidden", s) for j, s in enumerate(self.hidden_seeds)]
+            plan: list[tuple[int, str, int]] = [(i, "seeded", s) for i, s in enumerate(self.trial_seeds)]
+            plan += [(len(plan) + j, "hidden", s) for j, s in enumerate(self.hidden_seeds)]
             for idx, kind, seed in plan:
-                # The reference first: the answer's forward starts from the generator state it leaves (KernelBench
-                # runs both forwards back to back in one process).
-                ref.send("trial", seed=seed, index=idx, kind=kind)
-                ans.send("trial", seed=seed, index=idx, kind=kind, await_rng=True)  # builds its inputs meanwhile
-                rm = self._recv_ref(ref, self.deadline, "output")
-                ans.send("rng", rng=_rng_state(rm))
-                if not self._answer_trial(ans, rm, idx, kind, seed):
+                rt = ref.seeded[idx] if kind == "seeded" else self._secret_trial(kind, seed)
+                ans.send("trial", seed=seed, index=idx, kind=kind, inputs={"area": rt.area, "entries": rt.entries},
+                         rng=rt.rng)
+                if not self._answer_trial(ans, rt, idx, kind, seed):
                     break
             self.phases["correctness_s"] = time.monotonic() - t_corr
             passed = all(t.verdict == "ok" for t in self.trials) and len(self.trials) == len(plan)
@@ -368,11 +346,15 @@ class _Evaluation:
 
             # -- timing + post-timing check (only answers that can still be correct) -------------------------
             if passed and not integrity and (launched or not cfg.require_triton) and cfg.time_answer:
-                ref.send("trial", seed=self.post_seed, index="post_timing", kind="post_timing")
-                rpost = self._recv_ref(ref, self.deadline, "output")
-                ref.send("finish")
-                self._recv_ref(ref, self.deadline, "done")
-                ref.kill()  # nothing else runs beside the answer while it is timed
+                if self.next_slot is not None:
+                    # The next answer's process finishes starting now, never while this one is timed.
+                    t_wait = time.monotonic()
+                    try:
+                        self.next_slot.child.await_hello(time.monotonic() + 120.0)
+                    except Exception:  # noqa: BLE001 - its own evaluation will report it
+                        pass
+                    self.phases["next_child_wait_s"] = time.monotonic() - t_wait
+                    self.deadline += self.phases["next_child_wait_s"]
                 if self.lease is not None:
                     left = self.deadline - time.monotonic()
                     try:
@@ -388,7 +370,7 @@ class _Evaluation:
                 if cfg.device == "cuda":
                     sampler = threading.Thread(target=self._sample_clock, args=(stop,), daemon=True)
                     sampler.start()
-                ans.send("time", seed=self.timing_seed)
+                ans.send("time", seed=self.timing_seed, inputs={"area": "timing", "entries": ref.timing_entries})
                 try:
                     protocol = cfg.timing_protocol()
                     floors = cfg.watchdog_limits() or (0.0, 0.0)
@@ -424,11 +406,12 @@ class _Evaluation:
                 self.phases["timing_s"] = time.monotonic() - t_time
                 phase = "post_timing"
                 t_post = time.monotonic()
-                ans.send("post_timing", seed=self.post_seed, rng=_rng_state(rpost))
+                # Built only now: the answer could not have seen these inputs before or while it was timed.
+                rpost = self._secret_trial("post_timing", self.post_seed)
+                ans.send("post_timing", seed=self.post_seed, inputs={"area": rpost.area, "entries": rpost.entries},
+                         rng=rpost.rng)
                 self._answer_trial(ans, rpost, "post_timing", "post_timing", self.post_seed)
                 self.phases["post_timing_s"] = time.monotonic() - t_post
-            else:
-                ref.send("finish")
 
             # -- the authenticated end -----------------------------------------------------------------------
             phase = "finish"
@@ -479,7 +462,7 @@ class _Evaluation:
 
     def _watched(self, ans: ChildProcess, limit_s: float, reference_ms: float) -> Message:
         """The answer child's next message after it announced a call: at most ``limit_s`` after the announcement
-        (the per-call watchdog, which kills the child at once), never past the evaluation's deadline. Building the
+        (the per-call watchdog, which kills the child at once), never past the evaluation's deadline. Reading the
         inputs before the announcement is not the answer's time."""
         m = ans.recv(self.deadline)
         if m.type != "calling":
@@ -495,32 +478,52 @@ class _Evaluation:
             self.watchdog = (limit_s, reference_ms)
             raise
 
-    def _answer_trial(self, ans: ChildProcess, rm: Message, idx: Any, kind: str, seed: int) -> bool:
-        ref_ms = _num(rm.header.get("forward_ms"))
-        ref_max = max(x for x in (ref_ms, self.reference_ms(), 0.0) if x is not None)
+    def _judge(self, rt: ReferenceTrial, am: Message) -> tuple[str, float | None, str | None]:
+        """(verdict, max_abs_diff, detail) of an ``output`` message against the reference trial, on this side's
+        device, from the bytes in the answer's output area."""
+        if rt.structure != am.header.get("structure"):
+            return "shape_mismatch", None, (f"output structure differs: expected {rt.structure}, got "
+                                            f"{_text(am.header.get('structure'), 40)}")
+        metas = am.header.get("outputs")
+        if not isinstance(metas, list) or not metas:
+            raise ProtocolError("an output message without outputs")
+        if not am.header.get("written"):
+            # Larger than the reference's outputs (or a dtype the transport does not carry): a shape or dtype differs.
+            if len(metas) != len(rt.outputs):
+                return "shape_mismatch", None, f"expected {len(rt.outputs)} outputs, got {len(metas)}"
+            for i, (r, m) in enumerate(zip(rt.outputs, metas)):
+                m = m if isinstance(m, dict) else {}
+                if list(r.shape) != m.get("shape"):
+                    return "shape_mismatch", None, (f"output {i}: expected shape {tuple(r.shape)}, got "
+                                                    f"{_text(m.get('shape'), 80)}")
+                if dtype_name(r.dtype) != m.get("dtype"):
+                    return "dtype_mismatch", None, (f"output {i}: expected dtype {r.dtype}, got "
+                                                    f"{_text(m.get('dtype'), 40)}")
+            raise ProtocolError("outputs that fit were not written")
+        try:
+            new_out = self.reference.answer_outputs(metas, self.slot.output)
+        except TransportError as e:
+            raise ProtocolError(f"output slots: {e}") from None
+        device = self.reference.device
+        ref_out = [o.to(device) for o in rt.outputs]
+        verdict, diff, detail = compare_outputs(ref_out, new_out, self.cfg.atol, self.cfg.rtol)
+        del new_out, ref_out
+        new_dev = [m.get("device") for m in metas]
+        if verdict == "ok" and rt.output_devices != new_dev:
+            self.flag("output_wrong_device")
+            return "device_mismatch", diff, f"output on {_text(new_dev, 200)}, expected {rt.output_devices}"
+        return verdict, diff, detail
+
+    def _answer_trial(self, ans: ChildProcess, rt: ReferenceTrial, idx: Any, kind: str, seed: int) -> bool:
+        ref_max = max(x for x in (rt.forward_ms, self.reference_ms(), 0.0) if x is not None)
         floors = self.cfg.watchdog_limits() or (0.0, 0.0)
         am = self._watched(ans, call_limit_s(ref_max, floors[0] if not self.trials else floors[1]), ref_max)
         self._merge(am)
-        rec = TrialRecord(index=idx, kind=kind, seed=seed, verdict="error",
-                          ref_forward_ms=rm.header.get("forward_ms"))
+        rec = TrialRecord(index=idx, kind=kind, seed=seed, verdict="error", ref_forward_ms=rt.forward_ms)
         if am.type == "output":
             rec.launches = _int(am.header.get("launches"))
             rec.forward_ms = _num(am.header.get("forward_ms"))
-            ref_out = decode_outputs(rm)
-            new_out = decode_outputs(am)
-            if rm.header.get("structure") != am.header.get("structure"):
-                rec.verdict, rec.detail = "shape_mismatch", (
-                    f"output structure differs: expected {rm.header.get('structure')}, got "
-                    f"{_text(am.header.get('structure'), 40)}")
-            else:
-                ref_dev = [o.get("device") for o in rm.header["outputs"]]
-                new_dev = [o.get("device") for o in am.header["outputs"]]
-                rec.verdict, rec.max_abs_diff, rec.detail = compare_outputs(ref_out, new_out, self.cfg.atol,
-                                                                            self.cfg.rtol)
-                if rec.verdict == "ok" and ref_dev != new_dev:
-                    rec.verdict, rec.detail = "device_mismatch", f"output on {new_dev}, expected {ref_dev}"
-                    self.flag("output_wrong_device")
-            del ref_out, new_out
+            rec.verdict, rec.max_abs_diff, rec.detail = self._judge(rt, am)
             if rec.verdict != "ok" and rec.detail:
                 self.error = self.error or f"trial {idx} ({kind}): {rec.detail}"
         elif am.type == "bad_output":
@@ -555,11 +558,8 @@ class _Evaluation:
                 return
 
 
-def evaluate_answer(problem_path: Path, answer_path: Path, config: EvalConfig | None = None) -> EvalResult:
-    cfg = config or EvalConfig()
-    problem_path, answer_path = Path(problem_path), Path(answer_path)
-    t0 = time.monotonic()
-    protocol: dict[str, Any] = {
+def _protocol(cfg: EvalConfig) -> dict[str, Any]:
+    return {
         "harness_version": HARNESS_VERSION,
         "kernelbench_seed": cfg.seed,
         "seed_derivation": SEED_DERIVATION,
@@ -575,50 +575,51 @@ def evaluate_answer(problem_path: Path, answer_path: Path, config: EvalConfig | 
         "hidden_trials": cfg.hidden_trials,
         "cpu_threads": cfg.cpu_threads if cfg.device == "cpu" else None,
     }
-    code = answer_path.read_text(errors="replace")
-    static, sflags, reject, syntax = run_static_analysis(code) if cfg.run_static else (None, [], None, None)
 
-    def finish(status: Status, ev: _Evaluation | None, error: str | None) -> EvalResult:
-        flags = list(dict.fromkeys(sflags + (ev.flags if ev else [])))
-        stats = ev.runtime_stats if ev else None
-        correct = status == Status.CORRECT
-        diffs = [t.max_abs_diff for t in ev.trials] if ev else []
-        max_diff = None if not diffs or any(d is None for d in diffs) else max(diffs)  # type: ignore[type-var]
-        launches = sum(t.launches or 0 for t in ev.trials if t.kind != "post_timing") if ev and ev.trials else None
-        tf32 = (ev.tf32 if ev and ev.tf32 else None) or environment.tf32_flags_for_mode(cfg.tf32)
-        sm = sorted(ev.sm_clocks)[len(ev.sm_clocks) // 2] if ev and ev.sm_clocks else None
-        fp = environment.fingerprint(cfg.device, ev.gpu if ev else cfg.gpu_index, cfg.tf32, tf32, sm)
-        fp["key"] = environment.fingerprint_key(fp)
-        if ev is not None:
-            protocol.update({
-                "trial_seeds": ev.trial_seeds, "hidden_seeds": ev.hidden_seeds, "timing_seed": ev.timing_seed,
-                "post_timing_seed": ev.post_seed, "network_isolation": ev.network_isolation,
-                "gpu": ev.gpu, "authenticated_done": ev.done_ok,
-            })
-        phases = dict(ev.phases) if ev else {}
-        phases["evaluate_total_s"] = time.monotonic() - t0
-        return EvalResult(
-            status=status.value, compiled=is_compiled(status), correct=correct,
-            runtime_ms=stats["mean"] if (correct and stats) else None, runtime_stats=stats,
-            max_abs_diff=max_diff, triton_launches=launches, flags=flags,
-            error=(error[:6000] if error else None), device=cfg.device, timing_mode=timing.TIMING_MODES[cfg.device],
-            tf32=tf32, fingerprint=fp, protocol=protocol, trials=[t.to_dict() for t in ev.trials] if ev else [],
-            timing_raw=ev.timing_raw if ev else None, phases_s=phases, static=static,
-        )
 
-    if reject is not None:
-        return finish(Status.REJECTED_STATIC, None, reject)
-    if syntax is not None:
-        return finish(Status.LOAD_ERROR, None, f"syntax error: {syntax}")
+@dataclass
+class _Static:
+    report: dict[str, Any] | None
+    flags: list[str]
+    reject: str | None
+    syntax: str | None
 
-    # Shared while checking correctness; upgraded to exclusive just before timing (see gpu_lock).
-    with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False) as lease:
-        ev = _Evaluation(problem_path, answer_path, cfg, lease.gpu if lease else None, lease)
-        ev.run()
+
+def _result(cfg: EvalConfig, status: Status, ev: _Evaluation | None, error: str | None, static: _Static,
+            phases: dict[str, float]) -> EvalResult:
+    protocol = _protocol(cfg)
+    flags = list(dict.fromkeys(static.flags + (ev.flags if ev else [])))
+    stats = ev.runtime_stats if ev else None
+    correct = status == Status.CORRECT
+    diffs = [t.max_abs_diff for t in ev.trials] if ev else []
+    max_diff = None if not diffs or any(d is None for d in diffs) else max(diffs)  # type: ignore[type-var]
+    launches = sum(t.launches or 0 for t in ev.trials if t.kind != "post_timing") if ev and ev.trials else None
+    tf32 = (ev.tf32 if ev and ev.tf32 else None) or environment.tf32_flags_for_mode(cfg.tf32)
+    sm = sorted(ev.sm_clocks)[len(ev.sm_clocks) // 2] if ev and ev.sm_clocks else None
+    fp = environment.fingerprint(cfg.device, ev.gpu if ev else cfg.gpu_index, cfg.tf32, tf32, sm)
+    fp["key"] = environment.fingerprint_key(fp)
+    if ev is not None:
+        protocol.update({
+            "trial_seeds": ev.trial_seeds, "hidden_seeds": ev.hidden_seeds, "timing_seed": ev.timing_seed,
+            "post_timing_seed": ev.post_seed, "network_isolation": ev.network_isolation,
+            "gpu": ev.gpu, "authenticated_done": ev.done_ok,
+        })
+    phases = dict(phases, **(ev.phases if ev else {}))
+    return EvalResult(
+        status=status.value, compiled=is_compiled(status), correct=correct,
+        runtime_ms=stats["mean"] if (correct and stats) else None, runtime_stats=stats,
+        max_abs_diff=max_diff, triton_launches=launches, flags=flags,
+        error=(error[:6000] if error else None), device=cfg.device, timing_mode=timing.TIMING_MODES[cfg.device],
+        tf32=tf32, fingerprint=fp, protocol=protocol, trials=[t.to_dict() for t in ev.trials] if ev else [],
+        timing_raw=ev.timing_raw if ev else None, phases_s=phases, static=static.report,
+    )
+
+
+def _verdict(cfg: EvalConfig, ev: _Evaluation, static: _Static, phases: dict[str, float]) -> EvalResult:
     all_launched = all((t.launches or 0) > 0 for t in ev.trials if t.kind in ("seeded", "hidden"))
     status = decide_status(
         imported=ev.imported, pre_import_status=ev.pre_import_status, failure=ev.failure,
-        trial_verdicts=[t.verdict for t in ev.trials], flags=ev.flags + sflags,
+        trial_verdicts=[t.verdict for t in ev.trials], flags=ev.flags + static.flags,
         require_triton=cfg.require_triton, all_calls_launched=all_launched,
     )
     if status == Status.CORRECT and not ev.done_ok:
@@ -629,4 +630,133 @@ def evaluate_answer(problem_path: Path, answer_path: Path, config: EvalConfig | 
     if status == Status.REJECTED_RUNTIME:
         msg = "integrity check failed: " + ", ".join(f for f in ev.flags if is_integrity_flag(f))
         ev.error = msg + (f"\n{ev.error}" if ev.error else "")
-    return finish(status, ev, ev.error)
+    return _result(cfg, status, ev, ev.error, static, phases)
+
+
+class ProblemEvaluator:
+    """Every answer to one problem: the problem's trusted side (``ReferenceSide``) is built once, and each answer runs
+    in a fresh child started while the previous answer is being judged."""
+
+    def __init__(self, problem_path: Path, config: EvalConfig, lease: gpu_lock.GpuLease | None) -> None:
+        self.problem_path = Path(problem_path)
+        self.cfg = config
+        self.lease = lease
+        self.gpu = lease.gpu if lease else None
+        self.base = Path(tempfile.mkdtemp(prefix="kbeval-"))
+        self.triton_template: Path | None = None
+        self.reference: ReferenceSide | None = None
+        self.reference_error: str | None = None
+        self.phases: dict[str, float] = {}
+        self._count = 0
+
+    def prepare(self) -> None:
+        t0 = time.monotonic()
+        cfg = self.cfg
+        try:
+            self.reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32)
+            self.reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer)
+        except ReferenceFailed as e:
+            self.reference_error = str(e)[:4000]
+        self.phases["reference_prepare_s"] = time.monotonic() - t0
+
+    def start_slot(self) -> _AnswerSlot:
+        """A child for the next answer: started now, ready (torch, CUDA, Triton's driver) when its answer comes."""
+        cfg, ref = self.cfg, self.reference
+        assert ref is not None
+        self._count += 1
+        work = self.base / f"answer{self._count}"
+        work.mkdir()
+        if self.triton_template is not None:
+            # Triton's driver stub as the first child built it before any answer ran: not rebuilt by gcc each time.
+            shutil.copytree(self.triton_template, work / ".triton")
+        secret = Area("secret", ref.input_bytes)
+        output = Area("output", ref.output_capacity())
+        areas = {name: a.spec() for name, a in ref.areas.items()}
+        areas.update(secret=secret.spec(), output=output.spec())
+        init = {"answer": "answer.py", "seed": cfg.seed, "tf32": cfg.tf32, "timing": cfg.timing_protocol().to_dict(),
+                "require_triton": cfg.require_triton, "areas": areas, "init_inputs": ref.init_entries}
+        child = ChildProcess("answer", work, self.base / "logs" / f"answer{self._count}", cfg.device, init,
+                             gpu=self.gpu, isolation=cfg.isolation, limits=cfg.limits(),
+                             extra_env=cfg.cpu_thread_env(), fds=tuple(a["fd"] for a in areas.values()))
+        child.start()
+        return _AnswerSlot(child, secret, output)
+
+    def _keep_triton_template(self, slot: _AnswerSlot) -> None:
+        cache = slot.child.workdir / ".triton"
+        if self.triton_template is None and slot.child.hello is not None and cache.is_dir():
+            template = self.base / "triton-template"
+            shutil.copytree(cache, template)
+            self.triton_template = template
+
+    def evaluate(self, answers: list[tuple[Path, _Static]]) -> list[EvalResult]:
+        """Verdicts for answers that passed static analysis, in order."""
+        cfg = self.cfg
+        results: list[EvalResult] = []
+        if self.reference is None:
+            for _, static in answers:
+                results.append(_result(cfg, Status.REFERENCE_ERROR, None, self.reference_error, static, self.phases))
+            return results
+        slot: _AnswerSlot | None = self.start_slot() if answers else None
+        for k, (path, static) in enumerate(answers):
+            assert slot is not None
+            next_slot = self.start_slot() if k + 1 < len(answers) else None
+            ev = _Evaluation(self.reference, slot, path, cfg, self.gpu, self.lease, next_slot)
+            try:
+                ev.run()
+                results.append(_verdict(cfg, ev, static, self.phases))
+            finally:
+                self._keep_triton_template(slot)
+                slot.close()
+                if self.lease is not None:
+                    self.lease.downgrade()
+            slot = next_slot
+        return results
+
+    def close(self) -> None:
+        if self.reference is not None:
+            self.reference.close()
+        if self.cfg.keep_workdir:
+            print(f"kept evaluation directory {self.base}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _static(path: Path, cfg: EvalConfig) -> _Static:
+    code = path.read_text(errors="replace")
+    return _Static(*run_static_analysis(code)) if cfg.run_static else _Static(None, [], None, None)
+
+
+def evaluate_answers(problem_path: Path, answer_paths: list[Path], config: EvalConfig | None = None) -> list[EvalResult]:
+    """Evaluate every answer to one problem: static analysis first (a rejection or a syntax error runs nothing),
+    then one trusted reference side for the problem and one fresh child per answer."""
+    cfg = config or EvalConfig()
+    t0 = time.monotonic()
+    statics = [_static(Path(p), cfg) for p in answer_paths]
+    results: list[EvalResult | None] = [None] * len(answer_paths)
+    runnable = []
+    for i, st in enumerate(statics):
+        if st.reject is not None:
+            results[i] = _result(cfg, Status.REJECTED_STATIC, None, st.reject, st, {})
+        elif st.syntax is not None:
+            results[i] = _result(cfg, Status.LOAD_ERROR, None, f"syntax error: {st.syntax}", st, {})
+        else:
+            runnable.append(i)
+    if runnable:
+        # Shared while checking correctness; exclusive only while an answer is timed (see gpu_lock).
+        with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False) as lease:
+            evaluator = ProblemEvaluator(Path(problem_path), cfg, lease)
+            try:
+                evaluator.prepare()
+                judged = evaluator.evaluate([(Path(answer_paths[i]), statics[i]) for i in runnable])
+            finally:
+                evaluator.close()
+        for i, r in zip(runnable, judged):
+            results[i] = r
+    for r in results:
+        assert r is not None
+        r.phases_s["evaluate_total_s"] = time.monotonic() - t0
+    return [r for r in results if r is not None]
+
+
+def evaluate_answer(problem_path: Path, answer_path: Path, config: EvalConfig | None = None) -> EvalResult:
+    return evaluate_answers(problem_path, [answer_path], config)[0]

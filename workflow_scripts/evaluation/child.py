@@ -1,10 +1,11 @@
 """The evaluation child, and the trust model of the whole evaluation harness.
 
 The parent side (``workflow_scripts.evaluation.sandbox.ChildProcess``, used by ``workflow_scripts.evaluation.answer``
-and ``workflow_scripts.evaluation.baseline``) spawns ``python -m workflow_scripts.evaluation.child`` — a fresh
-interpreter, never a fork — and this module's ``main`` runs one of three roles: ``reference`` (the problem's
-``Model`` only), ``answer`` (the untrusted ``ModelNew``) or ``baseline`` (eager / ``torch.compile`` timing of
-``Model``). The harness is: ``channel`` (the authenticated result channel, both sides), ``sandbox`` (spawning,
+and ``workflow_scripts.evaluation.baseline``) spawns ``python -m workflow_scripts.evaluation.child`` (a fresh
+interpreter, never a fork) and this module's ``main`` runs one of two roles: ``answer`` (the untrusted ``ModelNew``;
+it never imports the problem module: its inputs come from the trusted side through memory areas) or ``baseline``
+(eager / ``torch.compile`` timing of ``Model``). The harness is: ``reference`` (the trusted side of a problem),
+``transport`` (the memory areas), ``channel`` (the authenticated result channel, both sides), ``sandbox`` (spawning,
 isolation, environment, resource limits), ``integrity`` (the checks inside the answer's process), ``timing`` and
 this module.
 
@@ -16,17 +17,17 @@ be read or rewritten by it: the harness's variables, the nonce, ``torch`` itself
 So the design never asks the answer's process for a verdict; it asks it only for raw data and makes that data
 useless to forge:
 
-* **Reference outputs are computed in another process** (role ``reference``), which never imports the answer,
-  and they travel to the parent over that process's private pipe, never through the file system. The two
-  children run side by side in lockstep (trial k in both, then the parent compares), and the reference child is
-  gone before the answer is timed. Nothing of the reference exists in the answer's process: reading "the
-  expected output" (``gc.get_objects``, frame walking, ``torch.empty`` returning the reference's freed memory)
-  finds nothing, and mutating inputs or the reference model's parameters cannot change the reference.
-* **The parent computes every verdict** (shape, dtype, ``torch.allclose(ref, out, atol, rtol)``, NaN, statistics)
-  from the raw output bytes the answer's process sent and the reference bytes. The answer's process can send any
-  bytes it likes; to be judged correct those bytes must equal the reference's on every trial, including
-  **hidden trials whose input seed the parent draws at random per run** (recorded for replay) and sends only after
-  the answer is loaded, so no output can be precomputed. Timing runs on inputs from another secret seed, and
+* **Reference outputs are computed on the trusted side** (``workflow_scripts.evaluation.reference``, in the
+  evaluating process), once per problem, and never leave it. The answer's process receives only the inputs, through
+  memory areas (``transport``): the seeded ones sealed (nobody can write them once built, so one answer cannot
+  change another's inputs), its secret ones written into its own area only when the trial starts. Nothing of the
+  reference exists in the answer's process: reading "the expected output" (``gc.get_objects``, frame walking,
+  ``torch.empty`` returning freed memory) finds nothing, and mutating inputs cannot change the reference.
+* **The trusted side computes every verdict** (shape, dtype, ``torch.allclose(ref, out, atol, rtol)``, NaN,
+  statistics) on its own device, from a copy of the bytes the answer's process wrote into its output area. The
+  answer's process can write any bytes it likes; to be judged correct they must equal the reference's on every
+  trial, including **hidden trials whose input seed the parent draws at random per answer** (recorded for replay)
+  and whose inputs are written only after the answer is loaded, so no output can be precomputed. Timing runs on inputs from another secret seed, and
   after timing those same input tensors are overwritten in place with inputs from a third secret seed and the
   answer must produce their outputs (``post_timing_mismatch``), so caches keyed on tensor identity, address or
   shape are caught. Each timed output is scrubbed (NaN) after the call, outside the timed region, so handing
@@ -126,7 +127,11 @@ class _Child:
             torch.cuda.set_device(0)
         else:
             self.device = torch.device("cpu")
-        self.tf32 = self._configure_tf32(init.get("tf32", "pytorch_default"))
+        from workflow_scripts.evaluation import environment, transport
+
+        self.tf32 = environment.configure_tf32(init.get("tf32", "pytorch_default"))
+        # The memory areas the trusted side passed (answer role): inputs in, outputs out (transport).
+        self.areas = transport.open_areas(init.get("areas") or {})
         from workflow_scripts.evaluation import timing
         self.timing = timing
         tp = init.get("timing") or {}
@@ -146,28 +151,6 @@ class _Child:
                     triton.runtime.driver.active.utils  # noqa: B018
                 except Exception:  # noqa: BLE001 - the answer's own launch will report it
                     pass
-
-    def _configure_tf32(self, mode: str) -> dict[str, Any]:
-        torch = self.torch
-        if mode == "ieee":
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
-            torch.set_float32_matmul_precision("highest")
-        elif mode != "pytorch_default":
-            raise ValueError(f"unknown tf32 mode {mode!r}")
-        flags = {
-            "mode": mode,
-            "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
-            "float32_matmul_precision": str(torch.get_float32_matmul_precision()),
-        }
-        for name, get in (("cuda_matmul_fp32_precision", lambda: torch.backends.cuda.matmul.fp32_precision),
-                          ("cudnn_conv_fp32_precision", lambda: torch.backends.cudnn.conv.fp32_precision)):
-            try:
-                flags[name] = str(get())
-            except Exception:  # noqa: BLE001 - older/newer torch may lack the new API
-                pass
-        return flags
 
     # -- problem loading -------------------------------------------------------------------------------------
     def load_module(self, path: str, name: str) -> Any:
@@ -206,19 +189,21 @@ class _Child:
             return self.to(x, device=self.device)
         return x
 
-    def make_inputs(self, problem: Any, seed: int, secret: bool = False) -> list[Any]:
-        """The problem's inputs under ``seed``. KernelBench's seeded trials build them on the CPU, as KernelBench does
-        (the values must be KernelBench's); secret-seed inputs (hidden, timing, post-timing trials) need only the
-        same distribution, so on CUDA they are built on the GPU: seconds instead of minutes for multi-GB inputs."""
+    def make_inputs(self, problem: Any, seed: int) -> list[Any]:
+        """The problem's inputs under ``seed``, on the CPU as KernelBench builds them (baseline role)."""
         self.set_seed(seed)
-        if secret and self.device_kind == "cuda":
-            with self.torch.device(self.device):
-                return [self.process(x) for x in problem.get_inputs()]
         return [self.process(x) for x in problem.get_inputs()]
 
-    def build_model(self, cls: Any, problem: Any) -> Any:
-        self.set_seed(self.seed)
-        init_inputs = [self.process(x) for x in problem.get_init_inputs()]
+    def area_inputs(self, spec: Any) -> list[Any]:
+        """Inputs the trusted side wrote into one of the areas: ``{"area": name, "entries": [...]}``, copied onto
+        the device (answer role: it never sees the problem module)."""
+        area = self.areas[str(spec["area"])]
+        return area.read(spec["entries"], self.device)
+
+    def build_model(self, cls: Any, init_inputs: list[Any]) -> Any:
+        """KernelBench's construction: seed, ``Model(*get_init_inputs())`` under the seed again, moved with
+        ``.to(device, float32)``. ``init_inputs`` were drawn after seeding (by the trusted side for answers)."""
+        init_inputs = [self.process(x) for x in init_inputs]
         with self.no_grad():
             self.set_seed(self.seed)
             model = cls(*init_inputs)
@@ -243,17 +228,18 @@ class _Child:
             return bool(self.equal(ac, bc))
         return bool(self.equal(self.view(ac, torch.uint8), self.view(bc, torch.uint8)))
 
-    def payload(self, tensors: list[Any]) -> tuple[list[dict[str, Any]], list[memoryview]]:
-        metas, chunks = [], []
-        for t in tensors:
-            c = self.contiguous(self.to(t.detach(), device="cpu"))
-            flat = self.reshape(c, (-1,))
-            raw = self.view(flat, self.torch.uint8) if flat.numel() else flat
-            mv = memoryview(raw.numpy()) if raw.numel() else memoryview(b"")
-            metas.append({"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
-                          "device": str(t.device), "nbytes": mv.nbytes})
-            chunks.append(mv)
-        return metas, chunks
+    def write_outputs(self, tensors: list[Any]) -> tuple[list[dict[str, Any]], bool]:
+        """Outputs into the output area for the trusted side to judge: (slots with each output's device, fits).
+        Outputs larger than the area (which holds the reference's outputs) are described but not written: their
+        shapes already differ from the reference's."""
+        area = self.areas["output"]
+        described = [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "device": str(t.device)}
+                     for t in tensors]
+        try:
+            entries = area.write(tensors)
+        except Exception:  # noqa: BLE001 - too large, or a dtype the transport does not carry
+            return described, False
+        return [dict(e["tensor"], device=d["device"]) for e, d in zip(entries, described)], True
 
 
 def _read_init() -> dict[str, Any]:
@@ -268,40 +254,7 @@ def _read_cmd(stdin: Any) -> dict[str, Any]:
     return json.loads(line)
 
 
-def _run_reference(c: _Child, problem: Any) -> None:
-    model = c.build_model(problem.Model, problem)
-    c.sender.send({"type": "loaded"})
-    stdin = c.stdin
-    while True:
-        cmd = _read_cmd(stdin)
-        if cmd["cmd"] == "finish":
-            c.sender.send({"type": "done"})
-            return
-        if cmd["cmd"] != "trial":
-            continue
-        seed = int(cmd["seed"])
-        inputs = c.make_inputs(problem, seed, secret=cmd.get("kind", "seeded") != "seeded")
-        with c.no_grad():
-            c.set_seed(seed)
-            t0 = time.perf_counter()
-            out = model(*inputs)
-            if c.device_kind == "cuda":
-                c.torch.cuda.synchronize()
-            ms = (time.perf_counter() - t0) * 1e3
-        # KernelBench runs the answer's forward right after the reference's in one process, without reseeding:
-        # the answer must start from the generators as this forward left them.
-        rng = c.rng_state()
-        structure, outs = c.flatten(out)
-        outs = [o if isinstance(o, c.Tensor) else c.torch.as_tensor(o) for o in outs]
-        metas, chunks = c.payload(outs)
-        in_meta = [{"dtype": str(x.dtype).replace("torch.", ""), "shape": list(x.shape)} if isinstance(x, c.Tensor)
-                   else {"type": type(x).__name__} for x in inputs]
-        c.sender.send({"type": "output", "index": cmd.get("index"), "structure": structure, "outputs": metas,
-                       "forward_ms": ms, "inputs": in_meta, "rng": rng}, chunks)
-        del out, outs, inputs
-
-
-def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
+def _run_answer(c: _Child, init: dict[str, Any]) -> None:
     import threading
 
     torch = c.torch
@@ -344,6 +297,14 @@ def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
 
     sender.send({"type": "hello", "tf32": c.tf32, "interpret": launch.interpret, "pid": os.getpid(),
                  "torch": torch.__version__, "triton": c.triton.__version__ if c.triton else None})
+    # Started ahead of its answer: wait until the answer is in the working directory.
+    if _read_cmd(c.stdin).get("cmd") != "load":
+        os._exit(0)
+    try:
+        init_inputs = c.area_inputs({"area": "init", "entries": init["init_inputs"]})
+    except Exception:  # noqa: BLE001
+        sender.send({"type": "setup_error", "error": _fmt_exc()})
+        os._exit(0)
 
     # ---- load the answer: everything from here on may be hostile ----
     try:
@@ -357,7 +318,7 @@ def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
         os._exit(0)
     sender.send({"type": "imported", "flags": flags})  # KernelBench's "compiled" from here on
     try:
-        model = c.build_model(model_cls, problem)
+        model = c.build_model(model_cls, init_inputs)
     except Exception:  # noqa: BLE001
         check_tamper()
         sender.send({"type": "init_error", "error": _fmt_exc(), "flags": flags})
@@ -365,14 +326,14 @@ def _run_answer(c: _Child, problem: Any, init: dict[str, Any]) -> None:
     check_tamper()
     sender.send({"type": "loaded", "flags": flags})
     try:
-        _answer_loop(c, problem, model, launch, guard, flag, flags, check_tamper, require_triton, threads_before)
+        _answer_loop(c, model, launch, guard, flag, flags, check_tamper, require_triton, threads_before)
     except Exception:  # noqa: BLE001 - the harness choked on something the answer produced
         check_tamper()
         sender.send({"type": "runtime_error", "index": None, "kind": "harness", "error": _fmt_exc(), "flags": flags})
     os._exit(0)
 
 
-def _answer_loop(c: _Child, problem: Any, model: Any, launch: LaunchCounter, guard: Guard,
+def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
                  flag: Callable[[str], None], flags: list[str], check_tamper: Callable[[], None],
                  require_triton: bool, threads_before: set[Any]) -> None:
     import threading
@@ -453,27 +414,20 @@ def _answer_loop(c: _Child, problem: Any, model: Any, launch: LaunchCounter, gua
                 flag("inputs_mutated")
                 break
         check_tamper()
-        metas, chunks = c.payload(send_outs)
+        metas, written = c.write_outputs(send_outs)
         sender.send({"type": "output", "index": index, "kind": kind, "structure": structure, "outputs": metas,
-                     "launches": launches, "forward_ms": ms, "flags": flags}, chunks)
+                     "written": written, "launches": launches, "forward_ms": ms, "flags": flags})
 
     stdin = c.stdin
     while True:
         cmd = _read_cmd(stdin)
         name = cmd.get("cmd")
         if name == "trial":
-            seed = int(cmd["seed"])
-            kind = cmd.get("kind", "seeded")
-            inputs = c.make_inputs(problem, seed, secret=kind != "seeded")
-            rng = cmd.get("rng")
-            if cmd.get("await_rng"):
-                # Inputs are built while the reference runs; the forward waits for the state it leaves.
-                go = _read_cmd(stdin)
-                rng = go.get("rng") if go.get("cmd") == "rng" else None
-            run_once(inputs, seed, cmd.get("index"), kind, rng)
+            inputs = c.area_inputs(cmd["inputs"])
+            run_once(inputs, int(cmd["seed"]), cmd.get("index"), cmd.get("kind", "seeded"), cmd.get("rng"))
             del inputs
         elif name == "time":
-            timing_inputs = c.make_inputs(problem, int(cmd["seed"]), secret=True)
+            timing_inputs = c.area_inputs(cmd["inputs"])
             timing_snapshot = [clone(x) if _isinstance(x, Tensor) else x for x in timing_inputs]
             per_call: list[int] = []
             ptrs = input_ptrs(timing_inputs)
@@ -511,7 +465,7 @@ def _answer_loop(c: _Child, problem: Any, model: Any, launch: LaunchCounter, gua
             # Overwrite the timed input tensors in place (same storage, same addresses) with fresh inputs.
             if timing_inputs is None:
                 raise RuntimeError("post_timing before time")
-            fresh = c.make_inputs(problem, int(cmd["seed"]), secret=True)
+            fresh = c.area_inputs(cmd["inputs"])
             with c.no_grad():
                 for i, (t, f) in enumerate(zip(timing_inputs, fresh)):
                     if _isinstance(t, Tensor) and _isinstance(f, Tensor) and t.shape == f.shape and t.dtype == f.dtype:
@@ -532,7 +486,8 @@ def _answer_loop(c: _Child, problem: Any, model: Any, launch: LaunchCounter, gua
 def _run_baseline(c: _Child, problem: Any, init: dict[str, Any]) -> None:
     torch = c.torch
     sender = c.sender
-    model = c.build_model(problem.Model, problem)
+    c.set_seed(c.seed)
+    model = c.build_model(problem.Model, problem.get_init_inputs())
     sender.send({"type": "loaded", "tf32": c.tf32})
     inputs = c.make_inputs(problem, c.seed)  # KernelBench times on the seed-42 inputs
     in_ptrs = {c.untyped_storage(x).data_ptr() for x in inputs if isinstance(x, c.Tensor) and x.numel()}
@@ -607,22 +562,18 @@ def main() -> None:
         sender.send({"type": "setup_error", "error": _fmt_exc()})
         os._exit(0)
     try:
-        problem = c.load_module(os.path.join(init["workdir"], init["problem"]), "kb_problem")
-        if c.role == "reference":
-            sender.send({"type": "hello", "tf32": c.tf32, "torch": c.torch.__version__})
-    except Exception:  # noqa: BLE001
-        sender.send({"type": "setup_error", "error": "loading the problem failed:\n" + _fmt_exc()})
-        os._exit(0)
-    try:
-        if c.role == "reference":
-            _run_reference(c, problem)
-        elif c.role == "answer":
-            _run_answer(c, problem, init)
+        if c.role == "answer":
+            _run_answer(c, init)  # never imports the problem: its inputs come from the trusted side
         elif c.role == "baseline":
+            try:
+                problem = c.load_module(os.path.join(init["workdir"], init["problem"]), "kb_problem")
+            except Exception:  # noqa: BLE001
+                sender.send({"type": "setup_error", "error": "loading the problem failed:\n" + _fmt_exc()})
+                os._exit(0)
             _run_baseline(c, problem, init)
         else:
             raise ValueError(f"unknown role {c.role!r}")
-    except Exception:  # noqa: BLE001 - harness-side failures (reference role: the reference failed)
+    except Exception:  # noqa: BLE001 - harness-side failures
         sender.send({"type": "setup_error", "error": _fmt_exc()})
     sys.stdout.flush()
     os._exit(0)

@@ -127,6 +127,32 @@ def tf32_flags_for_mode(mode: str) -> dict[str, Any]:
     return {"mode": mode}
 
 
+def configure_tf32(mode: str) -> dict[str, Any]:
+    """Set this process's TF32 flags for a protocol mode (imports torch) and return them as read back: what the
+    trusted side and every child record as measured."""
+    import torch
+
+    if mode == "ieee":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+    elif mode not in TF32_MODES:
+        raise ValueError(f"unknown tf32 mode {mode!r}")
+    flags: dict[str, Any] = {
+        "mode": mode,
+        "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": str(torch.get_float32_matmul_precision()),
+    }
+    for name, get in (("cuda_matmul_fp32_precision", lambda: torch.backends.cuda.matmul.fp32_precision),
+                      ("cudnn_conv_fp32_precision", lambda: torch.backends.cudnn.conv.fp32_precision)):
+        try:
+            flags[name] = str(get())
+        except Exception:  # noqa: BLE001 - older/newer torch may lack the new API
+            pass
+    return flags
+
+
 def fingerprint(
     device: str,
     gpu_index: int | str | None = None,

@@ -89,6 +89,28 @@ class GpuLease:
         return waited
 
 
+    def downgrade(self, poll_s: float = 0.2) -> float:
+        """Exclusive -> shared once timing is done, keeping the same GPU (a problem's trusted side lives there).
+        Re-enters through the gate, so a timing job already waiting on this GPU goes first. Returns seconds
+        waited."""
+        if self.mode == "shared":
+            return 0.0
+        t0 = time.monotonic()
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        while True:
+            if self._gate_fd < 0 or _try_lock(self._gate_fd, fcntl.LOCK_SH):
+                ok = _try_lock(self._fd, fcntl.LOCK_SH)
+                if self._gate_fd >= 0:
+                    fcntl.flock(self._gate_fd, fcntl.LOCK_UN)
+                if ok:
+                    break
+            time.sleep(poll_s)
+        self.mode = "shared"
+        waited = time.monotonic() - t0
+        self.waited_s += waited
+        return waited
+
+
 def visible_gpus(configured: Sequence[str | int] | None = None) -> list[str]:
     if configured:
         return [str(g) for g in configured]

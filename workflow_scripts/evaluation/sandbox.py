@@ -104,6 +104,8 @@ class ChildProcess:
     events: list[dict[str, Any]] = field(default_factory=list)
     network_isolation: bool = False
     started_at: float = 0.0
+    fds: tuple[int, ...] = ()  # memory areas the child inherits (transport.Area)
+    hello: Message | None = None
 
     def env(self) -> dict[str, str]:
         wd = str(self.workdir)
@@ -142,7 +144,7 @@ class ChildProcess:
         try:
             self.proc = subprocess.Popen(
                 cmd, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir, env=self.env(),
-                pass_fds=(wfd,), start_new_session=True, close_fds=True,
+                pass_fds=(wfd, *self.fds), start_new_session=True, close_fds=True,
             )
         except BaseException:
             os.close(rfd)
@@ -180,6 +182,13 @@ class ChildProcess:
                 self.events.append(msg.header)
                 continue
             return msg
+
+    def await_hello(self, deadline: float) -> Message:
+        """The child's first message (it is ready: interpreter, torch, CUDA and Triton loaded), kept: a child
+        started ahead of its answer is awaited before the GPU is taken for timing, and used later."""
+        if self.hello is None:
+            self.hello = self.recv(deadline)
+        return self.hello
 
     def wait(self, timeout: float) -> int | None:
         if self.proc is None:

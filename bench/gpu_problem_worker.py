@@ -1,0 +1,194 @@
+"""The problem-centred evaluator on the GPU (issue: evaluator v2), one JSON line per measurement in
+$OUT/gpu_problem_worker.jsonl, written as the run goes:
+
+* ``big``: multi-GB level-1 problems (done-when 1): several answers to one problem (the reference as its own answer,
+  twice, and an honest Triton answer from bench/kernelbench_answers/ours when there is one); per answer its verdict
+  and seconds, and the problem's one-time preparation (seeded inputs built and the reference run once).
+* ``spin``: honest answers evaluated alone, then the same answers beside a never-returning kernel (bench/spinning),
+  in parallel jobs on the same GPU (done-when 5).
+* ``calibration``: the reference as its own answer on many problems, timed beside KernelBench-style eager timing of
+  the reference in the same process tree (baseline stage code): |speedup - 1| (done-when 2).
+* ``throughput``: N answers per problem through one ProblemEvaluator, and KernelBench's harness
+  (bench/kernelbench_harness.py) on one answer per problem in the same run (done-when 4).
+
+    python bench/gpu_problem_worker.py big --suite .kb --problems L1_19 L1_23 L1_47 --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from workflow_scripts.analysis.extract import extract_code  # noqa: E402
+from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answers  # noqa: E402
+from workflow_scripts.evaluation.baseline import BaselineConfig, measure_baselines  # noqa: E402
+from workflow_scripts.generation.replay import rename_reference_model  # noqa: E402
+
+SPINNER = ROOT / "bench" / "spinning" / "answer.py"
+ADD = ROOT / "tests" / "cheats" / "problems" / "1_ElementwiseAdd.py"  # the problem the spinner answers
+OURS = ROOT / "bench" / "kernelbench_answers" / "ours"
+
+
+def log(out: Path, record: dict) -> None:
+    with open(out / "gpu_problem_worker.jsonl", "a") as handle:
+        handle.write(json.dumps(record, sort_keys=True) + "\n")
+    print(json.dumps(record, sort_keys=True), flush=True)
+
+
+def problem_file(suite: Path, key: str) -> Path:
+    level, pid = key[1:].split("_")
+    return next((suite / "KernelBench" / f"level{level}").glob(f"{pid}_*.py"))
+
+
+def all_problems(suite: Path) -> list[str]:
+    keys = []
+    for level in (1, 2):
+        for f in (suite / "KernelBench" / f"level{level}").glob("*.py"):
+            keys.append(f"L{level}_{f.name.split('_')[0]}")
+    return sorted(keys, key=lambda k: (int(k[1]), int(k.split("_")[1])))
+
+
+def reference_answer(problem: Path, tmp: Path, tag: str = "") -> Path:
+    path = tmp / f"{problem.stem}{tag}_reference_answer.py"
+    path.write_text(rename_reference_model(problem.read_text()) + (f"\n# {tag}\n" if tag else ""))
+    return path
+
+
+def ours_answer(key: str, tmp: Path) -> Path | None:
+    completion = OURS / f"level{key[1]}_{key.split('_')[1]}.txt"
+    if not completion.exists():
+        return None
+    code = extract_code(completion.read_text())
+    if not code:
+        return None
+    path = tmp / f"{key}_ours.py"
+    path.write_text(code)
+    return path
+
+
+def summarise(result) -> dict:
+    return {"status": result.status, "runtime_ms": result.runtime_ms, "max_abs_diff": result.max_abs_diff,
+            "flags": result.flags, "error": (result.error or "")[:300],
+            "phases_s": {k: round(v, 3) for k, v in result.phases_s.items()}}
+
+
+def config(**kw) -> EvalConfig:
+    return EvalConfig(device="cuda", **kw)
+
+
+def run_big(args, tmp: Path) -> None:
+    for key in args.problems:
+        problem = problem_file(args.suite, key)
+        answers = [reference_answer(problem, tmp, "a"), reference_answer(problem, tmp, "b")]
+        ours = ours_answer(key, tmp)
+        if ours:
+            answers.append(ours)
+        t0 = time.monotonic()
+        results = evaluate_answers(problem, answers, config(require_triton=False))
+        wall = time.monotonic() - t0
+        for i, (a, r) in enumerate(zip(answers, results)):
+            log(args.out, {"bench": "big", "problem": key, "answer": a.name, "order": i, "wall_all_s": round(wall, 2),
+                           **summarise(r)})
+
+
+def run_spin(args, tmp: Path) -> None:
+    honest = [(problem_file(args.suite, k), reference_answer(problem_file(args.suite, k), tmp)) for k in args.problems]
+    cfg = config(require_triton=False, lock_dir=str(tmp / "locks"))
+    alone = {}
+    for problem, answer in honest:
+        t0 = time.monotonic()
+        r = evaluate_answers(problem, [answer], cfg)[0]
+        alone[problem.name] = r.runtime_ms
+        log(args.out, {"bench": "spin", "phase": "alone", "problem": problem.name, "wall_s": time.monotonic() - t0,
+                       **summarise(r)})
+    jobs = [(ADD, SPINNER)] + honest
+    t0 = time.monotonic()
+
+    def one(job):
+        start = time.monotonic()
+        r = evaluate_answers(job[0], [job[1]], cfg)[0]
+        return job, r, time.monotonic() - start
+
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        for (problem, answer), r, wall in pool.map(one, jobs):
+            ratio = (r.runtime_ms / alone[problem.name]) if (r.runtime_ms and alone.get(problem.name)) else None
+            log(args.out, {"bench": "spin", "phase": "beside_spinner", "problem": problem.name, "answer": answer.name,
+                           "wall_s": round(wall, 2), "since_start_s": round(time.monotonic() - t0, 2),
+                           "runtime_vs_alone": ratio, **summarise(r)})
+
+
+def run_calibration(args, tmp: Path) -> None:
+    keys = args.problems or all_problems(args.suite)
+    done = set()
+    record_file = args.out / "gpu_problem_worker.jsonl"
+    if record_file.exists():
+        for line in record_file.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("bench") == "calibration":
+                done.add(rec["problem"])
+    for key in keys[args.skip:]:
+        if key in done:
+            continue
+        problem = problem_file(args.suite, key)
+        t0 = time.monotonic()
+        eager = measure_baselines(problem, BaselineConfig(device="cuda", run_compile=False)).eager_ms
+        r = evaluate_answers(problem, [reference_answer(problem, tmp)], config(require_triton=False))[0]
+        speedup = eager / r.runtime_ms if (eager and r.runtime_ms) else None
+        log(args.out, {"bench": "calibration", "problem": key, "eager_ms": eager, "speedup": speedup,
+                       "wall_s": round(time.monotonic() - t0, 2), **summarise(r)})
+
+
+def run_throughput(args, tmp: Path) -> None:
+    for key in args.problems:
+        problem = problem_file(args.suite, key)
+        answers = [reference_answer(problem, tmp, f"v{i}") for i in range(args.per_problem)]
+        ours = ours_answer(key, tmp)
+        if ours:
+            answers[-1] = ours
+        t0 = time.monotonic()
+        results = evaluate_answers(problem, answers, config(require_triton=False))
+        ours_s = time.monotonic() - t0
+        log(args.out, {"bench": "throughput", "harness": "ours", "problem": key, "answers": len(answers),
+                       "wall_s": round(ours_s, 2), "per_answer_s": round(ours_s / len(answers), 2),
+                       "statuses": [r.status for r in results], "runtimes_ms": [r.runtime_ms for r in results]})
+        # KernelBench's harness on one of the same answers (its cost per answer does not depend on the others).
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, str(ROOT / "bench" / "kernelbench_harness.py"), "--kb-src",
+                               str(args.kb_src), "--problem", str(problem), "--answer", str(answers[0])],
+                              capture_output=True, text=True, timeout=900)
+        kb = {}
+        try:
+            kb = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            kb = {"error": (proc.stderr or proc.stdout)[-800:]}
+        log(args.out, {"bench": "throughput", "harness": "kernelbench", "problem": key, "answers": 1,
+                       "wall_s": round(time.monotonic() - t0, 2), **kb})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bench", choices=["big", "spin", "calibration", "throughput"])
+    parser.add_argument("--suite", type=Path, required=True)
+    parser.add_argument("--problems", nargs="*", default=[])
+    parser.add_argument("--skip", type=int, default=0)
+    parser.add_argument("--per-problem", type=int, default=5)
+    parser.add_argument("--kb-src", type=Path, default=ROOT / ".kb" / "kbsrc")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        {"big": run_big, "spin": run_spin, "calibration": run_calibration, "throughput": run_throughput}[args.bench](
+            args, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One device call (the device tool, nvidia-h200) for bench/gpu_problem_worker.py. Usage:
+#   bash bench/h200_worker_run.sh "big spin"            # benches to run, in order, each under its own timeout
+# Carry: .kb (KernelBench problems, and KernelBench's harness source in .kb/kbsrc), .kbwheels (pydantic, requests).
+set -uo pipefail
+OUT=${OUT:-/tmp/h200-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .kbwheels/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv > "$OUT/gpu.txt"
+python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__, 'cpus', __import__('os').cpu_count())" >> "$OUT/gpu.txt"
+cat "$OUT/gpu.txt"
+B="python3 bench/gpu_problem_worker.py"
+for bench in $1; do
+  SECONDS=0
+  case $bench in
+    big) timeout 330 $B big --suite .kb --problems L1_19 L1_23 L1_47 --out "$OUT" > "$OUT/big.log" 2>&1 ;;
+    spin) timeout 150 $B spin --suite .kb --problems L2_71 L1_12 --out "$OUT" > "$OUT/spin.log" 2>&1 ;;
+    throughput) timeout 330 $B throughput --suite .kb --per-problem 5 --problems L1_1 L1_40 L1_95 L2_12 L2_71 L2_99 L1_88 L2_40 L2_76 L2_82 --out "$OUT" > "$OUT/throughput.log" 2>&1 ;;
+    calibration) timeout "${CAL_TIMEOUT:-300}" $B calibration --suite .kb --problems $(cat bench/calibration_order.txt) --out "$OUT" > "$OUT/calibration.log" 2>&1 ;;
+  esac
+  echo "$bench: rc=$? in ${SECONDS}s"; tail -c 1500 "$OUT/$bench.log"
+done

@@ -1,0 +1,62 @@
+"""KernelBench's own harness on one (problem, answer): ``eval_kernel_against_ref`` at the pinned revision, in a fresh
+process, as KernelBench's scripts run it (5 correctness trials, 100 timed trials, CUDA events, backend triton).
+For side-by-side numbers only (bench/gpu_problem_worker.py); the KernelBench source is fetched, copied to an ignored
+folder for the device run (.kb/kbsrc/kernelbench) and never committed.
+
+KernelBench's package ``__init__`` imports its LLM-query helpers (openai, litellm, dotenv), which evaluation never
+calls; those three modules are stubbed here so only what ``eval.py`` runs is real. ``pydantic`` and ``requests``
+(imported by eval.py) come from carried wheels.
+
+    python bench/kernelbench_harness.py --kb-src .kb/kbsrc --problem P.py --answer A.py   # prints one JSON line
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+T0 = time.monotonic()
+
+
+def _stub_llm_clients() -> None:
+    for name, attrs in {"dotenv": {"load_dotenv": lambda *a, **k: None},
+                        "openai": {"OpenAI": object}, "litellm": {"completion": None}}.items():
+        if name not in sys.modules:
+            module = types.ModuleType(name)
+            for key, value in attrs.items():
+                setattr(module, key, value)
+            sys.modules[name] = module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kb-src", type=Path, required=True)
+    parser.add_argument("--problem", type=Path, required=True)
+    parser.add_argument("--answer", type=Path, required=True)
+    args = parser.parse_args()
+    _stub_llm_clients()
+    sys.path.insert(0, str(args.kb_src))
+    package = types.ModuleType("kernelbench")  # the package without its __init__ (the LLM clients)
+    package.__path__ = [str(args.kb_src / "kernelbench")]
+    sys.modules["kernelbench"] = package
+    from kernelbench import eval as kb_eval  # noqa: E402
+
+    t_eval = time.monotonic()
+    with tempfile.TemporaryDirectory() as build:
+        result = kb_eval.eval_kernel_against_ref(
+            args.problem.read_text(), args.answer.read_text(), seed_num=42, num_correct_trials=5,
+            num_perf_trials=100, measure_performance=True, timing_method="cuda_event", build_dir=build,
+            backend="triton", precision=kb_eval.torch.float32)
+    record = {"compiled": getattr(result, "compiled", None), "correctness": getattr(result, "correctness", None),
+              "runtime_ms": getattr(result, "runtime", None), "metadata": str(getattr(result, "metadata", ""))[:600],
+              "eval_s": time.monotonic() - t_eval, "process_s": time.monotonic() - T0}
+    print(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,319 @@
+"""The trusted side of a problem's evaluation: one per (problem, device), in the evaluating process, never in an
+answer's.
+
+It loads the problem's ``Model`` (KernelBench's code, trusted), builds the five seeded correctness inputs once,
+exactly as KernelBench does (seed, ``get_inputs()`` on the CPU, floating tensors cast to float32), computes the
+reference outputs once, and keeps them (on the device when they fit the budget, else on the host) for every answer
+to the problem. The inputs go to the answers through sealed memory areas (``transport``). Secret-seed inputs
+(hidden and post-timing trials, drawn per answer; timing, drawn per problem) need only the distribution, so they
+are built on the device. Answers' outputs are judged here, on the device, with ``protocol.compare_outputs``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.evaluation import environment
+from workflow_scripts.evaluation.transport import Area, Slot, TransportError, dtype_name, tensor_bytes
+
+# Seeded reference outputs stay on the GPU while they take at most this share of its memory; beyond it they wait
+# on the host and are copied over for each comparison.
+DEVICE_OUTPUT_SHARE = 0.3
+# Seeded inputs at least this large per trial are built by helper processes in parallel (reference_inputs).
+PARALLEL_INPUTS_MIN_BYTES = 256 << 20
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+class ReferenceFailed(Exception):
+    """The problem's own code failed (every answer to it gets ``reference_error``)."""
+
+
+@dataclass
+class ReferenceTrial:
+    """One trial's reference side: where its inputs lie, the outputs an answer must match and the generator state
+    the reference's forward left (the answer's forward starts from it, as in KernelBench's single process)."""
+
+    kind: str  # seeded | hidden | post_timing
+    seed: int
+    area: str  # the area holding the inputs
+    entries: list[dict[str, Any]]
+    structure: str
+    outputs: list[Any]
+    forward_ms: float
+    rng: dict[str, str | None]
+    output_devices: list[str] = field(default_factory=list)
+
+
+class ReferenceSide:
+    def __init__(self, problem_path: Path, seed: int, device: str, gpu: str | None, tf32: str) -> None:
+        if device == "cuda":
+            _bind_gpu(gpu)
+        import torch
+
+        self.torch = torch
+        self.seed = seed
+        self.device_kind = device
+        self.device = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
+        self.tf32 = environment.configure_tf32(tf32)
+        self.areas: dict[str, Area] = {}
+        self.seeded: list[ReferenceTrial] = []
+        self.timing_entries: list[dict[str, Any]] = []
+        self.timing_seed = secrets.randbelow(2**32 - 1)
+        self.input_bytes = 0
+        self.output_bytes = 0
+        try:
+            self.problem_path = Path(problem_path)
+            self.problem = load_problem(problem_path)
+            self.set_seed(seed)
+            init_inputs = list(self.problem.get_init_inputs())
+            init_area = Area("init", max(tensor_bytes(init_inputs), 1))
+            self.init_entries = init_area.write(init_inputs)
+            init_area.seal()
+            self.areas["init"] = init_area
+            with torch.no_grad():
+                self.set_seed(seed)
+                model = self.problem.Model(*[self._process(x) for x in init_inputs])
+                self.model = model.to(device=self.device, dtype=torch.float32)
+        except TransportError as e:
+            raise ReferenceFailed(f"the problem's init inputs: {e}") from None
+        except Exception as e:  # noqa: BLE001 - the problem's own code
+            raise ReferenceFailed(_describe(e, "building the reference model")) from None
+
+    # -- KernelBench's conventions -------------------------------------------------------------------------------
+    def set_seed(self, seed: int) -> None:
+        self.torch.manual_seed(seed)
+        if self.device_kind == "cuda":
+            self.torch.cuda.manual_seed(seed)
+
+    def rng_state(self) -> dict[str, str | None]:
+        torch = self.torch
+        cuda = bytes(torch.cuda.get_rng_state().tolist()).hex() if self.device_kind == "cuda" else None
+        return {"cpu": bytes(torch.get_rng_state().tolist()).hex(), "cuda": cuda}
+
+    def _process(self, x: Any, device: Any = None) -> Any:
+        # KernelBench casts every input tensor to float32; we cast only floating ones (integer targets stay integer).
+        if isinstance(x, self.torch.Tensor):
+            if x.is_floating_point():
+                x = x.to(dtype=self.torch.float32)
+            return x.to(device=device or self.device)
+        return x
+
+    def _sync(self) -> None:
+        if self.device_kind == "cuda":
+            self.torch.cuda.synchronize()
+
+    # -- building inputs and reference outputs -------------------------------------------------------------------
+    def prepare(self, trial_seeds: list[int], timing: bool) -> None:
+        """The seeded trials (KernelBench's inputs, on the CPU, one sealed area each) and, if ``timing``, the timing
+        inputs (one sealed area shared by every answer)."""
+        torch = self.torch
+        built = self._build_in_parallel(trial_seeds)
+        for i, seed in enumerate(trial_seeds):
+            if built is not None:
+                area, entries = built[i]
+                device_inputs = area.read(entries, self.device)
+            else:
+                try:
+                    self.set_seed(seed)
+                    inputs = [self._process(x, "cpu") for x in self.problem.get_inputs()]
+                except Exception as e:  # noqa: BLE001
+                    raise ReferenceFailed(_describe(e, f"get_inputs() for seed {seed}")) from None
+                area = Area(f"seeded{i}", max(tensor_bytes(inputs), 1))
+                entries = self._write(area, inputs)
+                area.seal()
+                device_inputs = [self._process(x) for x in inputs]
+                del inputs
+            self.areas[area.name] = area
+            self.input_bytes = max(self.input_bytes, area.size)
+            self.seeded.append(self._forward(device_inputs, "seeded", seed, area.name, entries))
+            del device_inputs
+        total = sum(sum(o.numel() * o.element_size() for o in t.outputs) for t in self.seeded)
+        if self.device_kind == "cuda" and total > DEVICE_OUTPUT_SHARE * torch.cuda.get_device_properties(0).total_memory:
+            for t in self.seeded:
+                t.outputs = [o.cpu() for o in t.outputs]
+            torch.cuda.empty_cache()
+        if timing:
+            inputs = self.secret_inputs(self.timing_seed)
+            area = Area("timing", max(tensor_bytes(inputs), 1))
+            self.timing_entries = self._write(area, inputs)
+            area.seal()
+            self.areas["timing"] = area
+            self.input_bytes = max(self.input_bytes, area.size)
+            del inputs
+            if self.device_kind == "cuda":
+                torch.cuda.empty_cache()
+
+    def _build_in_parallel(self, seeds: list[int]) -> list[tuple[Area, list[dict[str, Any]]]] | None:
+        """Multi-GB problems: each seeded trial's inputs built by its own helper process
+        (``reference_inputs``), as many side by side as cores and memory allow. None where that does not pay (small
+        inputs) or the input sizes cannot be known beforehand (inputs that are not all tensors)."""
+        torch = self.torch
+        try:
+            with torch.device("meta"):
+                probe = list(self.problem.get_inputs())
+        except Exception:  # noqa: BLE001 - a problem whose inputs the meta device cannot build: build them here
+            return None
+        if not probe or not all(isinstance(x, torch.Tensor) for x in probe):
+            return None
+        per_trial = tensor_bytes([self._process(x, "meta") for x in probe])
+        if per_trial < PARALLEL_INPUTS_MIN_BYTES or len(seeds) < 2:
+            return None
+        # Room for every trial's area plus, per running helper, its own copy of the inputs.
+        spare = _available_memory() * 0.8 - per_trial * len(seeds)
+        width = int(min(len(seeds), max(1, (os.cpu_count() or 1) - 1), max(1, spare // per_trial)))
+        if width < 2:
+            return None
+        areas = [Area(f"seeded{i}", per_trial) for i in range(len(seeds))]
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONPATH=_PACKAGE_ROOT)
+        results: list[tuple[Area, list[dict[str, Any]]]] = []
+        pending = list(zip(areas, seeds))
+        running: list[tuple[Area, subprocess.Popen[bytes]]] = []
+        try:
+            while pending or running:
+                while pending and len(running) < width:
+                    area, seed = pending.pop(0)
+                    job = json.dumps({"problem": str(self.problem_path), "seed": seed, "fd": area.fd,
+                                      "size": area.size})
+                    proc = subprocess.Popen([sys.executable, "-m", "workflow_scripts.evaluation.reference_inputs", job],
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                            pass_fds=(area.fd,))
+                    running.append((area, proc))
+                area, proc = running.pop(0)
+                out, err = proc.communicate()
+                if proc.returncode != 0:
+                    raise ReferenceFailed(f"the reference failed in get_inputs() (seeded inputs helper): "
+                                          f"{err.decode(errors='replace')[-2500:]}")
+                results.append((area, json.loads(out.decode().strip().splitlines()[-1])))
+        finally:
+            for _, proc in running:
+                proc.kill()
+        for area, _ in results:
+            area.seal()
+        return results
+
+    def _write(self, area: Area, inputs: list[Any]) -> list[dict[str, Any]]:
+        try:
+            return area.write(inputs)
+        except TransportError as e:
+            raise ReferenceFailed(f"the problem's inputs: {e}") from None
+
+    def secret_inputs(self, seed: int) -> list[Any]:
+        """Inputs from a secret seed: the problem's distribution, built on the device (seconds, not minutes, for
+        multi-GB inputs)."""
+        try:
+            self.set_seed(seed)
+            if self.device_kind == "cuda":
+                with self.torch.device(self.device):
+                    return [self._process(x) for x in self.problem.get_inputs()]
+            return [self._process(x) for x in self.problem.get_inputs()]
+        except Exception as e:  # noqa: BLE001
+            raise ReferenceFailed(_describe(e, "get_inputs() for a secret seed")) from None
+
+    def secret_trial(self, kind: str, seed: int, area: Area) -> ReferenceTrial:
+        """A hidden or post-timing trial for one answer: inputs from ``seed`` written into the answer's own
+        writable ``area`` (only now, so the answer cannot see them earlier), and the reference's outputs on them."""
+        inputs = self.secret_inputs(seed)
+        entries = self._write(area, inputs)
+        return self._forward(inputs, kind, seed, area.name, entries)
+
+    def _forward(self, inputs: list[Any], kind: str, seed: int, area: str,
+                 entries: list[dict[str, Any]]) -> ReferenceTrial:
+        torch = self.torch
+        try:
+            with torch.no_grad():
+                self.set_seed(seed)
+                t0 = time.perf_counter()
+                out = self.model(*inputs)
+                self._sync()
+                ms = (time.perf_counter() - t0) * 1e3
+        except Exception as e:  # noqa: BLE001
+            raise ReferenceFailed(_describe(e, f"the reference forward ({kind} trial, seed {seed})")) from None
+        # KernelBench runs the answer's forward right after the reference's, in one process, without reseeding.
+        rng = self.rng_state()
+        if isinstance(out, (tuple, list)) and type(out) in (tuple, list):
+            structure, outs = "sequence", list(out)
+        else:
+            structure, outs = "tensor", [out]
+        outs = [o.detach() if isinstance(o, torch.Tensor) else torch.as_tensor(o) for o in outs]
+        self.output_bytes = max(self.output_bytes, tensor_bytes(outs))
+        return ReferenceTrial(kind, seed, area, entries, structure, outs, ms, rng, [str(o.device) for o in outs])
+
+    # -- judging ---------------------------------------------------------------------------------------------------
+    def answer_outputs(self, metas: Any, area: Area) -> list[Any]:
+        """The answer's outputs, copied out of its output area onto this side's device (validated slots only)."""
+        if not isinstance(metas, list) or not metas or len(metas) > 4096:
+            raise TransportError("an output message without outputs")
+        outs = []
+        end = 0
+        for m in metas:
+            slot = Slot.from_dict(m, area.size)
+            if slot.offset < end:
+                raise TransportError("overlapping output slots")
+            end = slot.offset + slot.nbytes
+            outs.append(area.read([{"tensor": slot.to_dict()}], self.device)[0])
+        return outs
+
+    def output_capacity(self) -> int:
+        return max(self.output_bytes, 1)
+
+    def close(self) -> None:
+        for area in self.areas.values():
+            area.close()
+        self.areas.clear()
+        self.seeded.clear()
+
+
+def output_meta(t: Any) -> dict[str, Any]:
+    return {"shape": list(t.shape), "dtype": dtype_name(t.dtype)}
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _bind_gpu(gpu: str | None) -> None:
+    """Make the leased GPU this process's ``cuda:0`` (as each child sees it), before CUDA initialises here."""
+    if gpu is None:
+        return
+    wanted = str(gpu)
+    if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
+        if os.environ.get("CUDA_VISIBLE_DEVICES") != wanted:
+            raise RuntimeError(f"this process already uses GPU {os.environ.get('CUDA_VISIBLE_DEVICES')!r}, "
+                               f"the lease is for GPU {wanted!r}")
+        return
+    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    os.environ["CUDA_VISIBLE_DEVICES"] = wanted
+
+
+def load_problem(path: Path | str) -> Any:
+    name = f"kb_problem_{abs(hash(str(path))):x}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _describe(e: BaseException, what: str) -> str:
+    import traceback
+
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    return f"the reference failed in {what}: {type(e).__name__}: {e}\n{tb[-2500:]}"

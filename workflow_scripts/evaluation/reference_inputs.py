@@ -1,0 +1,33 @@
+"""A helper of the trusted side: build one seeded trial's inputs exactly as KernelBench does (seed, ``get_inputs()`` on
+the CPU, floating tensors cast to float32) and write them into the memory area it inherited. Several run side by
+side for multi-GB problems, where ``get_inputs()`` on the CPU takes about ten seconds per trial.
+
+``python -m workflow_scripts.evaluation.reference_inputs`` takes one JSON argument (problem, seed, fd, size) and
+prints the area's entries as one JSON line. It runs only the problem's own code, never an answer's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main() -> None:
+    job = json.loads(sys.argv[1])
+    import torch
+
+    from workflow_scripts.evaluation.reference import load_problem
+    from workflow_scripts.evaluation.transport import Area
+
+    problem = load_problem(job["problem"])
+    torch.manual_seed(int(job["seed"]))
+    inputs = [x.to(torch.float32) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+              for x in problem.get_inputs()]
+    area = Area("seeded", int(job["size"]), fd=int(job["fd"]), writable=True)
+    entries = area.write(inputs)
+    area.close()
+    print(json.dumps(entries))
+
+
+if __name__ == "__main__":
+    main()
