@@ -211,8 +211,17 @@ class _AnswerSlot:
     child: ChildProcess
     secret: Area
     output: Area
+    pinning: threading.Thread | None = None
+
+    def ready(self) -> None:
+        """This side's mappings of the answer's areas are page-locked (done in the background while the previous
+        answer ran)."""
+        if self.pinning is not None:
+            self.pinning.join()
+            self.pinning = None
 
     def close(self) -> None:
+        self.ready()
         self.child.kill()
         self.secret.close()
         self.output.close()
@@ -679,7 +688,11 @@ class ProblemEvaluator:
                              gpu=self.gpu, isolation=cfg.isolation, limits=cfg.limits(),
                              extra_env=cfg.cpu_thread_env(), fds=tuple(a["fd"] for a in areas.values()))
         child.start()
-        return _AnswerSlot(child, secret, output)
+        slot = _AnswerSlot(child, secret, output)
+        if cfg.device == "cuda":
+            slot.pinning = threading.Thread(target=lambda: (secret.pin(), output.pin()), daemon=True)
+            slot.pinning.start()
+        return slot
 
     def _keep_triton_template(self, slot: _AnswerSlot) -> None:
         cache = slot.child.workdir / ".triton"
@@ -700,6 +713,7 @@ class ProblemEvaluator:
         for k, (path, static) in enumerate(answers):
             assert slot is not None
             next_slot = self.start_slot() if k + 1 < len(answers) else None
+            slot.ready()
             ev = _Evaluation(self.reference, slot, path, cfg, self.gpu, self.lease, next_slot)
             try:
                 ev.run()

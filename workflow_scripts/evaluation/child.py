@@ -132,6 +132,9 @@ class _Child:
         self.tf32 = environment.configure_tf32(init.get("tf32", "pytorch_default"))
         # The memory areas the trusted side passed (answer role): inputs in, outputs out (transport).
         self.areas = transport.open_areas(init.get("areas") or {})
+        if self.device_kind == "cuda":
+            for area in self.areas.values():
+                area.pin()  # before the answer arrives: this process was started ahead of it
         from workflow_scripts.evaluation import timing
         self.timing = timing
         tp = init.get("timing") or {}
