@@ -135,9 +135,7 @@ def run_calibration(args, tmp: Path) -> None:
             rec = json.loads(line)
             if rec.get("bench") == "calibration":
                 done.add(rec["problem"])
-    for key in keys[args.skip:]:
-        if key in done:
-            continue
+    def one(key: str) -> None:
         problem = problem_file(args.suite, key)
         t0 = time.monotonic()
         eager = measure_baselines(problem, BaselineConfig(device="cuda", run_compile=False)).eager_ms
@@ -145,6 +143,10 @@ def run_calibration(args, tmp: Path) -> None:
         speedup = eager / r.runtime_ms if (eager and r.runtime_ms) else None
         log(args.out, {"bench": "calibration", "problem": key, "eager_ms": eager, "speedup": speedup,
                        "wall_s": round(time.monotonic() - t0, 2), **summarise(r)})
+
+    # Problems side by side: timing (eager and answer) takes the GPU exclusively, the rest shares it.
+    with ThreadPoolExecutor(args.parallel) as pool:
+        list(pool.map(one, [k for k in keys[args.skip:] if k not in done]))
 
 
 def run_throughput(args, tmp: Path) -> None:
@@ -181,6 +183,7 @@ def main() -> None:
     parser.add_argument("--problems", nargs="*", default=[])
     parser.add_argument("--skip", type=int, default=0)
     parser.add_argument("--per-problem", type=int, default=5)
+    parser.add_argument("--parallel", type=int, default=3)
     parser.add_argument("--kb-src", type=Path, default=ROOT / ".kb" / "kbsrc")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()

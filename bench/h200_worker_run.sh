@@ -18,7 +18,7 @@ for bench in $1; do
     big) timeout ${BIG_TIMEOUT:-330} $B big --suite .kb --problems ${BIG_PROBLEMS:-L1_19 L1_23 L1_47} --out "$OUT" > "$OUT/big.log" 2>&1 ;;
     spin) timeout 150 $B spin --suite .kb --problems L2_71 L1_12 --out "$OUT" > "$OUT/spin.log" 2>&1 ;;
     throughput) timeout ${TP_TIMEOUT:-330} $B throughput --suite .kb --per-problem 5 --problems L1_1 L1_40 L1_95 L2_12 L2_71 L2_99 L1_88 L2_40 L2_76 L2_82 --out "$OUT" > "$OUT/throughput.log" 2>&1 ;;
-    calibration) timeout "${CAL_TIMEOUT:-300}" $B calibration --suite .kb --problems $(cat bench/calibration_order.txt) --out "$OUT" > "$OUT/calibration.log" 2>&1 ;;
+    calibration) timeout "${CAL_TIMEOUT:-420}" $B calibration --suite .kb --problems $(cat bench/calibration_order.txt) --out "$OUT" > "$OUT/calibration.log" 2>&1 ;;
   esac
   echo "$bench: rc=$? in ${SECONDS}s"; tail -c 1500 "$OUT/$bench.log"
 done
