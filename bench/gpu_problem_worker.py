@@ -22,7 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,18 +136,27 @@ def run_calibration(args, tmp: Path) -> None:
             rec = json.loads(line)
             if rec.get("bench") == "calibration":
                 done.add(rec["problem"])
-    def one(key: str) -> None:
-        problem = problem_file(args.suite, key)
-        t0 = time.monotonic()
-        eager = measure_baselines(problem, BaselineConfig(device="cuda", run_compile=False)).eager_ms
-        r = evaluate_answers(problem, [reference_answer(problem, tmp)], config(require_triton=False))[0]
-        speedup = eager / r.runtime_ms if (eager and r.runtime_ms) else None
-        log(args.out, {"bench": "calibration", "problem": key, "eager_ms": eager, "speedup": speedup,
-                       "wall_s": round(time.monotonic() - t0, 2), **summarise(r)})
+    todo = [k for k in keys[args.skip:] if k not in done]
+    if args.parallel > 1:
+        # Problems side by side in separate processes (torch's generators are per process: a thread per problem
+        # would interleave their seeded draws): timing takes the GPU exclusively, the rest shares it.
+        with ProcessPoolExecutor(args.parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(calibrate_one, [(args.suite, args.out, key) for key in todo]))
+    else:
+        for key in todo:
+            calibrate_one((args.suite, args.out, key))
 
-    # Problems side by side: timing (eager and answer) takes the GPU exclusively, the rest shares it.
-    with ThreadPoolExecutor(args.parallel) as pool:
-        list(pool.map(one, [k for k in keys[args.skip:] if k not in done]))
+
+def calibrate_one(job: tuple[Path, Path, str]) -> None:
+    suite, out, key = job
+    problem = problem_file(suite, key)
+    t0 = time.monotonic()
+    eager = measure_baselines(problem, BaselineConfig(device="cuda", run_compile=False)).eager_ms
+    with tempfile.TemporaryDirectory() as tmp:
+        r = evaluate_answers(problem, [reference_answer(problem, Path(tmp))], config(require_triton=False))[0]
+    speedup = eager / r.runtime_ms if (eager and r.runtime_ms) else None
+    log(out, {"bench": "calibration", "problem": key, "eager_ms": eager, "speedup": speedup,
+              "wall_s": round(time.monotonic() - t0, 2), **summarise(r)})
 
 
 def run_throughput(args, tmp: Path) -> None:
@@ -183,7 +193,7 @@ def main() -> None:
     parser.add_argument("--problems", nargs="*", default=[])
     parser.add_argument("--skip", type=int, default=0)
     parser.add_argument("--per-problem", type=int, default=5)
-    parser.add_argument("--parallel", type=int, default=3)
+    parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--kb-src", type=Path, default=ROOT / ".kb" / "kbsrc")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
