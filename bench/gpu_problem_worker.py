@@ -33,6 +33,7 @@ from workflow_scripts.analysis.extract import extract_code  # noqa: E402
 from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answers  # noqa: E402
 from workflow_scripts.evaluation.baseline import BaselineConfig, measure_baselines  # noqa: E402
 from workflow_scripts.generation.replay import rename_reference_model  # noqa: E402
+from bench.gpu_watchdog import append_record, problem_file  # noqa: E402
 
 SPINNER = ROOT / "bench" / "spinning" / "answer.py"
 ADD = ROOT / "tests" / "cheats" / "problems" / "1_ElementwiseAdd.py"  # the problem the spinner answers
@@ -40,14 +41,7 @@ OURS = ROOT / "bench" / "kernelbench_answers" / "ours"
 
 
 def log(out: Path, record: dict) -> None:
-    with open(out / "gpu_problem_worker.jsonl", "a") as handle:
-        handle.write(json.dumps(record, sort_keys=True) + "\n")
-    print(json.dumps(record, sort_keys=True), flush=True)
-
-
-def problem_file(suite: Path, key: str) -> Path:
-    level, pid = key[1:].split("_")
-    return next((suite / "KernelBench" / f"level{level}").glob(f"{pid}_*.py"))
+    append_record(out / "gpu_problem_worker.jsonl", record)
 
 
 def all_problems(suite: Path) -> list[str]:

@@ -29,10 +29,15 @@ SPINNER = ROOT / "bench" / "spinning" / "answer.py"
 ADD = ROOT / "tests" / "cheats" / "problems" / "1_ElementwiseAdd.py"
 
 
-def log(out: Path, record: dict) -> None:
-    with open(out / "gpu_watchdog.jsonl", "a") as handle:
+def append_record(path: Path, record: dict) -> None:
+    """One JSON line, appended as the run goes (a device call can be cut off), and echoed."""
+    with open(path, "a") as handle:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
     print(json.dumps(record, sort_keys=True), flush=True)
+
+
+def log(out: Path, record: dict) -> None:
+    append_record(out / "gpu_watchdog.jsonl", record)
 
 
 def problem_file(suite: Path, key: str) -> Path:

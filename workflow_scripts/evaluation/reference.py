@@ -7,6 +7,9 @@ reference outputs once, and keeps them (on the device when they fit the budget, 
 to the problem. The inputs go to the answers through sealed memory areas (``transport``). Secret-seed inputs
 (hidden and post-timing trials, drawn per answer; timing, drawn per problem) need only the distribution, so they
 are built on the device. Answers' outputs are judged here, on the device, with ``protocol.compare_outputs``.
+
+One problem per process at a time: KernelBench's seeding uses torch's process-wide generators, so two problems
+prepared by threads of one process would interleave their draws (evaluate problems side by side as processes).
 """
 
 from __future__ import annotations
