@@ -657,6 +657,7 @@ class ProblemEvaluator:
         self.reference_error: str | None = None
         self.phases: dict[str, float] = {}
         self._count = 0
+        self._slots: list[_AnswerSlot] = []  # every slot started, so close() leaves no process behind
 
     def prepare(self) -> None:
         t0 = time.monotonic()
@@ -689,6 +690,7 @@ class ProblemEvaluator:
                              extra_env=cfg.cpu_thread_env(), fds=tuple(a["fd"] for a in areas.values()))
         child.start()
         slot = _AnswerSlot(child, secret, output)
+        self._slots.append(slot)
         if cfg.device == "cuda":
             slot.pinning = threading.Thread(target=lambda: (secret.pin(), output.pin()), daemon=True)
             slot.pinning.start()
@@ -727,6 +729,8 @@ class ProblemEvaluator:
         return results
 
     def close(self) -> None:
+        for slot in self._slots:
+            slot.close()  # idempotent: kill() of a reaped child and close() of a closed area do nothing
         if self.reference is not None:
             self.reference.close()
         if self.cfg.keep_workdir:
