@@ -2,9 +2,10 @@
 ``workflow_scripts.evaluation.child``).
 
 The parent passes a random nonce on the child's stdin (never argv/env) and a pipe fd. Every frame is ``MAGIC``, the
-header's length, the JSON header, an HMAC-SHA256 over (sequence number, header) keyed by the nonce, then the
-payload (``nbytes`` in the header). A frame with a bad MAC, bad framing or inconsistent sizes is a
-``ProtocolError``: the parent treats it as forged (``result_channel_forged``).
+header's length, the JSON header (at most ``MAX_HEADER`` bytes) and an HMAC-SHA256 over (sequence number, header)
+keyed by the nonce. Frames carry no payload: tensors travel through memory areas (``transport``). A frame with a bad
+MAC, bad framing, an oversized or unparsable header (a deeply nested one included) is a ``ProtocolError``: the
+parent treats it as the answer's failure (``result_channel_forged``), never as its own.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 HARNESS_VERSION = "1"  # the evaluation harness (channel, child, checks) recorded in every result's protocol
 MAGIC = b"KBH1"
-_MAX_HEADER = 1 << 20
+MAX_HEADER = 1 << 20
 
 
 def _mac(key: bytes, seq: int, header: bytes) -> bytes:
@@ -42,7 +43,6 @@ class ChildTimeout(Exception):
 @dataclass
 class Message:
     header: dict[str, Any]
-    payload: bytearray | None = None
 
     @property
     def type(self) -> str:
@@ -52,11 +52,10 @@ class Message:
 class ChannelReader:
     """Parent end of the result pipe: reads authenticated frames with a deadline."""
 
-    def __init__(self, fd: int, key: bytes, max_payload: int) -> None:
+    def __init__(self, fd: int, key: bytes) -> None:
         self.fd = fd
         self.key = key
         self.seq = 0
-        self.max_payload = max_payload
         self.bytes_read = 0
         self._poll = select.poll()
         self._poll.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
@@ -83,7 +82,7 @@ class ChannelReader:
         if pre[:4] != MAGIC:
             raise ProtocolError("bad frame magic")
         hlen = int.from_bytes(pre[4:8], "big")
-        if hlen > _MAX_HEADER:
+        if hlen > MAX_HEADER:
             raise ProtocolError("oversized header")
         hb = self._read_exact(hlen, deadline)
         mac = self._read_exact(32, deadline)
@@ -93,18 +92,11 @@ class ChannelReader:
         self.seq += 1
         try:
             header = json.loads(hb)
-        except ValueError as e:
-            raise ProtocolError(f"bad header: {e}") from None
+        except (ValueError, RecursionError) as e:
+            raise ProtocolError(f"bad header: {type(e).__name__}") from None
         if not isinstance(header, dict):
             raise ProtocolError("header is not an object")
-        n = header.get("nbytes", 0)
-        if not isinstance(n, int) or n < 0 or n > self.max_payload:
-            raise ProtocolError(f"bad payload size {n!r}")
-        payload = None
-        if n:
-            payload = bytearray(n)
-            self._read_exact(n, deadline, memoryview(payload))
-        return Message(header, payload)
+        return Message(header)
 
 
 class Sender:
@@ -121,16 +113,12 @@ class Sender:
         self._mac = _mac
         self._lock = threading.Lock()
 
-    def send(self, header: dict[str, Any], payload: list[memoryview] | None = None) -> None:
-        chunks = payload or []
-        header = dict(header, nbytes=sum(c.nbytes for c in chunks))
+    def send(self, header: dict[str, Any]) -> None:
         hb = self._dumps(header, separators=(",", ":"), default=str).encode()
         with self._lock:
             frame = MAGIC + len(hb).to_bytes(4, "big") + hb + self._mac(self._key, self._seq, hb)
             self._seq += 1
             self._write_all(memoryview(frame))
-            for c in chunks:
-                self._write_all(c.cast("B") if c.ndim != 1 or c.format != "B" else c)
 
     def _write_all(self, mv: memoryview) -> None:
         off = 0

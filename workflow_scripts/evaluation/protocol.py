@@ -1,13 +1,12 @@
-"""KernelBench's correctness protocol as the parent applies it: the trial seeds, decoding the outputs a child sent,
-the output comparison and the status an evaluation gets (the whole protocol: ``workflow_scripts.evaluation.answer``).
-Pure functions: the parent computes every verdict here from raw bytes, never in the answer's process."""
+"""KernelBench's correctness protocol as the trusted side applies it: the trial seeds, the output comparison, the
+per-call watchdog's limits and the status an evaluation gets (the whole protocol:
+``workflow_scripts.evaluation.answer``). Pure functions, called on the trusted side, never in the answer's process."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from workflow_scripts.core.statuses import Status, is_integrity_flag
-from workflow_scripts.evaluation.channel import Message, ProtocolError
 
 KERNELBENCH_SEED = 42
 SEED_DERIVATION = ("torch.manual_seed(seed); [torch.randint(0, 2**32 - 1, (1,)).item() for _ in range(n)] "
@@ -20,48 +19,6 @@ def kernelbench_trial_seeds(seed: int = KERNELBENCH_SEED, n: int = 5) -> list[in
 
     g = torch.Generator().manual_seed(seed)
     return [int(torch.randint(0, 2**32 - 1, (1,), generator=g).item()) for _ in range(n)]
-
-
-def _dtype_from_name(name: str) -> Any:
-    import torch
-
-    dt = getattr(torch, str(name), None)
-    if not isinstance(dt, torch.dtype):
-        raise ProtocolError(f"unknown dtype {name!r}")
-    return dt
-
-
-def decode_outputs(msg: Message) -> list[Any]:
-    """Rebuild the output tensors of an ``output`` message from its raw payload, validating every size."""
-    import torch
-
-    metas = msg.header.get("outputs")
-    if not isinstance(metas, list) or not metas:
-        raise ProtocolError("output message without outputs")
-    payload = msg.payload if msg.payload is not None else bytearray()
-    off = 0
-    out = []
-    for m in metas:
-        shape = m.get("shape")
-        if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
-            raise ProtocolError(f"bad shape {shape!r}")
-        dt = _dtype_from_name(m.get("dtype", ""))
-        numel = 1
-        for s in shape:
-            numel *= s
-        itemsize = torch.empty((), dtype=dt).element_size()
-        n = numel * itemsize
-        if m.get("nbytes") != n or off + n > len(payload):
-            raise ProtocolError("output sizes do not add up")
-        if n == 0:
-            out.append(torch.empty(shape, dtype=dt))
-        else:
-            flat = torch.frombuffer(payload, dtype=torch.uint8, count=n, offset=off)
-            out.append(flat.view(dt).reshape(shape))
-        off += n
-    if off != len(payload):
-        raise ProtocolError("trailing payload bytes")
-    return out
 
 
 # Elements per chunk of the max-difference pass: wide temporaries for a chunk (a few hundred MB), never for a whole

@@ -96,7 +96,6 @@ class ChildProcess:
     gpu: str | None = None
     isolation: str = "auto"
     limits: Limits = field(default_factory=Limits)
-    max_payload: int = 1 << 40
     extra_env: dict[str, str] = field(default_factory=dict)
     python: str = sys.executable
     proc: subprocess.Popen | None = None
@@ -153,7 +152,7 @@ class ChildProcess:
             out.close()
             os.close(wfd)
         self.started_at = time.monotonic()
-        self.reader = ChannelReader(rfd, key, self.max_payload)
+        self.reader = ChannelReader(rfd, key)
         init = dict(self.init, role=self.role, nonce=key.hex(), fd=wfd, device=self.device,
                     limits=self.limits.to_dict(), workdir=str(self.workdir))
         self._write_line(init)
