@@ -49,6 +49,8 @@ rule baseline:
 
 
 rule evaluate:
+    # One model's answer to one problem (the stage also takes every model's answers to a problem at once, against one
+    # trusted reference side; a per-problem rule that keeps targeting one model is still to come).
     input:
         answers=LAYOUT.answers("{model}"),
         problem=problem_file,
@@ -62,6 +64,8 @@ rule evaluate:
         settings=lambda wc: as_params(
             {"level": int(wc.level), "problem_id": int(wc.problem_id), "evaluation": EVAL}
         ),
+        answers=lambda wc, input: shlex.quote(f"{wc.model}={input.answers}"),
+        out=lambda wc, output: shlex.quote(f"{wc.model}={output[0]}"),
         store=STORE,
         locks=LAYOUT.locks(),
     log:
@@ -73,6 +77,6 @@ rule evaluate:
     conda:
         "../envs/evaluation.yaml"
     shell:
-        "python -m workflow_scripts.stages.evaluate --params {params.settings:q} --answers {input.answers:q}"
-        " --problem {input.problem:q} --environment {input.environment:q} --out {output:q}"
+        "python -m workflow_scripts.stages.evaluate --params {params.settings:q} --answers {params.answers}"
+        " --problem {input.problem:q} --environment {input.environment:q} --out {params.out}"
         " --store {params.store:q} --lock-dir {params.locks:q} > {log} 2>&1"

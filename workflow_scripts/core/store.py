@@ -32,7 +32,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,7 +235,7 @@ class Store:
         """
         self.root.mkdir(parents=True, exist_ok=True)
         stage_key = object_key(stage, code, params, inputs)
-        keys = {name: sha256_bytes(f"{stage_key}:{name}".encode()) for name in outputs}
+        keys = _output_keys(stage_key, outputs)
         with self.key_lock(stage_key):
             if all(self.fetch(key) is not None for key in keys.values()):
                 for name, readable in outputs.items():
@@ -257,6 +257,12 @@ class Store:
                 self.materialize(keys[name], readable, stage, inputs)
             self.log_event("computed", stage_key, stage, ",".join(_relative_name(p) for p in outputs.values()))
             return True
+
+    def holds(self, stage: str, code: str, params: Mapping[str, Any], inputs: Mapping[str, str],
+              names: tuple[str, ...] = ("json",)) -> bool:
+        """Whether ``build`` would reuse stored objects for these outputs (each present and intact)."""
+        keys = _output_keys(object_key(stage, code, params, inputs), names)
+        return all(self.fetch(key) is not None for key in keys.values())
 
     # -- verification --------------------------------------------------------------------------------------
     def verify(self, repair: bool = False) -> list[Problem]:
@@ -302,6 +308,11 @@ class Store:
                 with contextlib.suppress(FileNotFoundError):
                     self.manifest_path(readable).unlink()  # the next run rebuilds the name and its entry
         return problems
+
+
+def _output_keys(stage_key: str, names: Iterable[str]) -> dict[str, str]:
+    """Each output of a stage run is its own object, keyed by the run's key and the output's name."""
+    return {name: sha256_bytes(f"{stage_key}:{name}".encode()) for name in names}
 
 
 def _relative_name(path: Path) -> str:

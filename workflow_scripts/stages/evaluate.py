@@ -1,12 +1,16 @@
-"""Rule evaluate: one model's answer to one problem, judged and timed in an isolated child (docs/evaluation.md).
+"""Rule evaluate: every configured model's answer to one problem, judged and timed against one trusted reference side
+for the problem (workflow_scripts.evaluation.answer.evaluate_answers; docs/evaluation.md).
 
-The store key holds the problem's and the code's sha256 but not the model's name, so two models with the same
-answer are evaluated once. Answers without code (no completion, no code block) get their failed verdict without
-running anything. GPU jobs lock one specific GPU themselves; Snakemake only bounds how many run at once.
+Each answer's result is its own store object, keyed by the problem's and the code's sha256 (not the model's name) and
+the run settings: two models with the same answer are evaluated once, a problem whose answers are all stored runs
+nothing, and when one completion changes only that answer is evaluated again. Answers without code (no completion,
+no code block) get their failed verdict without running anything. GPU jobs lock one specific GPU themselves;
+Snakemake only bounds how many run at once.
 """
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,9 +18,10 @@ from typing import Any
 
 from workflow_scripts.core.hashing import sha256_file
 from workflow_scripts.core.params import parse_params, parse_stage_args, stage_parser
-from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answer
+from workflow_scripts.core.store import Store, code_version
+from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answers
 from workflow_scripts.evaluation.jobs import (
-    environment_key, failed_without_running, load_answer, run_settings, store_measurement,
+    environment_key, failed_without_running, key_params, load_answer, run_settings, store_measurement,
 )
 
 STAGE = "evaluate"
@@ -29,38 +34,103 @@ class Params:
     evaluation: dict[str, Any]  # config["evaluation"]
 
 
+@dataclass
+class Answer:
+    """One model's answer to the problem and the store key its result lives under."""
+
+    model: str
+    row: dict[str, Any]
+    out: Path
+    config: EvalConfig
+    inputs: dict[str, str]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return repr(sorted(key_params(self.config).items())), repr(sorted(self.inputs.items()))
+
+
+def _model_paths(values: list[str], flag: str) -> dict[str, Path]:
+    pairs = {}
+    for value in values:
+        model, sep, path = value.partition("=")
+        if not sep or not model or not path:
+            raise SystemExit(f"error: {flag} takes MODEL=PATH, got {value!r}")
+        pairs[model] = Path(path)
+    return pairs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__, "workflow_scripts.stages.evaluate", Params)
-    parser.add_argument("--answers", type=Path, required=True, help="results/answers/<model>.parquet")
+    parser.add_argument("--answers", nargs="+", required=True, metavar="MODEL=PATH",
+                        help="each model's results/answers/<model>.parquet")
+    parser.add_argument("--out", nargs="+", required=True, metavar="MODEL=PATH",
+                        help="each model's results/evaluations/<model>/level<L>_<id>.json")
     parser.add_argument("--problem", type=Path, required=True, help="the problem's source file")
     parser.add_argument("--environment", type=Path, required=True, help="results/environment/<device>.json")
-    parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--store", type=Path, required=True)
     parser.add_argument("--lock-dir", type=Path, required=True)
     args, params = parse_stage_args(parser, Params, argv)
+    answers_files, outputs = _model_paths(args.answers, "--answers"), _model_paths(args.out, "--out")
+    if set(answers_files) != set(outputs):
+        raise SystemExit(f"error: --answers names models {sorted(answers_files)}, --out names {sorted(outputs)}")
     config = parse_params(EvalConfig, run_settings(params.evaluation, args.lock_dir), source="--params evaluation")
-    answer = load_answer(args.answers, params.level, params.problem_id)
-    if not answer["require_triton"]:
+    problem_sha = sha256_file(args.problem)
+    environment = environment_key(args.environment)
+    answers = [_answer(model, load_answer(path, params.level, params.problem_id), outputs[model], config,
+                       problem_sha, environment) for model, path in answers_files.items()]
+    results = _evaluate_missing(answers, args, config)
+    for answer in answers:
+        computed = store_measurement(args.store, answer.out, STAGE, __spec__.name, answer.config, answer.inputs,
+                                     args.environment, lambda answer=answer: results[answer.key])
+        print(f"{answer.model}: evaluation {'computed' if computed else 'reused from the store'}: {answer.out}")
+    return 0
+
+
+def _answer(model: str, row: dict[str, Any], out: Path, config: EvalConfig, problem_sha: str,
+            environment: str) -> Answer:
+    if not row["require_triton"]:
         config = replace(config, require_triton=False)
     inputs = {
-        "problem": sha256_file(args.problem),
+        "problem": problem_sha,
         # Without code, why there is none determines the verdict (and its message).
-        "code": answer["code_sha256"] or f"none:{answer['extract_status']}:{answer['completion_status']}",
-        "environment": environment_key(args.environment),
+        "code": row["code_sha256"] or f"none:{row['extract_status']}:{row['completion_status']}",
+        "environment": environment,
     }
+    return Answer(model, row, out, config, inputs)
 
-    def measure() -> dict[str, Any]:
-        if answer["extract_status"] != "ok":
-            return failed_without_running(answer, config.device)
-        # The answer file lives outside the child's working directory; the child copies what it loads.
-        with tempfile.TemporaryDirectory(prefix="answer-") as tmp:
-            answer_file = Path(tmp) / "answer.py"
-            answer_file.write_text(answer["code"], encoding="utf-8")
-            return evaluate_answer(args.problem, answer_file, config).to_dict()
 
-    computed = store_measurement(args.store, args.out, STAGE, __spec__.name, config, inputs, args.environment, measure)
-    print(f"evaluation {'computed' if computed else 'reused from the store'}: {args.out}")
-    return 0
+def _evaluate_missing(answers: list[Answer], args: argparse.Namespace, config: EvalConfig) -> dict[Any, dict]:
+    """Results for the distinct answers the store does not hold yet: those with code through one trusted reference
+    side per run setting (all at once), those without code by their failed verdict."""
+    store = Store(args.store)
+    code = code_version(__spec__.name)
+    missing: dict[Any, Answer] = {}
+    for answer in answers:
+        if answer.key not in missing and not store.holds(STAGE, code, key_params(answer.config), answer.inputs):
+            missing[answer.key] = answer
+    results: dict[Any, dict] = {}
+    runnable: dict[Any, Answer] = {}
+    for key, answer in missing.items():
+        if answer.row["extract_status"] != "ok":
+            results[key] = failed_without_running(answer.row, config.device)
+        else:
+            runnable[key] = answer
+    # One call per run setting (require_triton differs per model kind); the answer files live outside the children's
+    # working directories, which copy what they load.
+    by_config: dict[str, list[Any]] = {}
+    for key, answer in runnable.items():
+        by_config.setdefault(repr(key_params(answer.config)), []).append(key)
+    with tempfile.TemporaryDirectory(prefix="answers-") as tmp:
+        for keys in by_config.values():
+            files = []
+            for key in keys:
+                path = Path(tmp) / f"answer{len(list(Path(tmp).iterdir()))}" / "answer.py"
+                path.parent.mkdir()
+                path.write_text(runnable[key].row["code"], encoding="utf-8")
+                files.append(path)
+            judged = evaluate_answers(args.problem, files, runnable[keys[0]].config)
+            results.update((key, result.to_dict()) for key, result in zip(keys, judged, strict=True))
+    return results
 
 
 if __name__ == "__main__":
