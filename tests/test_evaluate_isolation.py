@@ -129,6 +129,17 @@ def test_calibration_answer_is_correct_without_triton(tmp_path: Path) -> None:
     assert res.status == Status.NO_TRITON_LAUNCH.value
 
 
+def test_configured_secret_seeds_are_used_and_recorded(tmp_path: Path) -> None:
+    """The secret seeds can be set to replay a run; the timing seed, drawn once per problem, included."""
+    ans = tmp_path / "cal.py"
+    ans.write_text(rename_reference_model(ADD.read_text()))
+    cfg = EvalConfig(device="cpu", require_triton=False, timing_trials=2, run_static=False, hidden_seeds=[11],
+                     timing_seed=22, post_timing_seed=33)
+    res = evaluate_answer(ADD, ans, cfg)
+    assert res.status == Status.CORRECT.value, res.error
+    assert (res.protocol["hidden_seeds"], res.protocol["timing_seed"], res.protocol["post_timing_seed"]) == ([11], 22, 33)
+
+
 def test_reference_failure_is_reference_error(tmp_path: Path) -> None:
     prob = tmp_path / "99_Broken.py"
     prob.write_text(ADD.read_text().replace("return a + b", "raise RuntimeError('reference is broken')"))

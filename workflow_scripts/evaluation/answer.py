@@ -663,7 +663,8 @@ class ProblemEvaluator:
         t0 = time.monotonic()
         cfg = self.cfg
         try:
-            self.reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32)
+            self.reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32,
+                                           timing_seed=cfg.timing_seed)
             self.reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer)
         except ReferenceFailed as e:
             self.reference_error = str(e)[:4000]
