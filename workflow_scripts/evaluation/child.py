@@ -82,6 +82,7 @@ from typing import Any, Callable
 from workflow_scripts.evaluation.channel import Sender
 from workflow_scripts.evaluation.integrity import HARNESS_MODULES, PACKAGE, Guard, LaunchCounter, TamperCheck
 from workflow_scripts.evaluation.sandbox import apply_rlimits
+from workflow_scripts.evaluation.transport import dtype_name
 
 
 def _fmt_exc(limit: int = 4000) -> str:
@@ -172,12 +173,6 @@ class _Child:
         if self.device_kind == "cuda":
             self.cuda_manual_seed(seed)
 
-    def rng_state(self) -> dict[str, str | None]:
-        """The CPU and CUDA generators' states, as hex (what the next forward would start from)."""
-        torch = self.torch
-        cuda = bytes(torch.cuda.get_rng_state().tolist()).hex() if self.device_kind == "cuda" else None
-        return {"cpu": bytes(torch.get_rng_state().tolist()).hex(), "cuda": cuda}
-
     def set_rng_state(self, state: dict[str, Any]) -> None:
         torch = self.torch
         torch.set_rng_state(torch.tensor(list(bytes.fromhex(state["cpu"])), dtype=torch.uint8))
@@ -236,8 +231,7 @@ class _Child:
         Outputs larger than the area (which holds the reference's outputs) are described but not written: their
         shapes already differ from the reference's."""
         area = self.areas["output"]
-        described = [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "device": str(t.device)}
-                     for t in tensors]
+        described = [{"shape": list(t.shape), "dtype": dtype_name(t.dtype), "device": str(t.device)} for t in tensors]
         try:
             entries = area.write(tensors)
         except Exception:  # noqa: BLE001 - too large, or a dtype the transport does not carry

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.evaluation import environment
-from workflow_scripts.evaluation.transport import Area, Slot, TransportError, dtype_name, tensor_bytes
+from workflow_scripts.evaluation.transport import Area, Slot, TransportError, tensor_bytes
 
 # Seeded reference outputs stay on the GPU while they take at most this share of its memory; beyond it they wait
 # on the host and are copied over for each comparison.
@@ -105,12 +105,7 @@ class ReferenceSide:
         return {"cpu": bytes(torch.get_rng_state().tolist()).hex(), "cuda": cuda}
 
     def _process(self, x: Any, device: Any = None) -> Any:
-        # KernelBench casts every input tensor to float32; we cast only floating ones (integer targets stay integer).
-        if isinstance(x, self.torch.Tensor):
-            if x.is_floating_point():
-                x = x.to(dtype=self.torch.float32)
-            return x.to(device=device or self.device)
-        return x
+        return as_input(x, device or self.device)
 
     def _sync(self) -> None:
         if self.device_kind == "cuda":
@@ -277,8 +272,16 @@ class ReferenceSide:
         self.seeded.clear()
 
 
-def output_meta(t: Any) -> dict[str, Any]:
-    return {"shape": list(t.shape), "dtype": dtype_name(t.dtype)}
+def as_input(x: Any, device: Any) -> Any:
+    """An input as the protocol passes it: KernelBench casts every input tensor to float32; we cast only floating
+    ones (integer targets stay integer), and move tensors to ``device``."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        if x.is_floating_point():
+            x = x.to(dtype=torch.float32)
+        return x.to(device=device)
+    return x
 
 
 def _available_memory() -> int:

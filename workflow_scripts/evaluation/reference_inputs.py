@@ -16,13 +16,12 @@ def main() -> None:
     job = json.loads(sys.argv[1])
     import torch
 
-    from workflow_scripts.evaluation.reference import load_problem
+    from workflow_scripts.evaluation.reference import as_input, load_problem
     from workflow_scripts.evaluation.transport import Area
 
     problem = load_problem(job["problem"])
     torch.manual_seed(int(job["seed"]))
-    inputs = [x.to(torch.float32) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-              for x in problem.get_inputs()]
+    inputs = [as_input(x, "cpu") for x in problem.get_inputs()]
     area = Area("seeded", int(job["size"]), fd=int(job["fd"]), writable=True)
     entries = area.write(inputs)
     area.close()

@@ -115,20 +115,19 @@ def _evaluate_missing(answers: list[Answer], args: argparse.Namespace, config: E
             results[key] = failed_without_running(answer.row, config.device)
         else:
             runnable[key] = answer
-    # One call per run setting (require_triton differs per model kind); the answer files live outside the children's
-    # working directories, which copy what they load.
+    # One call per run setting (require_triton differs per model kind: the first half of an answer's key); the answer
+    # files live outside the children's working directories, which copy what they load.
     by_config: dict[str, list[Any]] = {}
-    for key, answer in runnable.items():
-        by_config.setdefault(repr(key_params(answer.config)), []).append(key)
+    for key in runnable:
+        by_config.setdefault(key[0], []).append(key)
     with tempfile.TemporaryDirectory(prefix="answers-") as tmp:
+        files = {}
+        for number, (key, answer) in enumerate(runnable.items()):
+            files[key] = Path(tmp) / f"answer{number}" / "answer.py"
+            files[key].parent.mkdir()
+            files[key].write_text(answer.row["code"], encoding="utf-8")
         for keys in by_config.values():
-            files = []
-            for key in keys:
-                path = Path(tmp) / f"answer{len(list(Path(tmp).iterdir()))}" / "answer.py"
-                path.parent.mkdir()
-                path.write_text(runnable[key].row["code"], encoding="utf-8")
-                files.append(path)
-            judged = evaluate_answers(args.problem, files, runnable[keys[0]].config)
+            judged = evaluate_answers(args.problem, [files[key] for key in keys], runnable[keys[0]].config)
             results.update((key, result.to_dict()) for key, result in zip(keys, judged, strict=True))
     return results
 
