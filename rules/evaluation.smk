@@ -49,8 +49,9 @@ rule baseline:
 
 
 rule evaluate:
-    # One model's answer to one problem (the stage also takes every model's answers to a problem at once, against one
-    # trusted reference side; a per-problem rule that keeps targeting one model is still to come).
+    # One model's answer to one problem, so that targeting one model plans only its branch. The job evaluates the
+    # other models' answers to the problem along when their tables are already written (params.companions: read
+    # if present, never required), against one trusted reference side, and stores them for their own jobs.
     input:
         answers=LAYOUT.answers("{model}"),
         problem=problem_file,
@@ -66,6 +67,9 @@ rule evaluate:
         ),
         answers=lambda wc, input: shlex.quote(f"{wc.model}={input.answers}"),
         out=lambda wc, output: shlex.quote(f"{wc.model}={output[0]}"),
+        companions=lambda wc: " ".join(
+            shlex.quote(f"{m}={LAYOUT.answers(m)}") for m in MODELS if m != wc.model
+        ),
         store=STORE,
         locks=LAYOUT.locks(),
     log:
@@ -78,5 +82,5 @@ rule evaluate:
         "../envs/evaluation.yaml"
     shell:
         "python -m workflow_scripts.stages.evaluate --params {params.settings:q} --answers {params.answers}"
-        " --problem {input.problem:q} --environment {input.environment:q} --out {params.out}"
+        " --companions {params.companions} --problem {input.problem:q} --environment {input.environment:q} --out {params.out}"
         " --store {params.store:q} --lock-dir {params.locks:q} > {log} 2>&1"

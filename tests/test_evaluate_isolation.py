@@ -13,7 +13,7 @@ import pytest
 
 from workflow_scripts.core.statuses import Status
 from workflow_scripts.evaluation import sandbox
-from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answer
+from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answer, evaluate_answers
 from workflow_scripts.evaluation.sandbox import isolation_prefix
 from workflow_scripts.generation.replay import rename_reference_model
 
@@ -182,3 +182,21 @@ def test_cli_no_timing_and_no_require_triton(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     d = json.loads(out.read_text())
     assert d["status"] == "correct" and d["runtime_ms"] is None and d["runtime_stats"] is None
+
+
+def test_a_batch_of_children_gives_each_answer_its_own_verdict(child_pids: list[int]) -> None:
+    # Three answers, children started two at a time: a honest one, one whose forward raises, and a cheat that
+    # mutates its inputs; each gets the verdict it gets alone, and no child outlives the evaluation.
+    answers = [ANS / "honest/add_triton.py", ANS / "failures/forward_raises.py", ANS / "cheats/add_mutate_inputs.py"]
+    cfg = EvalConfig(device="cpu", time_answer=False, run_static=False, prestart=2)
+    batch = evaluate_answers(ADD, answers, cfg)
+    alone = [evaluate_answer(ADD, a, EvalConfig(device="cpu", time_answer=False, run_static=False))
+             for a in answers]
+    assert [r.status for r in batch] == [r.status for r in alone]
+    assert batch[0].status == Status.CORRECT.value and batch[1].status == Status.RUNTIME_ERROR.value
+    assert batch[2].status != Status.CORRECT.value
+    assert {r.phases_s["children_batch"] for r in batch} == {2.0}
+    assert len(child_pids) == 6  # 3 for the batch (2, then 1), 3 alone
+    time.sleep(0.5)
+    assert all(not Path(f"/proc/{pid}").exists() or "Z" in (Path(f"/proc/{pid}/stat").read_text().split()[2])
+               for pid in child_pids)

@@ -115,6 +115,16 @@ def test_identical_answers_are_evaluated_once(demo: Path, rows: pd.DataFrame) ->
     assert evaluate_computations(demo) == len(unique_answers)
 
 
+def test_a_job_judges_the_other_models_answers_along(demo: Path) -> None:
+    # One job per (model, problem), but a job evaluates every model's answer whose table is already written against
+    # one reference side; the other models' jobs then find their results in the store.
+    results = [json.loads(p.read_text()) for p in (demo / "results/evaluations").glob("*/*.json")]
+    together = [r["phases_s"].get("answers_judged_together", 0) for r in results if r.get("phases_s")]
+    assert max(together) >= 2
+    reused = [e for e in store_events(demo) if e["stage"] == "evaluate" and e["event"] == "reused"]
+    assert reused  # the jobs whose answers were judged along
+
+
 def test_second_run_does_no_work_and_store_verifies(demo: Path) -> None:
     dry = snakemake(demo, "-n")
     assert dry.returncode == 0

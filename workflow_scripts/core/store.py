@@ -226,18 +226,22 @@ class Store:
         params: Mapping[str, Any],
         inputs: Mapping[str, str],
         compute: Callable[[dict[str, Path]], None],
+        materialize: bool = True,
     ) -> bool:
         """Reuse the objects for (stage, code, params, inputs) or compute them; returns True if computed.
 
         ``outputs`` maps an output name (e.g. "json", "table") to its readable path; ``compute`` receives the
         same names mapped to temporary paths and writes every one of them. Each output is its own object,
-        keyed by the stage key and the output name.
+        keyed by the stage key and the output name. ``materialize=False`` only stores the objects (a job that
+        computed another job's result along with its own); the readable paths then only give the suffixes.
         """
         self.root.mkdir(parents=True, exist_ok=True)
         stage_key = object_key(stage, code, params, inputs)
         keys = _output_keys(stage_key, outputs)
         with self.key_lock(stage_key):
             if all(self.fetch(key) is not None for key in keys.values()):
+                if not materialize:
+                    return False
                 for name, readable in outputs.items():
                     self.materialize(keys[name], readable, stage, inputs)
                 self.log_event("reused", stage_key, stage, ",".join(_relative_name(p) for p in outputs.values()))
@@ -253,6 +257,9 @@ class Store:
                     self.put(keys[name], tmp, stage, inputs, params)
             finally:
                 shutil.rmtree(work_dir, ignore_errors=True)
+            if not materialize:
+                self.log_event("computed", stage_key, stage, "(stored only)")
+                return True
             for name, readable in outputs.items():
                 self.materialize(keys[name], readable, stage, inputs)
             self.log_event("computed", stage_key, stage, ",".join(_relative_name(p) for p in outputs.values()))

@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import secrets
+from collections import deque
 import shutil
 import sys
 import tempfile
@@ -73,7 +74,7 @@ from workflow_scripts.evaluation.protocol import (
     kernelbench_trial_seeds,
     timing_limit_s,
 )
-from workflow_scripts.evaluation.reference import ReferenceFailed, ReferenceSide, ReferenceTrial
+from workflow_scripts.evaluation.reference import ReferenceFailed, ReferenceSide, ReferenceTrial, available_memory
 from workflow_scripts.evaluation.sandbox import ChildProcess
 from workflow_scripts.evaluation.transport import Area, TransportError, dtype_name
 
@@ -102,6 +103,13 @@ class EvalConfig(RunConfig):
     # The per-call watchdog's floor in seconds (protocol.call_limit_s). None: the protocol's floors on CUDA, and no
     # watchdog on the CPU, where the Triton interpreter's speed says nothing about the reference's.
     watchdog_floor_s: float | None = None
+    # Answer processes started at once, ahead of their answers (a process takes seconds to start: torch, CUDA,
+    # Triton's driver). None: 6 on CUDA, 1 on the CPU. Bounded by host memory: each holds its own input and output
+    # areas (see ProblemEvaluator.batch_size).
+    prestart: int | None = None
+
+    def prestart_count(self) -> int:
+        return max(1, int(self.prestart if self.prestart is not None else (6 if self.device == "cuda" else 1)))
 
     def watchdog_limits(self) -> tuple[float, float] | None:
         """(first call, later calls) floors in seconds, or None without a watchdog."""
@@ -231,10 +239,11 @@ class _Evaluation:
     """One answer, judged against the problem's trusted side in a child started for it."""
 
     def __init__(self, reference: ReferenceSide, slot: _AnswerSlot, answer_path: Path, config: EvalConfig,
-                 gpu: str | None, lease: gpu_lock.GpuLease | None = None, next_slot: _AnswerSlot | None = None) -> None:
+                 gpu: str | None, lease: gpu_lock.GpuLease | None = None,
+                 pending: list[_AnswerSlot] | None = None) -> None:
         self.reference = reference
         self.slot = slot
-        self.next_slot = next_slot
+        self.pending = pending or []  # the processes started for later answers
         self.lease = lease
         self.deadline = 0.0
         # (limit s, reference forward ms) of the call the watchdog killed, if it did
@@ -355,13 +364,14 @@ class _Evaluation:
 
             # -- timing + post-timing check (only answers that can still be correct) -------------------------
             if passed and not integrity and (launched or not cfg.require_triton) and cfg.time_answer:
-                if self.next_slot is not None:
-                    # The next answer's process finishes starting now, never while this one is timed.
+                if self.pending:
+                    # The later answers' processes finish starting now, never while this one is timed.
                     t_wait = time.monotonic()
-                    try:
-                        self.next_slot.child.await_hello(time.monotonic() + 120.0)
-                    except Exception:  # noqa: BLE001 - its own evaluation will report it
-                        pass
+                    for later in self.pending:
+                        try:
+                            later.child.await_hello(time.monotonic() + 120.0)
+                        except Exception:  # noqa: BLE001 - its own evaluation will report it
+                            pass
                     self.phases["next_child_wait_s"] = time.monotonic() - t_wait
                     self.deadline += self.phases["next_child_wait_s"]
                 if self.lease is not None:
@@ -644,7 +654,9 @@ def _verdict(cfg: EvalConfig, ev: _Evaluation, static: _Static, phases: dict[str
 
 class ProblemEvaluator:
     """Every answer to one problem: the problem's trusted side (``ReferenceSide``) is built once, and each answer runs
-    in a fresh child started while the previous answer is being judged."""
+    in a fresh child. Children are started in batches (``batch_size``), each batch while the last answer of the
+    previous one is checked; an answer is timed only once every started child is ready, so no process starts
+    during a timing."""
 
     def __init__(self, problem_path: Path, config: EvalConfig, lease: gpu_lock.GpuLease | None) -> None:
         self.problem_path = Path(problem_path)
@@ -697,6 +709,14 @@ class ProblemEvaluator:
             slot.pinning.start()
         return slot
 
+    def batch_size(self) -> int:
+        """How many children to start at once: the configured count, bounded so that their areas (each child's
+        secret inputs and outputs, page-locked on the GPU) take at most a quarter of the host's available memory."""
+        assert self.reference is not None
+        per_child = self.reference.input_bytes + self.reference.output_capacity()
+        budget = available_memory() // 4
+        return max(1, min(self.cfg.prestart_count(), budget // max(per_child, 1)))
+
     def _keep_triton_template(self, slot: _AnswerSlot) -> None:
         cache = slot.child.workdir / ".triton"
         if self.triton_template is None and slot.child.hello is not None and cache.is_dir():
@@ -712,12 +732,19 @@ class ProblemEvaluator:
             for _, static in answers:
                 results.append(_result(cfg, Status.REFERENCE_ERROR, None, self.reference_error, static, self.phases))
             return results
-        slot: _AnswerSlot | None = self.start_slot() if answers else None
+        batch = self.batch_size()
+        self.phases["children_batch"] = float(batch)
+        self.phases["answers_judged_together"] = float(len(answers))  # against this one reference side
+        started: deque[_AnswerSlot] = deque()
         for k, (path, static) in enumerate(answers):
-            assert slot is not None
-            next_slot = self.start_slot() if k + 1 < len(answers) else None
+            if not started:
+                started.extend(self.start_slot() for _ in range(min(batch, len(answers) - k)))
+            slot = started.popleft()
+            if not started and k + 1 < len(answers):
+                # The next batch starts now, while this answer is checked (before it is timed).
+                started.extend(self.start_slot() for _ in range(min(batch, len(answers) - k - 1)))
             slot.ready()
-            ev = _Evaluation(self.reference, slot, path, cfg, self.gpu, self.lease, next_slot)
+            ev = _Evaluation(self.reference, slot, path, cfg, self.gpu, self.lease, list(started))
             try:
                 ev.run()
                 results.append(_verdict(cfg, ev, static, self.phases))
@@ -726,7 +753,6 @@ class ProblemEvaluator:
                 slot.close()
                 if self.lease is not None:
                     self.lease.downgrade()
-            slot = next_slot
         return results
 
     def close(self) -> None:

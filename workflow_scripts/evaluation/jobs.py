@@ -78,14 +78,16 @@ def check_environment(result: dict[str, Any], expected_key: str, environment_fil
 
 
 def store_measurement(store: Path, out: Path, stage: str, stage_module: str, config: Any, inputs: dict[str, str],
-                      environment_file: Path, measure: Callable[[], dict[str, Any]]) -> bool:
+                      environment_file: Path, measure: Callable[[], dict[str, Any]], materialize: bool = True) -> bool:
     """Reuse or compute one measured result (an evaluation, a baseline) under its store key: the stage, the
     stage's code version, the run settings that determine it and its inputs (``inputs["environment"]`` is the
-    environment key). A result measured in another environment is refused, not stored. True if computed."""
+    environment key). A result measured in another environment is refused, not stored. True if computed.
+    ``materialize=False`` stores it without writing ``out`` (another job's result, computed along)."""
 
     def compute(paths: dict[str, Path]) -> None:
         result = measure()
         check_environment(result, inputs["environment"], environment_file)
         write_json(paths["json"], result)
 
-    return Store(store).build({"json": out}, stage, code_version(stage_module), key_params(config), inputs, compute)
+    return Store(store).build({"json": out}, stage, code_version(stage_module), key_params(config), inputs, compute,
+                              materialize=materialize)

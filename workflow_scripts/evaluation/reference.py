@@ -168,7 +168,7 @@ class ReferenceSide:
         if per_trial < PARALLEL_INPUTS_MIN_BYTES or len(seeds) < 2:
             return None
         # Room for every trial's area plus, per running helper, its own copy of the inputs.
-        spare = _available_memory() * 0.8 - per_trial * len(seeds)
+        spare = available_memory() * 0.8 - per_trial * len(seeds)
         width = int(min(len(seeds), max(1, (os.cpu_count() or 1) - 1), max(1, spare // per_trial)))
         if width < 2:
             return None
@@ -284,7 +284,7 @@ def as_input(x: Any, device: Any) -> Any:
     return x
 
 
-def _available_memory() -> int:
+def available_memory() -> int:
     try:
         with open("/proc/meminfo") as f:
             for line in f:

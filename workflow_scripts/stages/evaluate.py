@@ -6,12 +6,22 @@ the run settings: two models with the same answer are evaluated once, a problem 
 nothing, and when one completion changes only that answer is evaluated again. Answers without code (no completion,
 no code block) get their failed verdict without running anything. GPU jobs lock one specific GPU themselves;
 Snakemake only bounds how many run at once.
+
+The rule runs one job per (model, problem), so that targeting one model plans only that model's branch. The job
+still judges every model's answer to its problem at once: ``--companions`` names the other configured models'
+answer tables, and those already written are evaluated along (under one per-problem lock) and stored, without
+writing their readable files, which their own jobs then find in the store. A problem's reference side is built
+once whenever the answers of several models are ready before its first job runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
+import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -65,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="each model's results/answers/<model>.parquet")
     parser.add_argument("--out", nargs="+", required=True, metavar="MODEL=PATH",
                         help="each model's results/evaluations/<model>/level<L>_<id>.json")
+    parser.add_argument("--companions", nargs="*", default=[], metavar="MODEL=PATH",
+                        help="other models' answer tables: those already written are evaluated along")
     parser.add_argument("--problem", type=Path, required=True, help="the problem's source file")
     parser.add_argument("--environment", type=Path, required=True, help="results/environment/<device>.json")
     parser.add_argument("--store", type=Path, required=True)
@@ -78,12 +90,48 @@ def main(argv: list[str] | None = None) -> int:
     environment = environment_key(args.environment)
     answers = [_answer(model, load_answer(path, params.level, params.problem_id), outputs[model], config,
                        problem_sha, environment) for model, path in answers_files.items()]
-    results = _evaluate_missing(answers, args, config)
-    for answer in answers:
-        computed = store_measurement(args.store, answer.out, STAGE, __spec__.name, answer.config, answer.inputs,
-                                     args.environment, lambda answer=answer: results[answer.key])
-        print(f"{answer.model}: evaluation {'computed' if computed else 'reused from the store'}: {answer.out}")
+    companions = []
+    for model, path in _model_paths(args.companions, "--companions").items():
+        row = _ready_answer(path, params)
+        if model not in answers_files and row is not None:
+            companions.append(_answer(model, row, Path(f"{model}.json"), config, problem_sha, environment))
+    with _problem_lock(Path(config.lock_dir), params):
+        results = _evaluate_missing(answers + companions, args, config)
+        for answer in answers:
+            computed = store_measurement(args.store, answer.out, STAGE, __spec__.name, answer.config, answer.inputs,
+                                         args.environment, lambda answer=answer: results[answer.key])
+            print(f"{answer.model}: evaluation {'computed' if computed else 'reused from the store'}: {answer.out}")
+        for answer in companions:
+            if answer.key in results:
+                store_measurement(args.store, answer.out, STAGE, __spec__.name, answer.config, answer.inputs,
+                                  args.environment, lambda answer=answer: results[answer.key], materialize=False)
+                print(f"{answer.model}: evaluated along, stored for its own job")
     return 0
+
+
+def _ready_answer(path: Path, params: Params) -> dict[str, Any] | None:
+    """A companion's answer when its table is already written and readable, else None (its own job evaluates it)."""
+    if not path.is_file():
+        return None
+    try:
+        return load_answer(path, params.level, params.problem_id)
+    except (SystemExit, OSError, ValueError) as e:  # e.g. a table still being written, or without this problem
+        print(f"note: {path} not evaluated along: {e}", file=sys.stderr)
+        return None
+
+
+@contextlib.contextmanager
+def _problem_lock(lock_dir: Path, params: Params) -> Iterator[None]:
+    """One job per problem at a time on this host: a job waiting here finds its answer stored when the holder
+    evaluated it along (waiting is not part of any answer's time: the evaluation starts after it)."""
+    path = lock_dir / "problems" / f"level{params.level}_{params.problem_id}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _answer(model: str, row: dict[str, Any], out: Path, config: EvalConfig, problem_sha: str,
