@@ -138,3 +138,24 @@ def test_upgrade_times_out_and_keeps_shared(tmp_path: Path) -> None:
                     pass
     finally:
         _stop(p)
+
+
+def test_shared_jobs_spread_over_the_gpus(tmp_path: Path) -> None:
+    # Whatever their pids, a new shared job goes where the fewest jobs are.
+    busy = [_hold("sh", "0", tmp_path)[0] for _ in range(2)]
+    spread = []
+    try:
+        for _ in range(3):  # three pids in a row: a choice by pid alone would put one of them on GPU 0
+            p, gpu = _hold("sh", "0,1", tmp_path)
+            assert gpu == "1"
+            _stop(p)
+        for _ in range(4):  # 2 on GPU 0 already: the next four go 1, then alternate
+            p, gpu = _hold("sh", "0,1", tmp_path)
+            spread.append(gpu)
+            busy.append(p)
+        assert spread[:2] == ["1", "1"] and sorted(spread[2:]) == ["0", "1"]
+    finally:
+        for p in busy:
+            _stop(p)
+    with acquire_gpu(exclusive=False, gpus=["0", "1"], lock_dir=tmp_path) as lease:
+        assert lease.gpu in ("0", "1")  # dead holders count for nothing

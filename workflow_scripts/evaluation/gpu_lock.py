@@ -8,8 +8,9 @@ takes an ``fcntl.flock`` on one of them:
   job. An evaluation starts shared and calls ``GpuLease.upgrade()`` only when its answer passed correctness and
   is about to be timed (most answers never get there), so correctness work runs side by side.
 
-A job tries the GPUs in turn without blocking (starting at an offset derived from its pid, to spread jobs) and
-sleeps ``poll_s`` between rounds until ``timeout_s``. flock locks belong to the open file description and vanish
+A job tries the GPUs in turn without blocking, the GPU with the fewest holders first (each holder also holds one of
+the GPU's ``gpu<g>.holder<i>`` slot files: counting the locked ones counts the jobs there, so jobs spread over the
+host's GPUs; ties are broken by an offset derived from the pid), and sleeps ``poll_s`` between rounds until ``timeout_s``. flock locks belong to the open file description and vanish
 when the holder dies, so a crashed or killed job never leaves a GPU locked. The chosen GPU's id is what the
 evaluation child gets as ``CUDA_VISIBLE_DEVICES`` (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so the id means the same
 card to CUDA as to ``nvidia-smi``).
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 DEFAULT_LOCK_DIR = Path("results/.locks")
+HOLDER_SLOTS = 64  # per GPU: more jobs than this on one GPU still run, they just go uncounted
 
 
 class GpuLockTimeout(TimeoutError):
@@ -138,6 +140,38 @@ def _safe(gpu: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in gpu)
 
 
+def _holder_path(lock_dir: Path, gpu: str, slot: int) -> Path:
+    return lock_dir / f"gpu{_safe(gpu)}.holder{slot}"
+
+
+def _holder_count(lock_dir: Path, gpu: str) -> int:
+    """How many jobs hold this GPU now (their slot files are locked)."""
+    count = 0
+    for slot in range(HOLDER_SLOTS):
+        path = _holder_path(lock_dir, gpu, slot)
+        if not path.exists():
+            break  # slots are taken lowest first
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            if _try_lock(fd, fcntl.LOCK_EX):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            else:
+                count += 1
+        finally:
+            os.close(fd)
+    return count
+
+
+def _take_holder_slot(lock_dir: Path, gpu: str) -> int:
+    """Lock the lowest free slot file of the GPU and return its descriptor (-1 when all are taken)."""
+    for slot in range(HOLDER_SLOTS):
+        fd = os.open(_holder_path(lock_dir, gpu, slot), os.O_RDWR | os.O_CREAT, 0o666)
+        if _try_lock(fd, fcntl.LOCK_EX):
+            return fd
+        os.close(fd)
+    return -1
+
+
 def _try_lock(fd: int, op: int) -> bool:
     try:
         fcntl.flock(fd, op | fcntl.LOCK_NB)
@@ -168,8 +202,11 @@ def acquire_gpu(
     gates = {g: os.open(lock_dir / f"gpu{_safe(g)}.gate", os.O_RDWR | os.O_CREAT, 0o666) for g in cands}
     t0 = time.monotonic()
     start = os.getpid() % len(cands)
-    order = cands[start:] + cands[:start]
+    rotated = cands[start:] + cands[:start]
+    holders = {g: _holder_count(lock_dir, g) for g in rotated}
+    order = sorted(rotated, key=lambda g: holders[g])  # stable: ties keep the pid's rotation
     chosen: str | None = None
+    holder_fd = -1
     held_gate: str | None = None
     try:
         while chosen is None:
@@ -196,6 +233,7 @@ def acquire_gpu(
         if held_gate is not None:
             fcntl.flock(gates[held_gate], fcntl.LOCK_UN)
             held_gate = None
+        holder_fd = _take_holder_slot(lock_dir, chosen)
         lease = GpuLease(gpu=chosen, mode=mode, lock_path=lock_dir / f"gpu{_safe(chosen)}.lock",
                          waited_s=time.monotonic() - t0, _fd=fds[chosen], _gate_fd=gates[chosen])
         info = lock_dir / f"gpu{_safe(chosen)}.{os.getpid()}.json"
@@ -213,6 +251,8 @@ def acquire_gpu(
             os.close(fd)
         for fd in gates.values():
             os.close(fd)
+        if holder_fd >= 0:
+            os.close(holder_fd)  # closing the file releases its lock
         if chosen is not None:
             with contextlib.suppress(OSError):
                 (lock_dir / f"gpu{_safe(chosen)}.{os.getpid()}.json").unlink()
