@@ -6,10 +6,14 @@ $OUT/gpu_problem_worker.jsonl, written as the run goes:
   and seconds, and the problem's one-time preparation (seeded inputs built and the reference run once).
 * ``spin``: honest answers evaluated alone, then the same answers beside a never-returning kernel (bench/spinning),
   in parallel jobs on the same GPU (done-when 5).
-* ``calibration``: the reference as its own answer on many problems, timed beside KernelBench-style eager timing of
-  the reference in the same process tree (baseline stage code): |speedup - 1| (done-when 2).
-* ``throughput``: N answers per problem through one ProblemEvaluator, and KernelBench's harness
+* ``calibration``: the reference as its own answer on many problems, timed between two eager timings of the
+  reference (baseline stage code, before and after the answer, same GPU): |speedup - 1| against the one before, as
+  the pipeline computes it, and the drift between the two baselines (done-when 2). ``--parallel N`` runs N worker
+  processes, worker i on GPU i mod the visible GPUs.
+* ``throughput``: N answers per problem through one ProblemEvaluator on GPU 0, and KernelBench's harness
   (bench/kernelbench_harness.py) on one answer per problem in the same run (done-when 4).
+* ``scaling``: the same answers as ``throughput``, problems handed to one worker process per visible GPU, each
+  leasing a GPU through the lock files as pipeline jobs do (done-when 4, two GPUs against one).
 
     python bench/gpu_problem_worker.py big --suite .kb --problems L1_19 L1_23 L1_47 --out $OUT
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -76,8 +81,11 @@ def summarise(result) -> dict:
             "phases_s": {k: round(v, 3) for k, v in result.phases_s.items()}}
 
 
+DEVICE = os.environ.get("BENCH_DEVICE", "cuda")  # BENCH_DEVICE=cpu: a smoke run of the bench itself
+
+
 def config(**kw) -> EvalConfig:
-    return EvalConfig(device="cuda", **kw)
+    return EvalConfig(device=DEVICE, **kw)
 
 
 def run_big(args, tmp: Path) -> None:
@@ -131,41 +139,82 @@ def run_calibration(args, tmp: Path) -> None:
             if rec.get("bench") == "calibration":
                 done.add(rec["problem"])
     todo = [k for k in keys[args.skip:] if k not in done]
-    if args.parallel > 1:
-        # Problems side by side in separate processes (torch's generators are per process: a thread per problem
-        # would interleave their seeded draws): timing takes the GPU exclusively, the rest shares it.
-        with ProcessPoolExecutor(args.parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
-            list(pool.map(calibrate_one, [(args.suite, args.out, key) for key in todo]))
-    else:
-        for key in todo:
-            calibrate_one((args.suite, args.out, key))
+    # Problems side by side in separate processes (torch's generators are per process: a thread per problem would
+    # interleave their seeded draws); worker i keeps to one GPU so a problem's baselines and answer share it.
+    gpus = gpu_ids()
+    chunks = [(args.suite, args.out, todo[i::args.parallel], gpus[i % len(gpus)]) for i in range(args.parallel)]
+    with ProcessPoolExecutor(args.parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(calibrate_chunk, chunks))
 
 
-def calibrate_one(job: tuple[Path, Path, str]) -> None:
-    suite, out, key = job
-    problem = problem_file(suite, key)
+def gpu_ids() -> list[str]:
+    from workflow_scripts.evaluation.gpu_lock import visible_gpus
+
+    return visible_gpus() or ["0"]
+
+
+def calibrate_chunk(job: tuple[Path, Path, list[str], str]) -> None:
+    suite, out, keys, gpu = job
+    for key in keys:
+        problem = problem_file(suite, key)
+        t0 = time.monotonic()
+        base = BaselineConfig(device=DEVICE, run_compile=False, gpus=[gpu], lock_dir=str(out / "locks"))
+        before = measure_baselines(problem, base)
+        with tempfile.TemporaryDirectory() as tmp:
+            r = evaluate_answers(problem, [reference_answer(problem, Path(tmp))],
+                                 config(require_triton=False, gpus=[gpu], lock_dir=str(out / "locks")))[0]
+        after = measure_baselines(problem, base)
+        eager, eager_after = before.eager_ms, after.eager_ms
+        speedup = eager / r.runtime_ms if (eager and r.runtime_ms) else None
+        log(out, {"bench": "calibration", "problem": key, "gpu": gpu, "eager_ms": eager, "speedup": speedup,
+                  "eager_after_ms": eager_after, "speedup_vs_after": (eager_after / r.runtime_ms)
+                  if (eager_after and r.runtime_ms) else None,
+                  "sm_mhz": {"before": before.fingerprint.get("sm_clock_mhz"), "answer": r.fingerprint.get(
+                      "sm_clock_mhz"), "after": after.fingerprint.get("sm_clock_mhz")},
+                  "wall_s": round(time.monotonic() - t0, 2), **summarise(r)})
+
+
+def throughput_answers(args, key: str, tmp: Path) -> tuple[Path, list[Path]]:
+    problem = problem_file(args.suite, key)
+    answers = [reference_answer(problem, tmp, f"v{i}") for i in range(args.per_problem)]
+    ours = ours_answer(key, tmp)
+    if ours:
+        answers[-1] = ours
+    return problem, answers
+
+
+def evaluate_problem(job: tuple[Path, list[Path], list[str] | None, str]) -> dict:
+    problem, answers, gpus, lock_dir = job
     t0 = time.monotonic()
-    eager = measure_baselines(problem, BaselineConfig(device="cuda", run_compile=False)).eager_ms
-    with tempfile.TemporaryDirectory() as tmp:
-        r = evaluate_answers(problem, [reference_answer(problem, Path(tmp))], config(require_triton=False))[0]
-    speedup = eager / r.runtime_ms if (eager and r.runtime_ms) else None
-    log(out, {"bench": "calibration", "problem": key, "eager_ms": eager, "speedup": speedup,
-              "wall_s": round(time.monotonic() - t0, 2), **summarise(r)})
+    results = evaluate_answers(problem, answers, config(require_triton=False, gpus=gpus, lock_dir=lock_dir))
+    wall = time.monotonic() - t0
+    return {"answers": len(answers), "wall_s": round(wall, 2), "per_answer_s": round(wall / len(answers), 2),
+            "gpu": results[0].protocol.get("gpu"), "statuses": [r.status for r in results],
+            "runtimes_ms": [r.runtime_ms for r in results],
+            "children_batch": results[0].phases_s.get("children_batch"),
+            "prepare_s": results[0].phases_s.get("reference_prepare_s")}
+
+
+def run_scaling(args, tmp: Path) -> None:
+    gpus = gpu_ids()
+    jobs = []
+    for key in args.problems:
+        problem, answers = throughput_answers(args, key, tmp)
+        jobs.append((problem, answers, gpus, str(tmp / "locks")))
+    t0 = time.monotonic()
+    with ProcessPoolExecutor(len(gpus), mp_context=multiprocessing.get_context("spawn")) as pool:
+        for key, rec in zip(args.problems, pool.map(evaluate_problem, jobs)):
+            log(args.out, {"bench": "scaling", "problem": key, "gpus": gpus, "since_start_s":
+                           round(time.monotonic() - t0, 2), **rec})
+    log(args.out, {"bench": "scaling", "total": True, "gpus": gpus, "problems": len(jobs),
+                   "answers": sum(len(j[1]) for j in jobs), "wall_s": round(time.monotonic() - t0, 2)})
 
 
 def run_throughput(args, tmp: Path) -> None:
     for key in args.problems:
-        problem = problem_file(args.suite, key)
-        answers = [reference_answer(problem, tmp, f"v{i}") for i in range(args.per_problem)]
-        ours = ours_answer(key, tmp)
-        if ours:
-            answers[-1] = ours
-        t0 = time.monotonic()
-        results = evaluate_answers(problem, answers, config(require_triton=False))
-        ours_s = time.monotonic() - t0
-        log(args.out, {"bench": "throughput", "harness": "ours", "problem": key, "answers": len(answers),
-                       "wall_s": round(ours_s, 2), "per_answer_s": round(ours_s / len(answers), 2),
-                       "statuses": [r.status for r in results], "runtimes_ms": [r.runtime_ms for r in results]})
+        problem, answers = throughput_answers(args, key, tmp)
+        rec = evaluate_problem((problem, answers, ["0"], str(tmp / "locks")))
+        log(args.out, {"bench": "throughput", "harness": "ours", "problem": key, **rec})
         # KernelBench's harness on one of the same answers (its cost per answer does not depend on the others).
         t0 = time.monotonic()
         proc = subprocess.run([sys.executable, str(ROOT / "bench" / "kernelbench_harness.py"), "--kb-src",
@@ -182,7 +231,7 @@ def run_throughput(args, tmp: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("bench", choices=["big", "spin", "calibration", "throughput"])
+    parser.add_argument("bench", choices=["big", "spin", "calibration", "throughput", "scaling"])
     parser.add_argument("--suite", type=Path, required=True)
     parser.add_argument("--problems", nargs="*", default=[])
     parser.add_argument("--skip", type=int, default=0)
@@ -193,8 +242,8 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        {"big": run_big, "spin": run_spin, "calibration": run_calibration, "throughput": run_throughput}[args.bench](
-            args, Path(tmp))
+        {"big": run_big, "spin": run_spin, "calibration": run_calibration, "throughput": run_throughput,
+         "scaling": run_scaling}[args.bench](args, Path(tmp))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call (the device tool, nvidia-h200) for bench/gpu_problem_worker.py. Usage:
 #   bash bench/h200_worker_run.sh "big spin"            # benches to run, in order, each under its own timeout
+#   env: BIG_PROBLEMS, BIG_TIMEOUT, TP_PROBLEMS, TP_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL
 # Carry: .kb (KernelBench problems, and KernelBench's harness source in .kb/kbsrc), .kbwheels (pydantic, requests).
 set -uo pipefail
 OUT=${OUT:-/tmp/h200-out}
@@ -12,13 +13,16 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total 
 python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__, 'cpus', __import__('os').cpu_count())" >> "$OUT/gpu.txt"
 cat "$OUT/gpu.txt"
 B="python3 bench/gpu_problem_worker.py"
+TP_PROBLEMS=${TP_PROBLEMS:-"L1_1 L1_40 L1_95 L2_12 L2_71 L2_99 L1_88 L2_40 L2_76 L2_82"}
 for bench in $1; do
   SECONDS=0
   case $bench in
     big) timeout ${BIG_TIMEOUT:-330} $B big --suite .kb --problems ${BIG_PROBLEMS:-L1_19 L1_23 L1_47} --out "$OUT" > "$OUT/big.log" 2>&1 ;;
     spin) timeout 150 $B spin --suite .kb --problems L2_71 L1_12 --out "$OUT" > "$OUT/spin.log" 2>&1 ;;
-    throughput) timeout ${TP_TIMEOUT:-330} $B throughput --suite .kb --per-problem 5 --problems L1_1 L1_40 L1_95 L2_12 L2_71 L2_99 L1_88 L2_40 L2_76 L2_82 --out "$OUT" > "$OUT/throughput.log" 2>&1 ;;
-    calibration) timeout "${CAL_TIMEOUT:-420}" $B calibration --suite .kb --problems $(cat bench/calibration_order.txt) --out "$OUT" > "$OUT/calibration.log" 2>&1 ;;
+    throughput) timeout ${TP_TIMEOUT:-330} $B throughput --suite .kb --per-problem 6 --problems $TP_PROBLEMS --out "$OUT" > "$OUT/throughput.log" 2>&1 ;;
+    scaling) timeout ${SCALING_TIMEOUT:-150} $B scaling --suite .kb --per-problem 6 --problems $TP_PROBLEMS --out "$OUT" > "$OUT/scaling.log" 2>&1 ;;
+    trivial) timeout ${TRIVIAL_TIMEOUT:-100} python3 bench/gpu_timing.py --suite .kb --out "$OUT" --repeats 3 > "$OUT/trivial.log" 2>&1 ;;
+    calibration) timeout "${CAL_TIMEOUT:-420}" $B calibration --parallel ${CAL_PARALLEL:-1} --suite .kb --problems $(cat bench/calibration_order.txt) --out "$OUT" > "$OUT/calibration.log" 2>&1 ;;
   esac
   echo "$bench: rc=$? in ${SECONDS}s"; tail -c 1500 "$OUT/$bench.log"
 done
