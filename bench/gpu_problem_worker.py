@@ -158,11 +158,11 @@ def calibrate_chunk(job: tuple[Path, Path, list[str], str]) -> None:
     for key in keys:
         problem = problem_file(suite, key)
         t0 = time.monotonic()
-        base = BaselineConfig(device=DEVICE, run_compile=False, gpus=[gpu], lock_dir=str(out / "locks"))
+        base = BaselineConfig(device=DEVICE, run_compile=False, gpus=[gpu], lock_dir="/tmp/bench-locks")
         before = measure_baselines(problem, base)
         with tempfile.TemporaryDirectory() as tmp:
             r = evaluate_answers(problem, [reference_answer(problem, Path(tmp))],
-                                 config(require_triton=False, gpus=[gpu], lock_dir=str(out / "locks")))[0]
+                                 config(require_triton=False, gpus=[gpu], lock_dir="/tmp/bench-locks"))[0]
         after = measure_baselines(problem, base)
         eager, eager_after = before.eager_ms, after.eager_ms
         speedup = eager / r.runtime_ms if (eager and r.runtime_ms) else None

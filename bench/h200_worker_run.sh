@@ -24,5 +24,5 @@ for bench in $1; do
     trivial) timeout ${TRIVIAL_TIMEOUT:-100} python3 bench/gpu_timing.py --suite .kb --out "$OUT" --repeats 3 > "$OUT/trivial.log" 2>&1 ;;
     calibration) timeout "${CAL_TIMEOUT:-420}" $B calibration --parallel ${CAL_PARALLEL:-1} --suite .kb --problems $(cat bench/calibration_order.txt) --out "$OUT" > "$OUT/calibration.log" 2>&1 ;;
   esac
-  echo "$bench: rc=$? in ${SECONDS}s"; tail -c 1500 "$OUT/$bench.log"
+  echo "$bench: rc=$? in ${SECONDS}s"; rm -rf "$OUT/locks"; tail -c 1500 "$OUT/$bench.log"
 done
