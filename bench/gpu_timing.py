@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -140,6 +141,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    # The KernelBench-style loop runs in this process, which is also the evaluator's trusted side: one GPU for both.
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
     trivial(args.out, args.repeats)
     calibration(args.out, args.suite, args.problems)
     summarize(args.out)

@@ -19,8 +19,8 @@ for bench in $1; do
   case $bench in
     big) timeout ${BIG_TIMEOUT:-330} $B big --suite .kb --problems ${BIG_PROBLEMS:-L1_19 L1_23 L1_47} --out "$OUT" > "$OUT/big.log" 2>&1 ;;
     spin) timeout 150 $B spin --suite .kb --problems L2_71 L1_12 --out "$OUT" > "$OUT/spin.log" 2>&1 ;;
-    throughput) timeout ${TP_TIMEOUT:-330} $B throughput --suite .kb --per-problem 6 --problems $TP_PROBLEMS --out "$OUT" > "$OUT/throughput.log" 2>&1 ;;
-    scaling) timeout ${SCALING_TIMEOUT:-150} $B scaling --suite .kb --per-problem 6 --problems $TP_PROBLEMS --out "$OUT" > "$OUT/scaling.log" 2>&1 ;;
+    throughput) timeout ${TP_TIMEOUT:-330} $B throughput --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems $TP_PROBLEMS --out "$OUT" > "$OUT/throughput.log" 2>&1 ;;
+    scaling) timeout ${SCALING_TIMEOUT:-150} $B scaling --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems $TP_PROBLEMS --out "$OUT" > "$OUT/scaling.log" 2>&1 ;;
     trivial) timeout ${TRIVIAL_TIMEOUT:-100} python3 bench/gpu_timing.py --suite .kb --out "$OUT" --repeats 3 > "$OUT/trivial.log" 2>&1 ;;
     calibration) timeout "${CAL_TIMEOUT:-420}" $B calibration --parallel ${CAL_PARALLEL:-1} --suite .kb --problems $(cat bench/calibration_order.txt) --out "$OUT" > "$OUT/calibration.log" 2>&1 ;;
   esac

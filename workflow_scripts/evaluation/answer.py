@@ -104,12 +104,14 @@ class EvalConfig(RunConfig):
     # watchdog on the CPU, where the Triton interpreter's speed says nothing about the reference's.
     watchdog_floor_s: float | None = None
     # Answer processes started at once, ahead of their answers (a process takes seconds to start: torch, CUDA,
-    # Triton's driver). None: 6 on CUDA, 1 on the CPU. Bounded by host memory: each holds its own input and output
-    # areas (see ProblemEvaluator.batch_size).
+    # Triton's driver, and none may start while an answer is timed, so each batch costs one wait). None: 15 on CUDA
+    # (the study's answers per problem; an idle child holds a CUDA context and the L2 flush buffer, under 1 GiB of
+    # GPU memory), 1 on the CPU. Bounded by host memory: each holds its own input and output areas
+    # (ProblemEvaluator.batch_size).
     prestart: int | None = None
 
     def prestart_count(self) -> int:
-        return max(1, int(self.prestart if self.prestart is not None else (6 if self.device == "cuda" else 1)))
+        return max(1, int(self.prestart if self.prestart is not None else (15 if self.device == "cuda" else 1)))
 
     def watchdog_limits(self) -> tuple[float, float] | None:
         """(first call, later calls) floors in seconds, or None without a watchdog."""
