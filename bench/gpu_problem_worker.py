@@ -174,6 +174,36 @@ def calibrate_chunk(job: tuple[Path, Path, list[str], str]) -> None:
                   "wall_s": round(time.monotonic() - t0, 2), **summarise(r)})
 
 
+def run_inputs_check(args, tmp: Path) -> None:
+    """Diagnosis of the calibration bias: the reference as its own answer timed (a) as the evaluator does, on timing
+    inputs built on the GPU from a secret seed, and (b) on KernelBench's seed-42 timing inputs built on the CPU,
+    exactly the inputs the baseline is timed on; baselines before and after, all on one GPU, one at a time."""
+    from workflow_scripts.evaluation.reference import ReferenceSide
+
+    on_gpu = ReferenceSide.secret_inputs
+
+    def on_cpu(self, seed):
+        if seed != self.timing_seed:
+            return on_gpu(self, seed)
+        self.set_seed(seed)
+        return [self._process(x, "cpu") for x in self.problem.get_inputs()]
+
+    for key in args.problems:
+        problem = problem_file(args.suite, key)
+        base = BaselineConfig(device=DEVICE, run_compile=False, lock_dir="/tmp/bench-locks")
+        record = {"bench": "inputs_check", "problem": key, "eager_before_ms": measure_baselines(problem, base).eager_ms}
+        for variant in ("gpu_secret_seed", "cpu_seed42", "gpu_secret_seed_again"):
+            ReferenceSide.secret_inputs = on_cpu if variant == "cpu_seed42" else on_gpu
+            cfg = config(require_triton=False, lock_dir="/tmp/bench-locks",
+                         timing_seed=42 if variant == "cpu_seed42" else None)
+            r = evaluate_answers(problem, [reference_answer(problem, tmp, variant)], cfg)[0]
+            record[variant] = {"ms": r.runtime_ms, "median_ms": (r.runtime_stats or {}).get("median"),
+                               "status": r.status}
+        ReferenceSide.secret_inputs = on_gpu
+        record["eager_after_ms"] = measure_baselines(problem, base).eager_ms
+        log(args.out, record)
+
+
 def throughput_answers(args, key: str, tmp: Path) -> tuple[Path, list[Path]]:
     problem = problem_file(args.suite, key)
     answers = [reference_answer(problem, tmp, f"v{i}") for i in range(args.per_problem)]
@@ -231,7 +261,8 @@ def run_throughput(args, tmp: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("bench", choices=["big", "spin", "calibration", "throughput", "scaling"])
+    parser.add_argument("bench", choices=["big", "spin", "calibration", "throughput", "scaling",
+                                                           "inputs_check"])
     parser.add_argument("--suite", type=Path, required=True)
     parser.add_argument("--problems", nargs="*", default=[])
     parser.add_argument("--skip", type=int, default=0)
@@ -243,7 +274,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         {"big": run_big, "spin": run_spin, "calibration": run_calibration, "throughput": run_throughput,
-         "scaling": run_scaling}[args.bench](args, Path(tmp))
+         "scaling": run_scaling, "inputs_check": run_inputs_check}[args.bench](args, Path(tmp))
 
 
 if __name__ == "__main__":
