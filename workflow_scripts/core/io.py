@@ -3,17 +3,33 @@ reader never sees a half-written file (the temporary file is renamed into place)
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pandas stays out of the vLLM environment's imports
     import pandas as pd
+
+
+@contextlib.contextmanager
+def locked_file(path: Path | str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created with its folder) for the ``with`` block: one holder at a time
+    across processes; the lock vanishes with a holder that dies."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:

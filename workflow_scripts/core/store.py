@@ -25,20 +25,19 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from workflow_scripts.core.hashing import sha256_bytes, sha256_file, store_json
-from workflow_scripts.core.io import atomic_write_text
+from workflow_scripts.core.io import atomic_write_text, locked_file
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 PACKAGE = PACKAGE_DIR.name
@@ -183,17 +182,9 @@ class Store:
         atomic_write_text(self.meta_path(key), json.dumps(asdict(meta), sort_keys=True, indent=1))
         return target
 
-    @contextlib.contextmanager
-    def key_lock(self, key: str) -> Iterator[None]:
+    def key_lock(self, key: str) -> contextlib.AbstractContextManager[None]:
         """Serialises work on one key so that two jobs with the same answer compute it once."""
-        lock_path = self.objects / key[:2] / f"{key}.lock"
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        return locked_file(self.objects / key[:2] / f"{key}.lock")
 
     # -- readable names ------------------------------------------------------------------------------------
     def materialize(self, key: str, readable: Path, stage: str, inputs: Mapping[str, str]) -> None:

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import sys
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from workflow_scripts.core.hashing import sha256_file
+from workflow_scripts.core.io import locked_file
 from workflow_scripts.core.params import parse_params, parse_stage_args, stage_parser
 from workflow_scripts.core.store import Store, code_version
 from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answers
@@ -120,18 +119,10 @@ def _ready_answer(path: Path, params: Params) -> dict[str, Any] | None:
         return None
 
 
-@contextlib.contextmanager
-def _problem_lock(lock_dir: Path, params: Params) -> Iterator[None]:
+def _problem_lock(lock_dir: Path, params: Params) -> contextlib.AbstractContextManager[None]:
     """One job per problem at a time on this host: a job waiting here finds its answer stored when the holder
     evaluated it along (waiting is not part of any answer's time: the evaluation starts after it)."""
-    path = lock_dir / "problems" / f"level{params.level}_{params.problem_id}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return locked_file(lock_dir / "problems" / f"level{params.level}_{params.problem_id}.lock")
 
 
 def _answer(model: str, row: dict[str, Any], out: Path, config: EvalConfig, problem_sha: str,
