@@ -44,12 +44,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import secrets
-from collections import deque
 import shutil
 import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar

@@ -10,9 +10,9 @@ takes an ``fcntl.flock`` on one of them:
 
 A job tries the GPUs in turn without blocking, the GPU with the fewest holders first (each holder also holds one of
 the GPU's ``gpu<g>.holder<i>`` slot files: counting the locked ones counts the jobs there, so jobs spread over the
-host's GPUs; ties are broken by an offset derived from the pid), and sleeps ``poll_s`` between rounds until ``timeout_s``. flock locks belong to the open file description and vanish
-when the holder dies, so a crashed or killed job never leaves a GPU locked. The chosen GPU's id is what the
-evaluation child gets as ``CUDA_VISIBLE_DEVICES`` (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so the id means the same
+host's GPUs; ties are broken by an offset derived from the pid), and sleeps ``poll_s`` between rounds until
+``timeout_s``. flock locks belong to the open file description and vanish when the holder dies, so a crashed or
+killed job never leaves a GPU locked. The chosen GPU's id is what the evaluation child gets as ``CUDA_VISIBLE_DEVICES`` (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so the id means the same
 card to CUDA as to ``nvidia-smi``).
 
 Starvation: a stream of shared holders can keep an exclusive job waiting (flock is not fair). To bound that, an
