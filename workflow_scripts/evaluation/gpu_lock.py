@@ -12,8 +12,9 @@ A job tries the GPUs in turn without blocking, the GPU with the fewest holders f
 the GPU's ``gpu<g>.holder<i>`` slot files: counting the locked ones counts the jobs there, so jobs spread over the
 host's GPUs; ties are broken by an offset derived from the pid), and sleeps ``poll_s`` between rounds until
 ``timeout_s``. flock locks belong to the open file description and vanish when the holder dies, so a crashed or
-killed job never leaves a GPU locked. The chosen GPU's id is what the evaluation child gets as ``CUDA_VISIBLE_DEVICES`` (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so the id means the same
-card to CUDA as to ``nvidia-smi``).
+killed job never leaves a GPU locked. The chosen GPU's id is what the evaluation child gets as
+``CUDA_VISIBLE_DEVICES`` (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so the id means the same card to CUDA as to
+``nvidia-smi``).
 
 Starvation: a stream of shared holders can keep an exclusive job waiting (flock is not fair). To bound that, an
 exclusive job first takes ``gpu<g>.gate`` exclusively while it waits on that GPU and shared jobs must briefly take
