@@ -15,7 +15,7 @@ import pandas as pd
 
 from workflow_scripts.core.io import write_json
 from workflow_scripts.core.statuses import Status
-from workflow_scripts.core.store import Store, code_version
+from workflow_scripts.core.store import Store
 from workflow_scripts.evaluation.environment import fingerprint_key
 
 # Config keys that say where or how a job runs but cannot change its result: never part of a key.
@@ -77,17 +77,18 @@ def check_environment(result: dict[str, Any], expected_key: str, environment_fil
         )
 
 
-def store_measurement(store: Path, out: Path, stage: str, stage_module: str, config: Any, inputs: dict[str, str],
+def store_measurement(store: Path, out: Path, stage: str, code: str, config: Any, inputs: dict[str, str],
                       environment_file: Path, measure: Callable[[], dict[str, Any]], materialize: bool = True) -> bool:
     """Reuse or compute one measured result (an evaluation, a baseline) under its store key: the stage, the
-    stage's code version, the run settings that determine it and its inputs (``inputs["environment"]`` is the
-    environment key). A result measured in another environment is refused, not stored. True if computed.
-    ``materialize=False`` stores it without writing ``out`` (another job's result, computed along)."""
+    stage's code version (``store.code_version`` of the stage module), the run settings that determine it and its
+    inputs (``inputs["environment"]`` is the environment key). A result measured in another environment is refused,
+    not stored. True if computed. ``materialize=False`` stores it without writing ``out`` (another job's result,
+    computed along)."""
 
     def compute(paths: dict[str, Path]) -> None:
         result = measure()
         check_environment(result, inputs["environment"], environment_file)
         write_json(paths["json"], result)
 
-    return Store(store).build({"json": out}, stage, code_version(stage_module), key_params(config), inputs, compute,
+    return Store(store).build({"json": out}, stage, code, key_params(config), inputs, compute,
                               materialize=materialize)

@@ -8,6 +8,7 @@ from typing import Any
 
 from workflow_scripts.core.hashing import sha256_file
 from workflow_scripts.core.params import parse_params, parse_stage_args, stage_parser
+from workflow_scripts.core.store import code_version
 from workflow_scripts.evaluation.baseline import BaselineConfig, measure_baselines
 from workflow_scripts.evaluation.jobs import environment_key, run_settings, store_measurement
 
@@ -36,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_params(BaselineConfig, settings, source="--params baselines")
     inputs = {"problem": sha256_file(args.problem), "environment": environment_key(args.environment)}
 
-    computed = store_measurement(args.store, args.out, STAGE, __spec__.name, config, inputs, args.environment,
-                                 lambda: measure_baselines(args.problem, config).to_dict())
+    computed = store_measurement(args.store, args.out, STAGE, code_version(__spec__.name), config, inputs,
+                                 args.environment, lambda: measure_baselines(args.problem, config).to_dict())
     print(f"baseline {'computed' if computed else 'reused from the store'}: {args.out}")
     return 0
 

@@ -94,15 +94,16 @@ def main(argv: list[str] | None = None) -> int:
         row = _ready_answer(path, params)
         if model not in answers_files and row is not None:
             companions.append(_answer(model, row, Path(f"{model}.json"), config, problem_sha, environment))
+    code = code_version(__spec__.name)  # once: it hashes the source of every module the stage uses
     with _problem_lock(Path(config.lock_dir), params):
-        results = _evaluate_missing(answers + companions, args, config)
+        results = _evaluate_missing(answers + companions, args, config, code)
         for answer in answers:
-            computed = store_measurement(args.store, answer.out, STAGE, __spec__.name, answer.config, answer.inputs,
+            computed = store_measurement(args.store, answer.out, STAGE, code, answer.config, answer.inputs,
                                          args.environment, lambda answer=answer: results[answer.key])
             print(f"{answer.model}: evaluation {'computed' if computed else 'reused from the store'}: {answer.out}")
         for answer in companions:
             if answer.key in results:
-                store_measurement(args.store, answer.out, STAGE, __spec__.name, answer.config, answer.inputs,
+                store_measurement(args.store, answer.out, STAGE, code, answer.config, answer.inputs,
                                   args.environment, lambda answer=answer: results[answer.key], materialize=False)
                 print(f"{answer.model}: evaluated along, stored for its own job")
     return 0
@@ -138,11 +139,11 @@ def _answer(model: str, row: dict[str, Any], out: Path, config: EvalConfig, prob
     return Answer(model, row, out, config, inputs)
 
 
-def _evaluate_missing(answers: list[Answer], args: argparse.Namespace, config: EvalConfig) -> dict[Any, dict]:
+def _evaluate_missing(answers: list[Answer], args: argparse.Namespace, config: EvalConfig,
+                      code: str) -> dict[Any, dict]:
     """Results for the distinct answers the store does not hold yet: those with code through one trusted reference
     side per run setting (all at once), those without code by their failed verdict."""
     store = Store(args.store)
-    code = code_version(__spec__.name)
     missing: dict[Any, Answer] = {}
     for answer in answers:
         if answer.key not in missing and not store.holds(STAGE, code, key_params(answer.config), answer.inputs):
