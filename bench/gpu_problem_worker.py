@@ -6,10 +6,10 @@ $OUT/gpu_problem_worker.jsonl, written as the run goes:
   and seconds, and the problem's one-time preparation (seeded inputs built and the reference run once).
 * ``spin``: honest answers evaluated alone, then the same answers beside a never-returning kernel (bench/spinning),
   in parallel jobs on the same GPU (done-when 5).
-* ``calibration``: the reference as its own answer on many problems, timed between two eager timings of the
-  reference (baseline stage code, before and after the answer, same GPU): |speedup - 1| against the one before, as
-  the pipeline computes it, and the drift between the two baselines (done-when 2). ``--parallel N`` runs N worker
-  processes, worker i on GPU i mod the visible GPUs.
+* ``calibration``: the reference as its own answer on many problems; its eager speedup as the pipeline computes it
+  (against the reference timed beside it, paired timing), and with ``--with-baseline`` also against a baseline
+  process timed just before (the unpaired speedup) (done-when 2). ``--parallel N`` runs N worker processes,
+  worker i on GPU i mod the visible GPUs.
 * ``throughput``: N answers per problem through one ProblemEvaluator on GPU 0, and KernelBench's harness
   (bench/kernelbench_harness.py) on one answer per problem in the same run (done-when 4).
 * ``scaling``: the same answers as ``throughput``, problems handed to one worker process per visible GPU, each
@@ -142,7 +142,8 @@ def run_calibration(args, tmp: Path) -> None:
     # Problems side by side in separate processes (torch's generators are per process: a thread per problem would
     # interleave their seeded draws); worker i keeps to one GPU so a problem's baselines and answer share it.
     gpus = gpu_ids()
-    chunks = [(args.suite, args.out, todo[i::args.parallel], gpus[i % len(gpus)]) for i in range(args.parallel)]
+    chunks = [(args.suite, args.out, todo[i::args.parallel], gpus[i % len(gpus)], args.with_baseline)
+              for i in range(args.parallel)]
     with ProcessPoolExecutor(args.parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(calibrate_chunk, chunks))
 
@@ -153,25 +154,28 @@ def gpu_ids() -> list[str]:
     return visible_gpus() or ["0"]
 
 
-def calibrate_chunk(job: tuple[Path, Path, list[str], str]) -> None:
-    suite, out, keys, gpu = job
+def calibrate_chunk(job: tuple[Path, Path, list[str], str, bool]) -> None:
+    suite, out, keys, gpu, with_baseline = job
     for key in keys:
         problem = problem_file(suite, key)
         t0 = time.monotonic()
         base = BaselineConfig(device=DEVICE, run_compile=False, gpus=[gpu], lock_dir="/tmp/bench-locks")
-        before = measure_baselines(problem, base)
+        before = measure_baselines(problem, base) if with_baseline else None
         with tempfile.TemporaryDirectory() as tmp:
             r = evaluate_answers(problem, [reference_answer(problem, Path(tmp))],
                                  config(require_triton=False, gpus=[gpu], lock_dir="/tmp/bench-locks"))[0]
-        after = measure_baselines(problem, base)
-        eager, eager_after = before.eager_ms, after.eager_ms
-        speedup = eager / r.runtime_ms if (eager and r.runtime_ms) else None
-        log(out, {"bench": "calibration", "problem": key, "gpu": gpu, "eager_ms": eager, "speedup": speedup,
-                  "eager_after_ms": eager_after, "speedup_vs_after": (eager_after / r.runtime_ms)
-                  if (eager_after and r.runtime_ms) else None,
-                  "sm_mhz": {"before": before.fingerprint.get("sm_clock_mhz"), "answer": r.fingerprint.get(
-                      "sm_clock_mhz"), "after": after.fingerprint.get("sm_clock_mhz")},
-                  "wall_s": round(time.monotonic() - t0, 2), **summarise(r)})
+        paired = ((r.paired_reference or {}).get("stats") or {}).get("mean")
+        record = {"bench": "calibration", "problem": key, "gpu": gpu, "paired_eager_ms": paired,
+                  # the pipeline's eager speedup: the reference timed beside the answer (paired timing)
+                  "speedup": paired / r.runtime_ms if (paired and r.runtime_ms) else None,
+                  "median_speedup": (r.paired_reference["stats"]["median"] / r.runtime_stats["median"])
+                  if (paired and r.runtime_ms) else None,
+                  "sm_mhz": r.fingerprint.get("sm_clock_mhz"), "wall_s": round(time.monotonic() - t0, 2),
+                  **summarise(r)}
+        if before is not None:  # the unpaired speedup: a baseline process timed just before
+            record.update(eager_ms=before.eager_ms, speedup_vs_baseline=(before.eager_ms / r.runtime_ms)
+                          if (before.eager_ms and r.runtime_ms) else None)
+        log(out, record)
 
 
 def run_inputs_check(args, tmp: Path) -> None:
@@ -268,6 +272,8 @@ def main() -> None:
     parser.add_argument("--skip", type=int, default=0)
     parser.add_argument("--per-problem", type=int, default=5)
     parser.add_argument("--parallel", type=int, default=1)
+    parser.add_argument("--with-baseline", action="store_true", help="calibration: also time a baseline process "
+                        "before each answer (the unpaired speedup, as before paired timing)")
     parser.add_argument("--kb-src", type=Path, default=ROOT / ".kb" / "kbsrc")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,25 @@ def test_configured_secret_seeds_are_used_and_recorded(tmp_path: Path) -> None:
     res = evaluate_answer(ADD, ans, cfg)
     assert res.status == Status.CORRECT.value, res.error
     assert (res.protocol["hidden_seeds"], res.protocol["timing_seed"], res.protocol["post_timing_seed"]) == ([11], 22, 33)
+
+
+def test_the_reference_is_timed_beside_the_answer_in_alternating_blocks(tmp_path: Path) -> None:
+    """Paired timing: the trusted side times the eager reference on the same inputs, in blocks alternating with the
+    answer's; both sides get every trial of the protocol. ``paired_block=0`` times the answer alone."""
+    ans = tmp_path / "cal.py"
+    ans.write_text(rename_reference_model(ADD.read_text()))
+    cfg = EvalConfig(device="cpu", require_triton=False, timing_trials=5, warmup=1, run_static=False, paired_block=2)
+    res = evaluate_answer(ADD, ans, cfg)
+    assert res.status == Status.CORRECT.value, res.error
+    paired = res.paired_reference
+    assert paired is not None and (paired["blocks"], paired["block_trials"], paired["order"]) == (3, 2, "ABBA")
+    assert paired["stats"]["n"] == 5 and len(paired["raw"]["warmup_ms"]) == 1 and len(paired["raw"]["discarded_ms"]) == 1
+    assert len(res.runtime_stats["trials"]) == 5 and len(res.timing_raw["warmup_ms"]) == 1
+    assert len(res.timing_raw["launches_per_call"]) == 1 + 1 + 5  # warm-up, discarded, trials: over all blocks
+    assert res.protocol["paired_block"] == 2
+    alone = evaluate_answer(ADD, ans, replace(cfg, paired_block=0))
+    assert alone.status == Status.CORRECT.value and alone.paired_reference is None
+    assert len(alone.runtime_stats["trials"]) == 5
 
 
 def test_reference_failure_is_reference_error(tmp_path: Path) -> None:

@@ -96,6 +96,21 @@ def test_build_row_speedups_and_flags() -> None:
     assert not load["compiled"]
 
 
+def test_eager_speedup_uses_the_reference_timed_beside_the_answer() -> None:
+    """Paired timing: the eager reference timed beside the answer is its eager baseline; torch.compile's stays the
+    baseline stage's; a failed eager baseline stage still means no eager speedup."""
+    problem = PROBLEMS.iloc[0].to_dict()
+    answer = {"completion_tokens": 7, "completion_sha256": "c", "code_sha256": "d", "require_triton": True}
+    paired = dict(evaluation("correct", 1.0), paired_reference={"stats": {"mean": 1.5}})
+    row = build_row("m", problem, answer, {}, paired, BASELINE)
+    assert (row["eager_ms"], row["eager_source"], row["speedup_eager"]) == (1.5, "paired", 1.5)
+    assert row["speedup_compile"] == 30.0
+    unpaired = build_row("m", problem, answer, {}, evaluation("correct", 1.0), BASELINE)
+    assert (unpaired["eager_ms"], unpaired["eager_source"], unpaired["speedup_eager"]) == (2.0, "baseline", 2.0)
+    failed = build_row("m", problem, answer, {}, paired, {"eager_status": "error: x", "eager_ms": 5.0})
+    assert failed["eager_ms"] is None and failed["eager_source"] is None and failed["speedup_eager"] is None
+
+
 def test_collect_rows_and_flag_table() -> None:
     answers = {"m": pd.DataFrame([{"level": l, "problem_id": p, "completion_tokens": None, "completion_sha256": None,
                                    "code_sha256": None, "require_triton": True}

@@ -78,3 +78,14 @@ def test_side_stream_flag_needs_every_trial_to_leave_work_behind() -> None:
     # A slow call may take longer to synchronize: the limit grows with the trial.
     assert not timing.side_stream_leftover({"trials_ms": [10.0] * 100, "leftover_us": [300.0] * 100})
     assert not timing.side_stream_leftover({"trials_ms": [], "leftover_us": []})
+
+
+def test_paired_blocks_split_the_trials_once_with_warmup_only_in_the_first() -> None:
+    protocol = timing.TimingProtocol(warmup=3, trials=25, discard_first=1)
+    blocks = timing.paired_blocks(protocol, 10)
+    assert [b.trials for b in blocks] == [10, 10, 5]
+    assert [(b.warmup, b.discard_first) for b in blocks] == [(3, 1), (0, 0), (0, 0)]
+    assert timing.paired_blocks(protocol, 0) == [protocol] and timing.paired_blocks(protocol, 25) == [protocol]
+    assert [timing.answer_goes_first(i) for i in range(4)] == [True, False, True, False]  # A R R A A R R A
+    merged = timing.merge_raw([timing.RawTimes(trials_ms=[1.0], warmup_ms=[9.0]), timing.RawTimes(trials_ms=[2.0])])
+    assert merged.trials_ms == [1.0, 2.0] and merged.warmup_ms == [9.0]

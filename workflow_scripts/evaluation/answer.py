@@ -109,6 +109,10 @@ class EvalConfig(RunConfig):
     # GPU memory), 1 on the CPU. Bounded by host memory: each holds its own input and output areas
     # (ProblemEvaluator.batch_size).
     prestart: int | None = None
+    # Trials per block of paired timing (timing.paired_blocks): the eager reference is timed on the same inputs in
+    # blocks alternating with the answer's, and the speedup is taken against it. 0: the answer alone, in one window
+    # (KernelBench's loop; the speedup is then taken against the baseline stage's eager time).
+    paired_block: int = 10
 
     def prestart_count(self) -> int:
         return max(1, int(self.prestart if self.prestart is not None else (15 if self.device == "cuda" else 1)))
@@ -156,6 +160,8 @@ class EvalResult:
     timing_raw: dict[str, Any] | None = None  # discarded/warm-up/host times, launches per timed call
     phases_s: dict[str, float] = field(default_factory=dict)
     static: dict[str, Any] | None = None
+    # The eager reference timed beside the answer (paired timing): stats, raw, block size, order.
+    paired_reference: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -210,6 +216,20 @@ def _nums(xs: Any, limit: int = 100_000) -> list[float | None] | None:
     return [_num(x) for x in xs[:limit]] if isinstance(xs, list) else None
 
 
+def _raw_times(raw: Any) -> timing.RawTimes:
+    """One block's raw numbers as the answer's process sent them; anything but lists of numbers is a forged
+    message."""
+    if not isinstance(raw, dict):
+        raise ProtocolError("timing without raw numbers")
+    values: dict[str, list[float]] = {}
+    for name in timing.RawTimes.__dataclass_fields__:
+        xs = raw.get(name) or []
+        if not isinstance(xs, list) or len(xs) > 100_000 or not all(_num(x) is not None for x in xs):
+            raise ProtocolError(f"timing: {name} is not a list of numbers")
+        values[name] = [float(x) for x in xs]
+    return timing.RawTimes(**values)
+
+
 def _text(x: Any, limit: int = 6000) -> str | None:
     return None if x is None else str(x)[:limit]
 
@@ -261,6 +281,7 @@ class _Evaluation:
         self.error: str | None = None
         self.timing_raw: dict[str, Any] | None = None
         self.runtime_stats: dict[str, Any] | None = None
+        self.paired_reference: dict[str, Any] | None = None  # the eager reference timed beside the answer
         self.tf32: dict[str, Any] | None = None
         self.phases: dict[str, float] = {}
         self.sm_clocks: list[float] = []
@@ -391,30 +412,20 @@ class _Evaluation:
                 if cfg.device == "cuda":
                     sampler = threading.Thread(target=self._sample_clock, args=(stop,), daemon=True)
                     sampler.start()
-                ans.send("time", seed=self.timing_seed, inputs={"area": "timing", "entries": ref.timing_entries})
                 try:
-                    protocol = cfg.timing_protocol()
-                    floors = cfg.watchdog_limits() or (0.0, 0.0)
-                    reference_ms = self.reference_ms() or 0.0
-                    calls = protocol.warmup + protocol.discard_first + protocol.trials
-                    tm = self._watched(ans, timing_limit_s(reference_ms, calls, floors[0]), reference_ms)
+                    tm, raw, per_call = self._time_paired(ans)
                 finally:
                     stop.set()
                     if sampler is not None:
                         sampler.join(15.0)
-                self._merge(tm)
                 if tm.type in ("runtime_error", "cuda_error"):
                     self.failure = Status.CRASH if tm.type == "cuda_error" else Status.RUNTIME_ERROR
                     self.error = _text(tm.header.get("error"))
                     self.flag("timing_error")
                     return
-                if tm.type != "timing":
-                    raise ProtocolError(f"unexpected {tm.type} while timing")
-                raw = tm.header.get("raw") if isinstance(tm.header.get("raw"), dict) else {}
                 self.timing_raw = {k: _nums(raw.get(k)) for k in ("discarded_ms", "warmup_ms", "host_ms",
                                                                    "leftover_us")}
-                lpc = tm.header.get("launches_per_call")
-                self.timing_raw["launches_per_call"] = [_int(x) for x in lpc] if isinstance(lpc, list) else None
+                self.timing_raw["launches_per_call"] = per_call
                 self.timing_raw["wall_s_parent"] = time.monotonic() - t_time
                 trials_ms = raw.get("trials_ms")
                 self.runtime_stats = timing.stats(trials_ms if isinstance(trials_ms, list) else [])
@@ -475,6 +486,51 @@ class _Evaluation:
             self.flag("result_channel_forged")
             self.failure = Status.CRASH
             self.error = f"result channel: {e}"
+
+    def _time_paired(self, ans: ChildProcess) -> tuple[Message, dict[str, Any], list[int | None] | None]:
+        """The answer's timing, in blocks alternating with the eager reference's on the same inputs
+        (``timing.paired_blocks``, ABBA order). Returns the answer's last message (``timing`` or its error), its raw
+        numbers merged over the blocks and its launches per call; the reference's go to ``paired_reference``."""
+        cfg, ref = self.cfg, self.reference
+        protocol = cfg.timing_protocol()
+        blocks = timing.paired_blocks(protocol, cfg.paired_block)
+        paired = cfg.paired_block > 0
+        floors = cfg.watchdog_limits() or (0.0, 0.0)
+        reference_ms = self.reference_ms() or 0.0
+        answer_parts: list[timing.RawTimes] = []
+        reference_parts: list[timing.RawTimes] = []
+        per_call: list[int | None] = []
+        tm: Message | None = None
+        for i, block in enumerate(blocks):
+            order = ("answer", "reference") if timing.answer_goes_first(i) else ("reference", "answer")
+            for side in order if paired else ("answer",):
+                if side == "reference":
+                    try:
+                        reference_parts.append(ref.time_block(block, protocol.l2_flush_mib, cfg.cpu_threads))
+                    except ReferenceFailed as e:
+                        raise _RefFailed(str(e)) from None
+                    continue
+                ans.send("time", seed=self.timing_seed, inputs={"area": "timing", "entries": ref.timing_entries},
+                         block={"warmup": block.warmup, "trials": block.trials, "discard_first": block.discard_first})
+                calls = block.warmup + block.discard_first + block.trials
+                tm = self._watched(ans, timing_limit_s(reference_ms, calls, floors[0]), reference_ms)
+                self._merge(tm)
+                if tm.type in ("runtime_error", "cuda_error"):
+                    return tm, {}, None
+                if tm.type != "timing":
+                    raise ProtocolError(f"unexpected {tm.type} while timing")
+                part = _raw_times(tm.header.get("raw"))
+                if len(part.trials_ms) != block.trials:
+                    raise ProtocolError(f"{len(part.trials_ms)} timed trials in a block of {block.trials}")
+                answer_parts.append(part)
+                lpc = tm.header.get("launches_per_call")
+                per_call += [_int(x) for x in lpc] if isinstance(lpc, list) else [None]
+        assert tm is not None
+        if reference_parts:
+            merged = timing.merge_raw(reference_parts)
+            self.paired_reference = {"stats": timing.stats(merged.trials_ms), "raw": merged.to_dict(),
+                                     "block_trials": cfg.paired_block, "blocks": len(blocks), "order": "ABBA"}
+        return tm, timing.merge_raw(answer_parts).to_dict(), per_call
 
     def reference_ms(self) -> float | None:
         """The slowest forward of the reference so far (what the watchdog scales with)."""
@@ -593,6 +649,7 @@ def _protocol(cfg: EvalConfig) -> dict[str, Any]:
         "eval_mode": False,
         "require_triton": cfg.require_triton,
         "timing": cfg.timing_protocol().to_dict() if cfg.time_answer else None,
+        "paired_block": cfg.paired_block if cfg.time_answer else None,
         "hidden_trials": cfg.hidden_trials,
         "cpu_threads": cfg.cpu_threads if cfg.device == "cpu" else None,
     }
@@ -633,6 +690,7 @@ def _result(cfg: EvalConfig, status: Status, ev: _Evaluation | None, error: str 
         error=(error[:6000] if error else None), device=cfg.device, timing_mode=timing.TIMING_MODES[cfg.device],
         tf32=tf32, fingerprint=fp, protocol=protocol, trials=[t.to_dict() for t in ev.trials] if ev else [],
         timing_raw=ev.timing_raw if ev else None, phases_s=phases, static=static.report,
+        paired_reference=ev.paired_reference if (ev and correct) else None,
     )
 
 

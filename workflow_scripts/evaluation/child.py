@@ -343,6 +343,7 @@ def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
     _type, Tensor, _isinstance = c._type, c.Tensor, c._isinstance
     perf = c.clock.perf_counter
     timing_inputs: list[Any] | None = None
+    timing_snapshot: list[Any] = []
 
     def context_broken() -> bool:
         if not is_cuda:
@@ -424,8 +425,15 @@ def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
             run_once(inputs, int(cmd["seed"]), cmd.get("index"), cmd.get("kind", "seeded"), cmd.get("rng"))
             del inputs
         elif name == "time":
-            timing_inputs = c.area_inputs(cmd["inputs"])
-            timing_snapshot = [clone(x) if _isinstance(x, Tensor) else x for x in timing_inputs]
+            # One block of the timing (timing.paired_blocks): the first loads the timing inputs; every block
+            # checks them against the snapshot taken then.
+            if timing_inputs is None:
+                timing_inputs = c.area_inputs(cmd["inputs"])
+                timing_snapshot = [clone(x) if _isinstance(x, Tensor) else x for x in timing_inputs]
+            block = cmd.get("block")
+            protocol = c.protocol if not isinstance(block, dict) else c.timing.TimingProtocol(**dict(
+                c.protocol.to_dict(), warmup=int(block["warmup"]), trials=int(block["trials"]),
+                discard_first=int(block["discard_first"])))
             per_call: list[int] = []
             ptrs = input_ptrs(timing_inputs)
 
@@ -444,7 +452,7 @@ def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
             sender.send({"type": "calling", "index": "timing"})
             launch.bare = True  # nothing but a counter inside the timing windows
             try:
-                raw = c.clock.time_callable(model, timing_inputs, c.protocol, after)
+                raw = c.clock.time_callable(model, timing_inputs, protocol, after)
             except Exception:  # noqa: BLE001
                 fail("timing", "timing")
             finally:
@@ -453,7 +461,6 @@ def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
                 if _isinstance(x, Tensor) and not equal_bits(x, s):
                     flag("inputs_mutated")
                     break
-            del timing_snapshot
             if require_triton and per_call and min(per_call) == 0:
                 flag("triton_launch_skipped_in_timing")
             check_tamper()
@@ -462,6 +469,7 @@ def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
             # Overwrite the timed input tensors in place (same storage, same addresses) with fresh inputs.
             if timing_inputs is None:
                 raise RuntimeError("post_timing before time")
+            timing_snapshot = []  # timing is over: the snapshot's memory goes back
             fresh = c.area_inputs(cmd["inputs"])
             with c.no_grad():
                 for i, (t, f) in enumerate(zip(timing_inputs, fresh)):

@@ -71,6 +71,8 @@ class ReferenceSide:
         self.areas: dict[str, Area] = {}
         self.seeded: list[ReferenceTrial] = []
         self.timing_entries: list[dict[str, Any]] = []
+        self.timing_inputs: list[Any] = []
+        self._clock: Any = None
         # One per problem (drawn here unless given, to replay a run): the timed values do not change the timing.
         self.timing_seed = timing_seed if timing_seed is not None else secrets.randbelow(2**32 - 1)
         self.input_bytes = 0
@@ -148,7 +150,7 @@ class ReferenceSide:
             area.seal()
             self.areas["timing"] = area
             self.input_bytes = max(self.input_bytes, area.size)
-            del inputs
+            self.timing_inputs = inputs  # the reference is timed on them too, paired with each answer
             if self.device_kind == "cuda":
                 torch.cuda.empty_cache()
 
@@ -247,6 +249,28 @@ class ReferenceSide:
         self.output_bytes = max(self.output_bytes, tensor_bytes(outs))
         return ReferenceTrial(kind, seed, area, entries, structure, outs, ms, rng, [str(o.device) for o in outs])
 
+    # -- paired timing -------------------------------------------------------------------------------------------
+    def time_block(self, block: Any, l2_flush_mib: int, cpu_threads: int | None) -> Any:
+        """One block of the eager reference's timing on the timing inputs, by the same ``Clock`` code that times
+        answers and baselines (``timing.paired_blocks``). On the CPU with ``cpu_threads`` threads, as the
+        baseline's child runs."""
+        from workflow_scripts.evaluation import timing
+
+        torch = self.torch
+        if self._clock is None:
+            self._clock = timing.Clock(self.device_kind, l2_flush_mib)
+        threads = torch.get_num_threads()
+        if self.device_kind == "cpu" and cpu_threads:
+            torch.set_num_threads(cpu_threads)
+        try:
+            # Nothing after each call: the reference is trusted (no scrub), and an output aliasing the timing
+            # inputs must not be overwritten.
+            return self._clock.time_callable(self.model, self.timing_inputs, block)
+        except Exception as e:  # noqa: BLE001 - the problem's own code
+            raise ReferenceFailed(_describe(e, "the reference forward (paired timing)")) from None
+        finally:
+            torch.set_num_threads(threads)
+
     # -- judging ---------------------------------------------------------------------------------------------------
     def answer_outputs(self, metas: Any, area: Area) -> list[Any]:
         """The answer's outputs, copied out of its output area onto this side's device (validated slots only)."""
@@ -270,6 +294,8 @@ class ReferenceSide:
             area.close()
         self.areas.clear()
         self.seeded.clear()
+        self.timing_inputs = []
+        self._clock = None
 
 
 def as_input(x: Any, device: Any) -> Any:

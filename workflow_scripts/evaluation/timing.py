@@ -23,6 +23,12 @@ Both are timed by the same code with the same :class:`TimingProtocol`, so their 
 * after each call, outside the timed region, ``after_call(out)`` runs (the harness scrubs the output there, see
   :func:`scrub`, counts Triton launches and checks for tampering).
 
+Paired timing (answers only, ``paired_blocks``): the answer's trials are split into blocks, and the trusted side
+times the eager reference on the same inputs in blocks of the same size, alternating in the order ABBA ABBA ...
+(answer, reference, reference, answer), so both see the same GPU state (clock, power, temperature) and a linear
+drift cancels. Each block is timed by ``Clock.time_callable`` as above; the first block of each side carries the
+warm-up and discarded calls. The reference's mean over its blocks is the answer's paired eager time.
+
 The clock functions are captured when :class:`Clock` is built, which the harness does before any answer code is
 imported, so an answer that later replaces ``time.perf_counter`` or ``torch.cuda.Event.elapsed_time`` does not
 change what the harness measures (and the replacement is reported by the harness's identity checks).
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import math
 import time
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -72,6 +79,33 @@ class RawTimes:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def paired_blocks(protocol: TimingProtocol, block_trials: int) -> list[TimingProtocol]:
+    """``protocol``'s trials split into blocks of ``block_trials`` (the last may be shorter); the first block also
+    carries the warm-up and the discarded calls. One block (the whole protocol) when ``block_trials`` <= 0."""
+    if block_trials <= 0 or block_trials >= protocol.trials:
+        return [protocol]
+    sizes = [block_trials] * (protocol.trials // block_trials)
+    if protocol.trials % block_trials:
+        sizes.append(protocol.trials % block_trials)
+    first = dataclasses.replace(protocol, trials=sizes[0])
+    return [first] + [dataclasses.replace(protocol, warmup=0, discard_first=0, trials=n) for n in sizes[1:]]
+
+
+def answer_goes_first(block: int) -> bool:
+    """Within block pair ``block``: answer then reference in even blocks, reference then answer in odd ones, so the
+    sequence reads A R R A A R R A ... (ABBA)."""
+    return block % 2 == 0
+
+
+def merge_raw(parts: Sequence[RawTimes]) -> RawTimes:
+    """Blocks of one side put back together, in order."""
+    merged = RawTimes()
+    for part in parts:
+        for name in ("trials_ms", "discarded_ms", "host_ms", "leftover_us", "warmup_ms"):
+            getattr(merged, name).extend(getattr(part, name))
+    return merged
 
 
 def stats(trials_ms: Sequence[float]) -> dict[str, Any] | None:

@@ -2,6 +2,10 @@
 these: change the definition here and every published number follows.
 
 - speedup = baseline time / answer time, for a correct answer with both times known (else unknown);
+- the eager baseline time of an answer is the eager reference timed beside it (paired timing: same inputs, blocks
+  alternating with the answer's, so both see the same GPU state) when its evaluation has one, and the baseline
+  stage's eager time otherwise (``eager_baseline``); the torch.compile baseline is always the baseline stage's. A
+  problem whose eager baseline failed in the baseline stage has no eager speedup either way;
 - fast_p = the answer is correct and its speedup is strictly greater than p (KernelBench's definition); an
   unknown speedup is never fast;
 - a correct answer whose speedup over either baseline exceeds FLAG_SPEEDUP is flagged for review.
@@ -23,6 +27,19 @@ def speedup(baseline_ms: float | None, runtime_ms: float | None) -> float | None
     if baseline_ms is None or runtime_ms is None or runtime_ms <= 0 or not math.isfinite(baseline_ms):
         return None
     return baseline_ms / runtime_ms
+
+
+def eager_baseline(evaluation: dict, baseline: dict) -> tuple[float | None, str | None]:
+    """(eager milliseconds, source) for one answer: "paired" (timed beside it) or "baseline" (the baseline stage's
+    time for the problem); (None, None) when the baseline stage's eager run failed or neither exists."""
+    if baseline.get("eager_status") != "ok":
+        return None, None
+    paired = (evaluation.get("paired_reference") or {}).get("stats") or {}
+    if isinstance(paired.get("mean"), (int, float)):
+        return float(paired["mean"]), "paired"
+    if baseline.get("eager_ms") is None:
+        return None, None
+    return float(baseline["eager_ms"]), "baseline"
 
 
 def exceeds_flag_limit(*speedups: float | None) -> bool:

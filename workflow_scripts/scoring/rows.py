@@ -16,12 +16,12 @@ import pandas as pd
 
 
 from workflow_scripts.core.statuses import Status, is_compiled
-from workflow_scripts.scoring.metrics import SUSPICIOUS_SPEEDUP_FLAG, exceeds_flag_limit, speedup
+from workflow_scripts.scoring.metrics import SUSPICIOUS_SPEEDUP_FLAG, eager_baseline, exceeds_flag_limit, speedup
 
 
 COLUMNS = [
     "model", "level", "problem_id", "problem", "status", "compiled", "correct", "runtime_ms", "eager_ms",
-    "compile_ms", "speedup_eager", "speedup_compile", "keeps_torch_op", "completion_tokens", "completion_sha256",
+    "eager_source", "compile_ms", "speedup_eager", "speedup_compile", "keeps_torch_op", "completion_tokens", "completion_sha256",
     "code_sha256", "problem_sha256", "flags", "error", "device", "timing_mode", "eager_status", "compile_status",
     "require_triton", "evaluation_key",
 ]
@@ -38,7 +38,7 @@ def build_row(
     status = evaluation["status"]
     correct = status == Status.CORRECT.value
     runtime_ms = evaluation.get("runtime_ms") if correct else None
-    eager_ms = baseline.get("eager_ms") if baseline.get("eager_status") == "ok" else None
+    eager_ms, eager_source = eager_baseline(evaluation, baseline)
     compile_ms = baseline.get("compile_ms") if baseline.get("compile_status") == "ok" else None
     speedup_eager = speedup(eager_ms, runtime_ms)
     speedup_compile = speedup(compile_ms, runtime_ms)
@@ -56,6 +56,7 @@ def build_row(
         "correct": correct,
         "runtime_ms": runtime_ms,
         "eager_ms": eager_ms,
+        "eager_source": eager_source,
         "compile_ms": compile_ms,
         "speedup_eager": speedup_eager,
         "speedup_compile": speedup_compile,
