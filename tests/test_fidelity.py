@@ -77,3 +77,48 @@ def test_an_answer_mirroring_the_reference_rng_gets_kernelbench_verdict(tmp_path
 def test_rng_use_without_effect_stays_correct(tmp_path: Path) -> None:
     result = evaluate(tmp_path, DETERMINISTIC_PROBLEM, DETERMINISTIC_WITH_DRAWS)
     assert result["status"] == Status.CORRECT.value, result["error"]
+
+
+# -- KernelBench's verdicts to the letter (EvalConfig.kernelbench_exact, config/kernelbench_exact.yaml) ---------------
+CHEATS = Path(__file__).resolve().parent / "cheats"
+
+
+def test_kernelbench_exact_credits_what_kernelbench_credits(tmp_path: Path) -> None:
+    """The reference itself as the answer (no Triton kernel): KernelBench credits it, the study's default does not."""
+    from workflow_scripts.generation.replay import rename_reference_model
+
+    problem = CHEATS / "problems" / "1_ElementwiseAdd.py"
+    answer = tmp_path / "reference_answer.py"
+    answer.write_text(rename_reference_model(problem.read_text()))
+    assert evaluate_answer(problem, answer, EvalConfig(device="cpu", timing_trials=2)).status == \
+        Status.NO_TRITON_LAUNCH.value
+    exact = evaluate_answer(problem, answer, EvalConfig.kernelbench_exact(device="cpu", timing_trials=2))
+    assert exact.status == Status.CORRECT.value, exact.error
+    assert exact.paired_reference is None and exact.protocol["hidden_seeds"] == []
+    assert [t["kind"] for t in exact.trials] == ["seeded"] * 5  # no hidden, no post-timing trial
+
+
+def test_kernelbench_exact_flags_cheats_without_rejecting_them() -> None:
+    """A cheat whose outputs are right (computed in place into its input and returned): rejected by default,
+    only flagged under KernelBench's verdicts, which rest on the outputs."""
+    problem = CHEATS / "problems" / "1_ElementwiseAdd.py"
+    answer = CHEATS / "answers" / "cheats" / "add_alias_input.py"
+    assert evaluate_answer(problem, answer, EvalConfig(device="cpu", timing_trials=2)).status == \
+        Status.REJECTED_RUNTIME.value
+    exact = evaluate_answer(problem, answer, EvalConfig.kernelbench_exact(device="cpu", timing_trials=2))
+    assert exact.status == Status.CORRECT.value, exact.error
+    assert "output_aliases_input" in exact.flags
+
+
+def test_kernelbench_exact_casts_integer_inputs_as_kernelbench_does(tmp_path: Path) -> None:
+    """Integer targets cast to fp32, as KernelBench casts every input: cross-entropy's reference then fails (level-1
+    problem 95 fails in KernelBench the same way); kept as integers by default, it is correct."""
+    from workflow_scripts.generation.replay import rename_reference_model
+
+    problem = CHEATS / "problems" / "4_CrossEntropyIntTargets.py"
+    answer = tmp_path / "reference_answer.py"
+    answer.write_text(rename_reference_model(problem.read_text()))
+    kept = evaluate_answer(problem, answer, EvalConfig(device="cpu", timing_trials=2, require_triton=False))
+    assert kept.status == Status.CORRECT.value, kept.error
+    cast = evaluate_answer(problem, answer, EvalConfig.kernelbench_exact(device="cpu", timing_trials=2))
+    assert cast.status == Status.REFERENCE_ERROR.value and not cast.correct

@@ -113,6 +113,30 @@ class EvalConfig(RunConfig):
     # blocks alternating with the answer's, and the speedup is taken against it. 0: the answer alone, in one window
     # (KernelBench's loop; the speedup is then taken against the baseline stage's eager time).
     paired_block: int = 10
+    # "keep": only floating inputs become fp32 (integer targets stay integer); "cast": every input tensor becomes
+    # fp32, as KernelBench casts them (its level-1 problem 95 then fails: cross-entropy needs integer targets).
+    integer_inputs: str = "keep"
+    # False: integrity flags and static-analysis rejections are recorded but do not change the verdict, which then
+    # rests on the outputs alone, as KernelBench's does.
+    reject_cheats: bool = True
+    # The re-check on fresh inputs after timing (KernelBench has none).
+    post_timing_check: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.integer_inputs not in ("keep", "cast"):
+            raise ValueError(f"integer_inputs must be keep or cast, got {self.integer_inputs!r}")
+
+    @classmethod
+    def kernelbench_exact(cls, **overrides: Any) -> "EvalConfig":
+        """KernelBench's verdicts to the letter (docs/evaluation.md, "Deviations"): no Triton requirement, only its 5
+        seeded trials (no hidden or post-timing check), every input cast to fp32, cheats flagged but not rejected,
+        the answer timed alone (its eager speedup against the baseline stage). Isolation, the watchdog and the
+        dtype check stay: they decide nothing for an answer that KernelBench would pass."""
+        settings: dict[str, Any] = dict(require_triton=False, hidden_trials=0, post_timing_check=False,
+                                        integer_inputs="cast", reject_cheats=False, paired_block=0)
+        settings.update(overrides)
+        return cls(**settings)
 
     def prestart_count(self) -> int:
         return max(1, int(self.prestart if self.prestart is not None else (15 if self.device == "cuda" else 1)))
@@ -386,7 +410,7 @@ class _Evaluation:
                 return
 
             # -- timing + post-timing check (only answers that can still be correct) -------------------------
-            if passed and not integrity and (launched or not cfg.require_triton) and cfg.time_answer:
+            if passed and not (integrity and cfg.reject_cheats) and (launched or not cfg.require_triton) and cfg.time_answer:
                 if self.pending:
                     # The later answers' processes finish starting now, never while this one is timed.
                     t_wait = time.monotonic()
@@ -407,17 +431,11 @@ class _Evaluation:
                     self.deadline += waited  # waiting for the GPU never counts against the answer
                 phase = "timing"
                 t_time = time.monotonic()
-                stop = threading.Event()
-                sampler = None
-                if cfg.device == "cuda":
-                    sampler = threading.Thread(target=self._sample_clock, args=(stop,), daemon=True)
-                    sampler.start()
+                self._sample_clock()
                 try:
                     tm, raw, per_call = self._time_paired(ans)
                 finally:
-                    stop.set()
-                    if sampler is not None:
-                        sampler.join(15.0)
+                    self._sample_clock()
                 if tm.type in ("runtime_error", "cuda_error"):
                     self.failure = Status.CRASH if tm.type == "cuda_error" else Status.RUNTIME_ERROR
                     self.error = _text(tm.header.get("error"))
@@ -436,14 +454,15 @@ class _Evaluation:
                         {"leftover_us": leftover, "trials_ms": self.runtime_stats["trials"]}):
                     self.flag("unsynchronized_stream")  # judged here, from raw numbers, not in the answer's process
                 self.phases["timing_s"] = time.monotonic() - t_time
-                phase = "post_timing"
-                t_post = time.monotonic()
-                # Built only now: the answer could not have seen these inputs before or while it was timed.
-                rpost = self._secret_trial("post_timing", self.post_seed)
-                ans.send("post_timing", seed=self.post_seed, inputs={"area": rpost.area, "entries": rpost.entries},
-                         rng=rpost.rng)
-                self._answer_trial(ans, rpost, "post_timing", "post_timing", self.post_seed)
-                self.phases["post_timing_s"] = time.monotonic() - t_post
+                if cfg.post_timing_check:
+                    phase = "post_timing"
+                    t_post = time.monotonic()
+                    # Built only now: the answer could not have seen these inputs before or while it was timed.
+                    rpost = self._secret_trial("post_timing", self.post_seed)
+                    ans.send("post_timing", seed=self.post_seed, inputs={"area": rpost.area,
+                                                                         "entries": rpost.entries}, rng=rpost.rng)
+                    self._answer_trial(ans, rpost, "post_timing", "post_timing", self.post_seed)
+                    self.phases["post_timing_s"] = time.monotonic() - t_post
 
             # -- the authenticated end -----------------------------------------------------------------------
             phase = "finish"
@@ -624,15 +643,14 @@ class _Evaluation:
             return False
         return True
 
-    def _sample_clock(self, stop: threading.Event) -> None:
-        # SM clock while timing runs: nvidia-smi readings from the start of timing, one a second (the first is
-        # kept even when timing ends before it returns).
-        for _ in range(10):
+    def _sample_clock(self) -> None:
+        # The SM clock right before and right after timing, never during it: an nvidia-smi query stalls CUDA
+        # calls of every process on the GPU for milliseconds, which a timed window would count (seen on the H200
+        # as single trials of tens of milliseconds).
+        if self.cfg.device == "cuda":
             v = environment.sample_sm_clock(self.gpu)
             if v is not None:
                 self.sm_clocks.append(v)
-            if stop.wait(1.0):
-                return
 
 
 def _protocol(cfg: EvalConfig) -> dict[str, Any]:
@@ -644,12 +662,14 @@ def _protocol(cfg: EvalConfig) -> dict[str, Any]:
         "atol": cfg.atol,
         "rtol": cfg.rtol,
         "precision": "fp32",
-        "integer_inputs": "kept (KernelBench casts all inputs to float)",
         "no_grad": True,
         "eval_mode": False,
         "require_triton": cfg.require_triton,
         "timing": cfg.timing_protocol().to_dict() if cfg.time_answer else None,
         "paired_block": cfg.paired_block if cfg.time_answer else None,
+        "integer_inputs": cfg.integer_inputs,
+        "reject_cheats": cfg.reject_cheats,
+        "post_timing_check": cfg.post_timing_check,
         "hidden_trials": cfg.hidden_trials,
         "cpu_threads": cfg.cpu_threads if cfg.device == "cpu" else None,
     }
@@ -699,7 +719,7 @@ def _verdict(cfg: EvalConfig, ev: _Evaluation, static: _Static, phases: dict[str
     status = decide_status(
         imported=ev.imported, pre_import_status=ev.pre_import_status, failure=ev.failure,
         trial_verdicts=[t.verdict for t in ev.trials], flags=ev.flags + static.flags,
-        require_triton=cfg.require_triton, all_calls_launched=all_launched,
+        require_triton=cfg.require_triton, all_calls_launched=all_launched, reject_cheats=cfg.reject_cheats,
     )
     if status == Status.CORRECT and not ev.done_ok:
         status = Status.CRASH  # no authenticated end: never a pass
@@ -734,12 +754,16 @@ class ProblemEvaluator:
     def prepare(self) -> None:
         t0 = time.monotonic()
         cfg = self.cfg
+        reference = None
         try:
-            self.reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32,
-                                           timing_seed=cfg.timing_seed)
-            self.reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer)
+            reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32,
+                                      timing_seed=cfg.timing_seed, cast_integers=cfg.integer_inputs == "cast")
+            reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer)
+            self.reference = reference  # only a fully prepared side judges answers
         except ReferenceFailed as e:
             self.reference_error = str(e)[:4000]
+            if reference is not None:
+                reference.close()
         self.phases["reference_prepare_s"] = time.monotonic() - t0
 
     def start_slot(self) -> _AnswerSlot:
@@ -757,7 +781,8 @@ class ProblemEvaluator:
         areas = {name: a.spec() for name, a in ref.areas.items()}
         areas.update(secret=secret.spec(), output=output.spec())
         init = {"answer": "answer.py", "seed": cfg.seed, "tf32": cfg.tf32, "timing": cfg.timing_protocol().to_dict(),
-                "require_triton": cfg.require_triton, "areas": areas, "init_inputs": ref.init_entries}
+                "require_triton": cfg.require_triton, "areas": areas, "init_inputs": ref.init_entries,
+                "cast_integers": cfg.integer_inputs == "cast"}
         child = ChildProcess("answer", work, self.base / "logs" / f"answer{self._count}", cfg.device, init,
                              gpu=self.gpu, isolation=cfg.isolation, limits=cfg.limits(),
                              extra_env=cfg.cpu_thread_env(), fds=tuple(a["fd"] for a in areas.values()))
@@ -840,7 +865,7 @@ def evaluate_answers(problem_path: Path, answer_paths: list[Path], config: EvalC
     results: list[EvalResult | None] = [None] * len(answer_paths)
     runnable = []
     for i, st in enumerate(statics):
-        if st.reject is not None:
+        if st.reject is not None and cfg.reject_cheats:
             results[i] = _result(cfg, Status.REJECTED_STATIC, None, st.reject, st, {})
         elif st.syntax is not None:
             results[i] = _result(cfg, Status.LOAD_ERROR, None, f"syntax error: {st.syntax}", st, {})

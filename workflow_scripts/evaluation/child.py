@@ -139,6 +139,7 @@ class _Child:
         from workflow_scripts.evaluation import timing
         self.timing = timing
         tp = init.get("timing") or {}
+        self.cast_integers = bool(init.get("cast_integers"))
         self.protocol = timing.TimingProtocol(**tp) if tp else timing.TimingProtocol.for_device(self.device_kind)
         self.clock = timing.Clock(self.device_kind, self.protocol.l2_flush_mib)
         self.triton = None
@@ -180,9 +181,10 @@ class _Child:
             torch.cuda.set_rng_state(torch.tensor(list(bytes.fromhex(state["cuda"])), dtype=torch.uint8))
 
     def process(self, x: Any) -> Any:
-        # KernelBench casts every input tensor to fp32; we cast only floating ones (integer targets stay integer).
+        # KernelBench casts every input tensor to fp32; we cast only floating ones (integer targets stay integer)
+        # unless the run casts integers too (EvalConfig.integer_inputs="cast"; reference.as_input).
         if self._isinstance(x, self.Tensor):
-            if x.is_floating_point():
+            if x.is_floating_point() or self.cast_integers:
                 x = self.to(x, dtype=self.torch.float32)
             return self.to(x, device=self.device)
         return x

@@ -89,7 +89,8 @@ def nvidia_smi_query(fields: list[str], gpu: str | int | None = None, timeout_s:
 
 
 def sample_sm_clock(gpu: str | int | None) -> float | None:
-    """The SM clock (MHz) of one GPU right now; call it while timing runs."""
+    """The SM clock (MHz) of one GPU right now; call it around timing, not while it runs (nvidia-smi stalls CUDA
+    calls on that GPU)."""
     rows = nvidia_smi_query(["clocks.sm"], gpu, timeout_s=10.0)
     try:
         return float(rows[0]["clocks.sm"]) if rows else None

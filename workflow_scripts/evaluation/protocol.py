@@ -111,17 +111,19 @@ def decide_status(
     flags: list[str],
     require_triton: bool,
     all_calls_launched: bool,
+    reject_cheats: bool = True,
 ) -> Status:
     """Status precedence: a failure before the answer module finished importing is ``load_error`` (or
     ``no_model_new``); after that any flag that rejects (``core.statuses.FLAGS``) gives ``rejected_runtime``; then
     the failure (timeout, crash, init/runtime error), the first failing trial's shape/dtype/value mismatch; then
     ``no_triton_launch`` when ``require_triton`` and some correctness call launched no Triton kernel; else
-    ``correct``. A reference failure (``reference_error``) comes before everything."""
+    ``correct``. A reference failure (``reference_error``) comes before everything. With ``reject_cheats`` off
+    (KernelBench's verdicts: outputs alone) rejecting flags stay flags."""
     if failure == Status.REFERENCE_ERROR:
         return failure
     if not imported:
         return pre_import_status or Status.LOAD_ERROR
-    if any(is_integrity_flag(f) for f in flags):
+    if reject_cheats and any(is_integrity_flag(f) for f in flags):
         return Status.REJECTED_RUNTIME
     if failure is not None:
         return failure

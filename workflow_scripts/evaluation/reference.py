@@ -58,13 +58,14 @@ class ReferenceTrial:
 
 class ReferenceSide:
     def __init__(self, problem_path: Path, seed: int, device: str, gpu: str | None, tf32: str,
-                 timing_seed: int | None = None) -> None:
+                 timing_seed: int | None = None, cast_integers: bool = False) -> None:
         if device == "cuda":
             _bind_gpu(gpu)
         import torch
 
         self.torch = torch
         self.seed = seed
+        self.cast_integers = cast_integers
         self.device_kind = device
         self.device = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
         self.tf32 = environment.configure_tf32(tf32)
@@ -107,7 +108,7 @@ class ReferenceSide:
         return {"cpu": bytes(torch.get_rng_state().tolist()).hex(), "cuda": cuda}
 
     def _process(self, x: Any, device: Any = None) -> Any:
-        return as_input(x, device or self.device)
+        return as_input(x, device or self.device, self.cast_integers)
 
     def _sync(self) -> None:
         if self.device_kind == "cuda":
@@ -184,7 +185,7 @@ class ReferenceSide:
                 while pending and len(running) < width:
                     area, seed = pending.pop(0)
                     job = json.dumps({"problem": str(self.problem_path), "seed": seed, "fd": area.fd,
-                                      "size": area.size})
+                                      "size": area.size, "cast_integers": self.cast_integers})
                     proc = subprocess.Popen([sys.executable, "-m", "workflow_scripts.evaluation.reference_inputs", job],
                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                             pass_fds=(area.fd,))
@@ -298,13 +299,14 @@ class ReferenceSide:
         self._clock = None
 
 
-def as_input(x: Any, device: Any) -> Any:
+def as_input(x: Any, device: Any, cast_integers: bool = False) -> Any:
     """An input as the protocol passes it: KernelBench casts every input tensor to float32; we cast only floating
-    ones (integer targets stay integer), and move tensors to ``device``."""
+    ones (integer targets stay integer) unless ``cast_integers`` (EvalConfig.integer_inputs="cast", KernelBench's
+    way), and move tensors to ``device``."""
     import torch
 
     if isinstance(x, torch.Tensor):
-        if x.is_floating_point():
+        if x.is_floating_point() or cast_integers:
             x = x.to(dtype=torch.float32)
         return x.to(device=device)
     return x

@@ -21,7 +21,7 @@ def main() -> None:
 
     problem = load_problem(job["problem"])
     torch.manual_seed(int(job["seed"]))
-    inputs = [as_input(x, "cpu") for x in problem.get_inputs()]
+    inputs = [as_input(x, "cpu", bool(job.get("cast_integers"))) for x in problem.get_inputs()]
     area = Area("seeded", int(job["size"]), fd=int(job["fd"]), writable=True)
     entries = area.write(inputs)
     area.close()
