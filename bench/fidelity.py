@@ -209,6 +209,8 @@ def read_records(path: Path) -> list[dict]:
 def run(args: argparse.Namespace) -> None:
     keys = args.problems or DEFAULT_PROBLEMS
     plan = {key: list(MUTANTS) if args.problems else [k for k in MUTANTS if key in MUTANT_PLAN[k]] for key in keys}
+    if args.kinds is not None:  # e.g. only the cheap kinds on a short device call
+        plan = {key: [k for k in kinds if k in args.kinds] for key, kinds in plan.items()}
     done = {(r["problem"], r["kind"]) for r in read_records(args.out / "fidelity.jsonl")}
     t0 = time.monotonic()
 
@@ -280,6 +282,8 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=120.0,
                         help="KernelBench harness limit per answer; our limit for the timeout answers")
     parser.add_argument("--budget-s", type=float, default=None, help="start no problem after this many seconds")
+    parser.add_argument("--kinds", nargs="*", default=None, help="only these mutant kinds (the reference and our "
+                        "answers always run)")
     parser.add_argument("--summarize", action="store_true", help="only summarise $OUT/fidelity.jsonl")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
