@@ -97,7 +97,8 @@ def main() -> None:
         per_answer = [r.phases_s.get("total_s", 0.0) for r in results]
         print(f"input {args.mib} MiB, {args.answers} answers, {calls} timed calls each, 1 thread per process")
         print(f"ours: {ours_total:.1f} s in all; prepare once {prepare:.1f} s; per answer "
-              f"{', '.join(f'{s:.1f}' for s in per_answer)} s; first answer with prepare {prepare + per_answer[0]:.1f} s")
+              f"{', '.join(f'{s:.1f}' for s in per_answer)} s; "
+              f"first answer with prepare {prepare + per_answer[0]:.1f} s")
         env = dict(os.environ, OMP_NUM_THREADS="1")
         style = []
         for path in answers:

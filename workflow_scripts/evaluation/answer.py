@@ -236,10 +236,6 @@ def _int(x: Any) -> int | None:
     return int(x) if isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 62 else None
 
 
-def _nums(xs: Any, limit: int = 100_000) -> list[float | None] | None:
-    return [_num(x) for x in xs[:limit]] if isinstance(xs, list) else None
-
-
 def _raw_times(raw: Any) -> timing.RawTimes:
     """One block's raw numbers as the answer's process sent them; anything but lists of numbers is a forged
     message."""
@@ -410,7 +406,8 @@ class _Evaluation:
                 return
 
             # -- timing + post-timing check (only answers that can still be correct) -------------------------
-            if passed and not (integrity and cfg.reject_cheats) and (launched or not cfg.require_triton) and cfg.time_answer:
+            timeable = passed and not (integrity and cfg.reject_cheats) and (launched or not cfg.require_triton)
+            if timeable and cfg.time_answer:
                 if self.pending:
                     # The later answers' processes finish starting now, never while this one is timed.
                     t_wait = time.monotonic()
@@ -441,17 +438,14 @@ class _Evaluation:
                     self.error = _text(tm.header.get("error"))
                     self.flag("timing_error")
                     return
-                self.timing_raw = {k: _nums(raw.get(k)) for k in ("discarded_ms", "warmup_ms", "host_ms",
-                                                                   "leftover_us")}
-                self.timing_raw["launches_per_call"] = per_call
-                self.timing_raw["wall_s_parent"] = time.monotonic() - t_time
-                trials_ms = raw.get("trials_ms")
-                self.runtime_stats = timing.stats(trials_ms if isinstance(trials_ms, list) else [])
+                # Validated block by block (_raw_times): lists of finite numbers.
+                self.timing_raw = {"discarded_ms": raw.discarded_ms, "warmup_ms": raw.warmup_ms,
+                                   "host_ms": raw.host_ms, "leftover_us": raw.leftover_us,
+                                   "launches_per_call": per_call, "wall_s_parent": time.monotonic() - t_time}
+                self.runtime_stats = timing.stats(raw.trials_ms)
                 if self.runtime_stats is None:
                     raise ProtocolError("timing without usable trials")
-                leftover = self.timing_raw["leftover_us"]
-                if leftover and None not in leftover and timing.side_stream_leftover(
-                        {"leftover_us": leftover, "trials_ms": self.runtime_stats["trials"]}):
+                if timing.side_stream_leftover(raw):
                     self.flag("unsynchronized_stream")  # judged here, from raw numbers, not in the answer's process
                 self.phases["timing_s"] = time.monotonic() - t_time
                 if cfg.post_timing_check:
@@ -506,7 +500,7 @@ class _Evaluation:
             self.failure = Status.CRASH
             self.error = f"result channel: {e}"
 
-    def _time_paired(self, ans: ChildProcess) -> tuple[Message, dict[str, Any], list[int | None] | None]:
+    def _time_paired(self, ans: ChildProcess) -> tuple[Message, timing.RawTimes, list[int | None] | None]:
         """The answer's timing, in blocks alternating with the eager reference's on the same inputs
         (``timing.paired_blocks``, ABBA order). Returns the answer's last message (``timing`` or its error), its raw
         numbers merged over the blocks and its launches per call; the reference's go to ``paired_reference``."""
@@ -535,7 +529,7 @@ class _Evaluation:
                 tm = self._watched(ans, timing_limit_s(reference_ms, calls, floors[0]), reference_ms)
                 self._merge(tm)
                 if tm.type in ("runtime_error", "cuda_error"):
-                    return tm, {}, None
+                    return tm, timing.RawTimes(), None
                 if tm.type != "timing":
                     raise ProtocolError(f"unexpected {tm.type} while timing")
                 part = _raw_times(tm.header.get("raw"))
@@ -549,7 +543,7 @@ class _Evaluation:
             merged = timing.merge_raw(reference_parts)
             self.paired_reference = {"stats": timing.stats(merged.trials_ms), "raw": merged.to_dict(),
                                      "block_trials": cfg.paired_block, "blocks": len(blocks), "order": "ABBA"}
-        return tm, timing.merge_raw(answer_parts).to_dict(), per_call
+        return tm, timing.merge_raw(answer_parts), per_call
 
     def reference_ms(self) -> float | None:
         """The slowest forward of the reference so far (what the watchdog scales with)."""

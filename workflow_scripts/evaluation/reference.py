@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.evaluation import environment
+from workflow_scripts.evaluation import environment, timing
 from workflow_scripts.evaluation.transport import Area, Slot, TransportError, tensor_bytes
 
 # Seeded reference outputs stay on the GPU while they take at most this share of its memory; beyond it they wait
@@ -73,7 +73,7 @@ class ReferenceSide:
         self.seeded: list[ReferenceTrial] = []
         self.timing_entries: list[dict[str, Any]] = []
         self.timing_inputs: list[Any] = []
-        self._clock: Any = None
+        self._clock: timing.Clock | None = None
         # One per problem (drawn here unless given, to replay a run): the timed values do not change the timing.
         self.timing_seed = timing_seed if timing_seed is not None else secrets.randbelow(2**32 - 1)
         self.input_bytes = 0
@@ -251,12 +251,10 @@ class ReferenceSide:
         return ReferenceTrial(kind, seed, area, entries, structure, outs, ms, rng, [str(o.device) for o in outs])
 
     # -- paired timing -------------------------------------------------------------------------------------------
-    def time_block(self, block: Any, l2_flush_mib: int, cpu_threads: int | None) -> Any:
+    def time_block(self, block: timing.TimingProtocol, l2_flush_mib: int, cpu_threads: int | None) -> timing.RawTimes:
         """One block of the eager reference's timing on the timing inputs, by the same ``Clock`` code that times
         answers and baselines (``timing.paired_blocks``). On the CPU with ``cpu_threads`` threads, as the
         baseline's child runs."""
-        from workflow_scripts.evaluation import timing
-
         torch = self.torch
         if self._clock is None:
             self._clock = timing.Clock(self.device_kind, l2_flush_mib)

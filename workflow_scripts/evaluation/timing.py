@@ -38,8 +38,7 @@ from __future__ import annotations
 
 import math
 import time
-import dataclasses
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Sequence
 
 TIMING_MODES: dict[str, str] = {"cuda": "cuda_events", "cpu": "cpu_wall_interpreter"}
@@ -89,8 +88,8 @@ def paired_blocks(protocol: TimingProtocol, block_trials: int) -> list[TimingPro
     sizes = [block_trials] * (protocol.trials // block_trials)
     if protocol.trials % block_trials:
         sizes.append(protocol.trials % block_trials)
-    first = dataclasses.replace(protocol, trials=sizes[0])
-    return [first] + [dataclasses.replace(protocol, warmup=0, discard_first=0, trials=n) for n in sizes[1:]]
+    first = replace(protocol, trials=sizes[0])
+    return [first] + [replace(protocol, warmup=0, discard_first=0, trials=n) for n in sizes[1:]]
 
 
 def answer_goes_first(block: int) -> bool:
@@ -103,8 +102,8 @@ def merge_raw(parts: Sequence[RawTimes]) -> RawTimes:
     """Blocks of one side put back together, in order."""
     merged = RawTimes()
     for part in parts:
-        for name in ("trials_ms", "discarded_ms", "host_ms", "leftover_us", "warmup_ms"):
-            getattr(merged, name).extend(getattr(part, name))
+        for f in fields(RawTimes):
+            getattr(merged, f.name).extend(getattr(part, f.name))
     return merged
 
 

@@ -21,9 +21,9 @@ from workflow_scripts.scoring.metrics import SUSPICIOUS_SPEEDUP_FLAG, eager_base
 
 COLUMNS = [
     "model", "level", "problem_id", "problem", "status", "compiled", "correct", "runtime_ms", "eager_ms",
-    "eager_source", "compile_ms", "speedup_eager", "speedup_compile", "keeps_torch_op", "completion_tokens", "completion_sha256",
-    "code_sha256", "problem_sha256", "flags", "error", "device", "timing_mode", "eager_status", "compile_status",
-    "require_triton", "evaluation_key",
+    "eager_source", "compile_ms", "speedup_eager", "speedup_compile", "keeps_torch_op", "completion_tokens",
+    "completion_sha256", "code_sha256", "problem_sha256", "flags", "error", "device", "timing_mode", "eager_status",
+    "compile_status", "require_triton", "evaluation_key",
 ]
 
 
