@@ -54,11 +54,11 @@ sys.path.insert(0, str(ROOT))
 
 from workflow_scripts.evaluation.answer import EvalConfig, EvalResult, evaluate_answers  # noqa: E402
 from workflow_scripts.generation.replay import rename_reference_model  # noqa: E402
+from bench import kernelbench_harness  # noqa: E402
 from bench.gpu_problem_worker import ours_answer, reference_answer  # noqa: E402
 from bench.gpu_watchdog import append_record, problem_file  # noqa: E402
 
 DEVICE = os.environ.get("BENCH_DEVICE", "cuda")  # BENCH_DEVICE=cpu: a smoke run of our side
-HARNESS = ROOT / "bench" / "kernelbench_harness.py"
 # Our Triton answers are written for KernelBench's problems; the demo suite reuses the keys for other problems.
 KERNELBENCH_MARK = Path("KernelBench") / "level1" / "1_Square_matrix_multiplication_.py"
 
@@ -133,20 +133,15 @@ def run_kernelbench(kb_src: Path, problem: Path, answer: Path, timeout_s: float)
     if DEVICE != "cuda":
         return None
     t0 = time.monotonic()
-    cmd = [sys.executable, str(HARNESS), "--kb-src", str(kb_src), "--problem", str(problem), "--answer", str(answer)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        rec = kernelbench_harness.run_in_process(kb_src, problem, answer, timeout_s)
     except subprocess.TimeoutExpired:
         return {"category": "killed_after_timeout", "compiled": None, "correctness": None, "runtime_ms": None,
                 "wall_s": round(time.monotonic() - t0, 2)}
-    try:
-        rec = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        rec = {}
     wall = round(time.monotonic() - t0, 2)
     if rec.get("compiled") is None:
         return {"category": "harness_error", "compiled": None, "correctness": None, "runtime_ms": None,
-                "returncode": proc.returncode, "stderr": (proc.stderr or proc.stdout)[-800:], "wall_s": wall}
+                "returncode": rec.get("returncode"), "stderr": rec.get("error"), "wall_s": wall}
     return {"category": kb_category(rec), "compiled": rec["compiled"], "correctness": rec.get("correctness"),
             "runtime_ms": rec.get("runtime_ms"), "metadata": (rec.get("metadata") or "")[:400],
             "eval_s": round(rec.get("eval_s") or 0, 2), "wall_s": wall}

@@ -38,6 +38,7 @@ from workflow_scripts.analysis.extract import extract_code  # noqa: E402
 from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answers  # noqa: E402
 from workflow_scripts.evaluation.baseline import BaselineConfig, measure_baselines  # noqa: E402
 from workflow_scripts.generation.replay import rename_reference_model  # noqa: E402
+from bench import kernelbench_harness  # noqa: E402
 from bench.gpu_watchdog import append_record, problem_file  # noqa: E402
 
 SPINNER = ROOT / "bench" / "spinning" / "answer.py"
@@ -251,14 +252,7 @@ def run_throughput(args, tmp: Path) -> None:
         log(args.out, {"bench": "throughput", "harness": "ours", "problem": key, **rec})
         # KernelBench's harness on one of the same answers (its cost per answer does not depend on the others).
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, str(ROOT / "bench" / "kernelbench_harness.py"), "--kb-src",
-                               str(args.kb_src), "--problem", str(problem), "--answer", str(answers[0])],
-                              capture_output=True, text=True, timeout=900)
-        kb = {}
-        try:
-            kb = json.loads(proc.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            kb = {"error": (proc.stderr or proc.stdout)[-800:]}
+        kb = kernelbench_harness.run_in_process(args.kb_src, problem, answers[0], timeout_s=900)
         log(args.out, {"bench": "throughput", "harness": "kernelbench", "problem": key, "answers": 1,
                        "wall_s": round(time.monotonic() - t0, 2), **kb})
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +32,21 @@ def _stub_llm_clients() -> None:
             for key, value in attrs.items():
                 setattr(module, key, value)
             sys.modules[name] = module
+
+
+def run_in_process(kb_src: Path, problem: Path, answer: Path, timeout_s: float) -> dict:
+    """This script on one (problem, answer) in a fresh process: its JSON record, with ``error`` (the output's tail)
+    and ``returncode`` added when it holds no verdict (it crashed, or KernelBench returned none). Raises
+    ``subprocess.TimeoutExpired`` after ``timeout_s``."""
+    proc = subprocess.run([sys.executable, __file__, "--kb-src", str(kb_src), "--problem", str(problem),
+                           "--answer", str(answer)], capture_output=True, text=True, timeout=timeout_s)
+    try:
+        record = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        record = {}
+    if record.get("compiled") is None:
+        record.update(error=(proc.stderr or proc.stdout)[-800:], returncode=proc.returncode)
+    return record
 
 
 def main() -> None:
