@@ -89,8 +89,26 @@ def config(**kw) -> EvalConfig:
     return EvalConfig(device=DEVICE, **kw)
 
 
+# KernelBench's eval_kernel_against_ref builds the inputs with get_inputs() 7 times per answer (5 correctness
+# trials, the timing, the excessive-speedup check), on the CPU, serially: on the multi-GB problems that is most of
+# its time (anchors: L1/19 64.6 of 78.3 s).
+KERNELBENCH_INPUT_BUILDS = 7
+
+
+def kernelbench_input_seconds(problem: Path) -> float:
+    """Seconds for one seeded get_inputs() as KernelBench's harness calls it (CPU, this process), in a fresh
+    process so nothing of it stays in the bench's memory."""
+    code = ("import sys, time, torch; from workflow_scripts.evaluation.reference import load_problem; "
+            "m = load_problem(sys.argv[1]); torch.manual_seed(42); t = time.perf_counter(); m.get_inputs(); "
+            "print(time.perf_counter() - t)")
+    done = subprocess.run([sys.executable, "-c", code, str(problem)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+    return float(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else float("nan")
+
+
 def run_big(args, tmp: Path) -> None:
-    for key in args.problems:
+    done = {r["problem"] for r in read_log(args.out) if r.get("bench") == "big"}
+    for key in (k for k in args.problems if k not in done):
         problem = problem_file(args.suite, key)
         answers = [reference_answer(problem, tmp, "a"), reference_answer(problem, tmp, "b")]
         ours = ours_answer(key, tmp)
@@ -99,9 +117,19 @@ def run_big(args, tmp: Path) -> None:
         t0 = time.monotonic()
         results = evaluate_answers(problem, answers, config(require_triton=False))
         wall = time.monotonic() - t0
+        # A lower bound on KernelBench's harness time per answer (its input builds alone), measured after ours so
+        # it cannot slow our run down.
+        inputs_s = kernelbench_input_seconds(problem)
         for i, (a, r) in enumerate(zip(answers, results)):
             log(args.out, {"bench": "big", "problem": key, "answer": a.name, "order": i, "wall_all_s": round(wall, 2),
+                           "kernelbench_get_inputs_s": round(inputs_s, 2),
+                           "kernelbench_lower_bound_s": round(KERNELBENCH_INPUT_BUILDS * inputs_s, 1),
                            **summarise(r)})
+
+
+def read_log(out: Path) -> list[dict]:
+    path = out / "gpu_problem_worker.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def run_spin(args, tmp: Path) -> None:
@@ -132,18 +160,12 @@ def run_spin(args, tmp: Path) -> None:
 
 def run_calibration(args, tmp: Path) -> None:
     keys = args.problems or all_problems(args.suite)
-    done = set()
-    record_file = args.out / "gpu_problem_worker.jsonl"
-    if record_file.exists():
-        for line in record_file.read_text().splitlines():
-            rec = json.loads(line)
-            if rec.get("bench") == "calibration":
-                done.add(rec["problem"])
+    done = {r["problem"] for r in read_log(args.out) if r.get("bench") == "calibration"}
     todo = [k for k in keys[args.skip:] if k not in done]
     # Problems side by side in separate processes (torch's generators are per process: a thread per problem would
     # interleave their seeded draws); worker i keeps to one GPU so a problem's baselines and answer share it.
     gpus = gpu_ids()
-    chunks = [(args.suite, args.out, todo[i::args.parallel], gpus[i % len(gpus)], args.with_baseline)
+    chunks = [(args.suite, args.out, todo[i::args.parallel], gpus[i % len(gpus)], args.with_baseline, args.copies)
               for i in range(args.parallel)]
     with ProcessPoolExecutor(args.parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(calibrate_chunk, chunks))
@@ -155,28 +177,36 @@ def gpu_ids() -> list[str]:
     return visible_gpus() or ["0"]
 
 
-def calibrate_chunk(job: tuple[Path, Path, list[str], str, bool]) -> None:
-    suite, out, keys, gpu, with_baseline = job
+def calibrate_chunk(job: tuple[Path, Path, list[str], str, bool, int]) -> None:
+    suite, out, keys, gpu, with_baseline, copies = job
     for key in keys:
         problem = problem_file(suite, key)
         t0 = time.monotonic()
         base = BaselineConfig(device=DEVICE, run_compile=False, gpus=[gpu], lock_dir="/tmp/bench-locks")
         before = measure_baselines(problem, base) if with_baseline else None
         with tempfile.TemporaryDirectory() as tmp:
-            r = evaluate_answers(problem, [reference_answer(problem, Path(tmp))],
-                                 config(require_triton=False, gpus=[gpu], lock_dir="/tmp/bench-locks"))[0]
-        paired = ((r.paired_reference or {}).get("stats") or {}).get("mean")
-        record = {"bench": "calibration", "problem": key, "gpu": gpu, "paired_eager_ms": paired,
-                  # the pipeline's eager speedup: the reference timed beside the answer (paired timing)
-                  "speedup": paired / r.runtime_ms if (paired and r.runtime_ms) else None,
-                  "median_speedup": (r.paired_reference["stats"]["median"] / r.runtime_stats["median"])
-                  if (paired and r.runtime_ms) else None,
-                  "sm_mhz": r.fingerprint.get("sm_clock_mhz"), "wall_s": round(time.monotonic() - t0, 2),
-                  **summarise(r)}
-        if before is not None:  # the unpaired speedup: a baseline process timed just before
-            record.update(eager_ms=before.eager_ms, speedup_vs_baseline=(before.eager_ms / r.runtime_ms)
-                          if (before.eager_ms and r.runtime_ms) else None)
-        log(out, record)
+            # copies > 1: the same reference code as several answers, each in its own answer process, against one
+            # trusted side: tells a per-process offset (differs between copies) from a systematic one (does not).
+            answers = [reference_answer(problem, Path(tmp), f"c{i}" if copies > 1 else "") for i in range(copies)]
+            results = evaluate_answers(problem, answers,
+                                       config(require_triton=False, gpus=[gpu], lock_dir="/tmp/bench-locks"))
+        for copy, r in enumerate(results):
+            paired = ((r.paired_reference or {}).get("stats") or {}).get("mean")
+            record = {"bench": "calibration", "problem": key, "gpu": gpu, "paired_eager_ms": paired,
+                      # the pipeline's eager speedup: the reference timed beside the answer (paired timing)
+                      "speedup": paired / r.runtime_ms if (paired and r.runtime_ms) else None,
+                      "median_speedup": (r.paired_reference["stats"]["median"] / r.runtime_stats["median"])
+                      if (paired and r.runtime_ms) else None,
+                      "sm_mhz": r.fingerprint.get("sm_clock_mhz"), "wall_s": round(time.monotonic() - t0, 2),
+                      **summarise(r)}
+            if copies > 1:
+                record.update(copy=copy, answer_trials_ms=(r.runtime_stats or {}).get("trials"),
+                              reference_trials_ms=((r.paired_reference or {}).get("stats") or {}).get("trials"),
+                              order=(r.paired_reference or {}).get("order"))
+            if before is not None:  # the unpaired speedup: a baseline process timed just before
+                record.update(eager_ms=before.eager_ms, speedup_vs_baseline=(before.eager_ms / r.runtime_ms)
+                              if (before.eager_ms and r.runtime_ms) else None)
+            log(out, record)
 
 
 def run_inputs_check(args, tmp: Path) -> None:
@@ -268,6 +298,8 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--with-baseline", action="store_true", help="calibration: also time a baseline process "
                         "before each answer (the unpaired speedup, as before paired timing)")
+    parser.add_argument("--copies", type=int, default=1, help="calibration: the reference as this many answers per "
+                        "problem (separate answer processes, one trusted side)")
     parser.add_argument("--kb-src", type=Path, default=ROOT / ".kb" / "kbsrc")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (the device tool, nvidia-h200) for bench/gpu_problem_worker.py. Usage:
 #   bash bench/h200_worker_run.sh "big spin"            # benches to run, in order, each under its own timeout
-#   env: BIG_PROBLEMS, BIG_TIMEOUT, TP_PROBLEMS, TP_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL
+#   env: BIG_PROBLEMS, BIG_TIMEOUT, TP_PROBLEMS, TP_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS
 # Carry: .kb (KernelBench problems, and KernelBench's harness source in .kb/kbsrc), .kbwheels (pydantic, requests).
 set -uo pipefail
 OUT=${OUT:-/tmp/h200-out}
@@ -23,7 +23,7 @@ for bench in $1; do
     scaling) timeout ${SCALING_TIMEOUT:-150} $B scaling --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems $TP_PROBLEMS --out "$OUT" > "$OUT/scaling.log" 2>&1 ;;
     trivial) timeout ${TRIVIAL_TIMEOUT:-100} python3 bench/gpu_timing.py --suite .kb --out "$OUT" --repeats ${TRIVIAL_REPEATS:-5} > "$OUT/trivial.log" 2>&1 ;;
     inputs_check) timeout ${CHECK_TIMEOUT:-300} $B inputs_check --suite .kb --problems ${CHECK_PROBLEMS:-L2_79 L2_15 L1_9 L1_81 L2_70 L2_18} --out "$OUT" > "$OUT/inputs_check.log" 2>&1 ;;
-    calibration) timeout "${CAL_TIMEOUT:-420}" $B calibration --parallel ${CAL_PARALLEL:-1} ${CAL_ARGS:-} --suite .kb --problems $(cat bench/calibration_order.txt) --out "$OUT" > "$OUT/calibration.log" 2>&1 ;;
+    calibration) timeout "${CAL_TIMEOUT:-420}" $B calibration --parallel ${CAL_PARALLEL:-1} ${CAL_ARGS:-} --suite .kb --problems ${CAL_PROBLEMS:-$(cat bench/calibration_order.txt)} --out "$OUT" > "$OUT/calibration.log" 2>&1 ;;
   esac
   echo "$bench: rc=$? in ${SECONDS}s"; rm -rf "$OUT/locks"; tail -c 1500 "$OUT/$bench.log"
 done
