@@ -99,6 +99,12 @@ def trivial(out: Path, repeats: int) -> None:
                   "kernelbench_loop_median_us": 1e3 * statistics.median(kb),
                   "previous_window_mean_us": 1e3 * statistics.fmean(old),
                   "leftover_us_min": min((result.timing_raw or {}).get("leftover_us") or [float("nan")]),
+                  # host time from start.record() to the end event's completion: where it exceeds the flush's
+                  # device time (about 85 us for 256 MiB) the window holds host launch work, in both loops
+                  "ours_host_median_us": 1e3 * statistics.median((result.timing_raw or {}).get("host_ms")
+                                                                 or [float("nan")]),
+                  "ours_trials_us": [round(1e3 * t, 2) for t in stats.get("trials") or []],
+                  "kernelbench_loop_trials_us": [round(1e3 * t, 2) for t in kb],
                   "flags": result.flags})
 
 
