@@ -20,7 +20,8 @@ from workflow_scripts.evaluation.channel import (
     ProtocolError,
     Sender,
 )
-from workflow_scripts.evaluation.protocol import compare_outputs, decide_status, kernelbench_trial_seeds
+from workflow_scripts.evaluation.protocol import (COMPARE_CHUNK, allclose_and_max_diff, compare_outputs, decide_status,
+                                                  kernelbench_trial_seeds, max_abs_diff)
 from workflow_scripts.core.statuses import COMPILED_STATUSES, FLAGS, Status, is_compiled, is_integrity_flag
 
 # -- seeds ---------------------------------------------------------------------------------------------------
@@ -56,6 +57,31 @@ def test_nan_never_passes() -> None:
     v, d, detail = compare_outputs([r], [r.clone()], 1e-4, 1e-4)
     assert v == "value_mismatch" and d is None and "NaN" in detail
     assert compare_outputs([torch.ones(2)], [torch.tensor([1.0, float("nan")])], 1e-4, 1e-4)[0] == "value_mismatch"
+
+
+def test_chunked_comparison_matches_allclose_and_max_diff() -> None:
+    """The one-pass chunked check gives torch.allclose's verdict and max_abs_diff's number on every case, across
+    chunk boundaries: exact copies, tolerances either side, NaN and inf in one chunk, other dtypes."""
+    torch.manual_seed(0)
+    cases = []
+    for n in (1, 7, COMPARE_CHUNK + 3, 3 * COMPARE_CHUNK):
+        a = torch.randn(n)
+        cases += [(a, a.clone()), (a, a + 1e-5), (a, a + 1e-3), (a, a * (1 + 1e-5))]
+        far = a.clone()
+        far[-1] += 1.0  # only the last chunk differs
+        nan, inf = a.clone(), a.clone()
+        nan[n // 2], inf[-1] = float("nan"), float("inf")
+        inf_off = inf.clone()
+        inf_off[0] += 1.0
+        cases += [(a, far), (a, nan), (nan, nan.clone()), (inf, inf.clone()), (inf, inf_off),
+                  (a.double(), a.double() + 1e-9), (a.half(), a.half().clone()), (torch.complex(a, a),
+                                                                                   torch.complex(a, a) + 1e-6)]
+    for ref, new in cases:
+        expected_ok = bool(torch.allclose(ref, new, atol=1e-4, rtol=1e-4))
+        expected_d = max_abs_diff(ref, new)
+        ok, d = allclose_and_max_diff(ref, new, 1e-4, 1e-4)
+        assert ok == expected_ok, (ref.numel(), ref.dtype)
+        assert (d != d and expected_d != expected_d) or d == expected_d, (ref.numel(), ref.dtype, d, expected_d)
 
 
 def test_inf_matches_itself() -> None:
