@@ -62,17 +62,18 @@ _ENV_PASSTHROUGH = (
 )
 
 # First stage, run as root of a fresh user namespace in a fresh mount namespace (nothing of it is visible to the
-# host). Arguments: work dir, tmpfs size, inode cap, level; then the command to exec. The host directory stays
+# host). Arguments: work dir, tmpfs size, inode cap, level, gpu (1: bind /dev/nvidia*); then the command to exec. The host directory stays
 # reachable as "." after the tmpfs hides it: its files are copied in (the Triton cache template) and it is bound
 # read-only at in/ (the answer, copied there after the child started).
 STAGE1 = r"""set -eu
-wd=$1 size=$2 inodes=$3 level=$4
-shift 4
+wd=$1 size=$2 inodes=$3 level=$4 gpu=$5
+shift 5
 cd "$wd"
 if [ "$level" = unshare ]; then
   mount -t tmpfs -o size=1m,nr_inodes=512,mode=0755 kbdev "$wd"
   for p in /dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty /dev/nvidia*; do
     [ -e "$p" ] || continue
+    case "$p" in /dev/nvidia*) [ "$gpu" = 1 ] || continue ;; esac
     n=${p#/dev/}
     if [ -d "$p" ]; then mkdir "$wd/$n"; mount --rbind "$p" "$wd/$n"
     else : > "$wd/$n"; mount --bind "$p" "$wd/$n"; fi
@@ -81,11 +82,18 @@ if [ "$level" = unshare ]; then
   ln -s /proc/self/fd "$wd/fd"; ln -s /proc/self/fd/0 "$wd/stdin"
   ln -s /proc/self/fd/1 "$wd/stdout"; ln -s /proc/self/fd/2 "$wd/stderr"
   mount --move "$wd" /dev
-  # Every mount read-only, keeping its other (possibly locked) flags.
+  # Every mount read-only, keeping its other (possibly locked) flags; but not /proc (CUDA fails to initialise on
+  # a read-only /proc, seen on the H200): its host-wide knobs are made read-only instead, as bubblewrap does.
   while read -r _ _ _ _ mp opts _; do
+    case "$mp" in /proc | /proc/*) continue ;; esac
     case "$opts" in rw,*) o="ro,${opts#rw,}" ;; rw) o=ro ;; *) continue ;; esac
     mount -o "remount,bind,$o" "$mp" 2>/dev/null || true
   done < /proc/self/mountinfo
+  for p in /proc/sys /proc/sysrq-trigger /proc/irq /proc/bus; do
+    [ -e "$p" ] || continue
+    mount --bind "$p" "$p"
+    mount -o remount,bind,ro "$p"
+  done
 fi
 mount -t tmpfs -o "size=$size,nr_inodes=$inodes,mode=0700" kbwork "$wd"
 cp -a . "$wd"/
@@ -198,7 +206,8 @@ def sandbox_command(tool: str, workdir: Path, limits: Limits, device: str, bwrap
         return []
     unshare = shutil.which("unshare") or "unshare"
     wd = str(workdir)
-    stage1 = ["/bin/sh", "-c", STAGE1, "kbsandbox", wd, str(limits.tmp_bytes), str(limits.tmp_inodes), tool]
+    stage1 = ["/bin/sh", "-c", STAGE1, "kbsandbox", wd, str(limits.tmp_bytes), str(limits.tmp_inodes), tool,
+              "1" if device == "cuda" else "0"]
     if tool == "bwrap":
         assert bwrap is not None
         devs: list[str] = []
