@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TRITON_INTERPRET ?= 1
 
-.PHONY: demo test lint venv vllm-venv bench verify clean-results wheelhouse
+.PHONY: demo test lint venv vllm-venv sandbox-tools bench verify clean-results wheelhouse
 
 ## venv: the pinned environment (requirements/lock.txt, consistent with pyproject.toml)
 venv: $(STAMP)
@@ -27,7 +27,7 @@ $(VLLM_VENV)/.installed: requirements/vllm.txt
 	touch $@
 
 ## demo: run the whole pipeline on the bundled demo suite (CPU is enough)
-demo: venv
+demo: venv sandbox-tools
 	$(BIN)/snakemake --cores all
 
 ## lint: Snakemake's linter on the demo and the study configurations (must report nothing)
@@ -35,8 +35,17 @@ lint: venv
 	$(BIN)/snakemake --lint
 	$(BIN)/snakemake --lint --configfile config/study.yaml
 
+## sandbox-tools: bubblewrap for the evaluation sandbox (apt, as root, only when missing). Without it the
+## evaluator falls back to unshare, a weaker level, and says so in every result.
+sandbox-tools:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
+	  else echo "WARNING: bubblewrap is missing and cannot be installed here (not root or no apt-get):" \
+	    "the evaluation sandbox falls back to unshare" >&2; fi; }
+
 ## test: the linter, then the test suite (CPU; GPU-only tests skip)
-test: venv vllm-venv lint
+test: venv vllm-venv lint sandbox-tools
 	$(BIN)/python -m pytest -q -rs
 	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -rs tests/test_generate_vllm.py
 

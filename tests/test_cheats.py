@@ -101,6 +101,7 @@ CHEATS = [
     Case("cheats/add_ctypes.py", ADD, (RR,), ("ctypes_use",)),
     Case("cheats/add_settrace.py", ADD, (RR,), ("tracing",)),
     Case("cheats/add_read_parent_proc.py", ADD, (RR,), ("proc_access",)),
+    Case("cheats/add_read_proc_dotdot.py", ADD, (RR,), ("proc_access",)),
 ]
 
 FAILURES = [

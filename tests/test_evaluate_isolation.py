@@ -1,12 +1,16 @@
-"""End-to-end isolation tests of the evaluator (CPU): environment, limits, namespaces, timeouts and the
-process group, calibration, reference failures and the CLI."""
+"""End-to-end isolation tests of the evaluator (CPU): environment, limits, the OS sandbox, timeouts and the
+process group, hostile channel frames, calibration, reference failures and the CLI."""
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import shutil
 import subprocess
 import sys
 import time
+import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +19,7 @@ import pytest
 from workflow_scripts.core.statuses import Status
 from workflow_scripts.evaluation import sandbox
 from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answer, evaluate_answers
-from workflow_scripts.evaluation.sandbox import isolation_prefix
+from workflow_scripts.evaluation.sandbox import Limits, probe_isolation
 from workflow_scripts.generation.replay import rename_reference_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,18 +48,45 @@ def test_environment_and_limits_inside_the_child(monkeypatch: pytest.MonkeyPatch
     assert res.status == Status.CORRECT.value, res.error
 
 
-@pytest.mark.skipif(not isolation_prefix(), reason="unshare -rn is not available here")
+SANDBOX_LEVEL = probe_isolation("auto", EvalConfig(device="cpu").limits(), "cpu")
+needs_sandbox = pytest.mark.skipif(not SANDBOX_LEVEL.sandboxed, reason=(
+    "no OS sandbox on this host (neither bubblewrap nor unshare works here): " + "; ".join(SANDBOX_LEVEL.warnings)))
+
+
+@needs_sandbox
 def test_user_and_network_namespaces() -> None:
     res = evaluate_answer(ADD, ANS / "probes/report_ns.py", EvalConfig(device="cpu", time_answer=False,
                                                                        run_static=False))
     assert res.status == Status.CORRECT.value, res.error
     assert res.protocol["network_isolation"] is True
+    iso = res.protocol["isolation"]
+    assert iso["tool"] in ("bwrap", "unshare") and iso["pid_namespace"] and iso["network"] and iso["readonly_root"]
+    assert iso["private_tmp"] == {"bytes": 2048 << 20, "inodes": 32768} and not iso["capabilities"]
 
 
-def test_without_namespaces_isolation_is_recorded_false() -> None:
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (make test installs it)")
+def test_bubblewrap_gives_the_full_level() -> None:
+    iso = probe_isolation("bwrap", Limits(), "cpu")
+    assert (iso.tool, iso.level, iso.uid, iso.devices) == ("bwrap", "full", 65534, "minimal"), iso
+
+
+def test_without_a_sandbox_isolation_is_recorded_as_none() -> None:
     res = evaluate_answer(ADD, ANS / "honest/add_triton.py",
                           EvalConfig(device="cpu", time_answer=False, isolation="none"))
     assert res.status == Status.CORRECT.value and res.protocol["network_isolation"] is False
+    assert res.protocol["isolation"]["tool"] == "none" and res.protocol["isolation"]["warnings"]
+
+
+def test_a_missing_bwrap_falls_back_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host without bubblewrap (the GPU host): "auto" falls back to unshare, warns, and says why in the record;
+    asking for bwrap there is an error, never a silent downgrade."""
+    monkeypatch.setenv("KB_BWRAP", "/nonexistent/bwrap")
+    with pytest.warns(RuntimeWarning, match="unshare"):
+        iso = probe_isolation("auto", Limits(tmp_inodes=1001), "cpu")
+    assert iso.tool in ("unshare", "none") and iso.level != "full"
+    assert any("bwrap: not found" in w for w in iso.warnings)
+    with pytest.raises(sandbox.SandboxUnavailable):
+        probe_isolation("bwrap", Limits(tmp_inodes=1002), "cpu")
 
 
 @pytest.fixture()
@@ -221,3 +252,111 @@ def test_a_batch_of_children_gives_each_answer_its_own_verdict(child_pids: list[
     time.sleep(0.5)
     assert all(not Path(f"/proc/{pid}").exists() or "Z" in (Path(f"/proc/{pid}/stat").read_text().split()[2])
                for pid in child_pids)
+
+
+# ---- the OS sandbox: what an answer cannot do even where the in-process monitor does not see it ------------------
+
+
+def _from_template(tmp_path: Path, name: str, **subs: str) -> Path:
+    text = (ANS / "sandbox" / name).read_text()
+    for k, v in subs.items():
+        text = text.replace(f"__{k}__", v)
+    out = tmp_path / name
+    out.write_text(text)
+    return out
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "cmdline").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                continue
+    return found
+
+
+SANDBOX_TOOLS = [pytest.param("bwrap", marks=pytest.mark.skipif(
+                     shutil.which("bwrap") is None, reason="bubblewrap is not installed (make test installs it)")),
+                 "unshare"]
+
+
+@pytest.fixture(scope="module", params=SANDBOX_TOOLS)
+def sandboxed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The sandbox answers, evaluated once per sandbox tool against one reference side. Each computes the right
+    output only if the sandbox held (else its output is off by one: a mismatch)."""
+    if not SANDBOX_LEVEL.sandboxed:
+        pytest.skip("no OS sandbox on this host: " + "; ".join(SANDBOX_LEVEL.warnings))
+    tmp = tmp_path_factory.mktemp(f"sandbox-{request.param}")
+    token = secrets.token_hex(6)
+    early, late = REPO / f".kb_sandbox_early_{token}", tmp / "late.txt"
+    repo_db = REPO / f".kb_sandbox_write_{token}.db"
+    answers = {
+        "spawn": _from_template(tmp, "spawn_survivor.py", EARLY=str(early), LATE=str(late), MARKER=f"kbmark{token}"),
+        "write_repo": _from_template(tmp, "write_repo.py", TARGET=str(repo_db)),
+        "many_files": _from_template(tmp, "many_files.py"),
+        "see_evaluator": _from_template(tmp, "see_evaluator.py", HOST_PID=str(os.getpid())),
+    }
+    cfg = EvalConfig(device="cpu", time_answer=False, run_static=False, isolation=request.param)
+    try:
+        t0 = time.monotonic()
+        results = dict(zip(answers, evaluate_answers(ADD, list(answers.values()), cfg)))
+        yield {"results": results, "early": early, "late": late, "repo_db": repo_db, "marker": f"kbmark{token}",
+               "returned_after_s": time.monotonic() - t0}
+    finally:
+        for p in (early, repo_db):
+            p.unlink(missing_ok=True)
+        for pid in _processes_with(f"kbmark{token}"):  # only on failure: a survivor of this test
+            os.kill(pid, 9)
+
+
+def test_no_process_started_by_an_answer_outlives_it(sandboxed: dict) -> None:
+    """An unaudited spawn (a new session, outside the child's process group) dies with the answer's PID namespace,
+    and the write it made at once into the repository failed (read-only)."""
+    res = sandboxed["results"]["spawn"]
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+    deadline = time.monotonic() + 3.0
+    while _processes_with(sandboxed["marker"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(sandboxed["marker"]) == [], "a process the answer started outlived its evaluation"
+    assert not sandboxed["early"].exists(), "a process the answer started wrote into the repository"
+    assert not sandboxed["late"].exists()
+
+
+def test_the_repository_is_read_only(sandboxed: dict) -> None:
+    res = sandboxed["results"]["write_repo"]
+    assert not sandboxed["repo_db"].exists(), "the answer created a file in the repository"
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+
+
+def test_the_private_tmp_has_a_file_count_cap(sandboxed: dict) -> None:
+    res = sandboxed["results"]["many_files"]
+    assert res.status == Status.CORRECT.value, (res.status, res.error)  # stopped by the cap, and still judged
+    assert res.protocol["isolation"]["private_tmp"]["inodes"] == 32768
+
+
+def test_the_evaluator_is_not_visible_in_proc(sandboxed: dict) -> None:
+    res = sandboxed["results"]["see_evaluator"]
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+    assert res.protocol["isolation"]["pid_namespace"] is True
+
+
+@pytest.mark.parametrize("kind", ["nested", "huge_size", "huge_number"])
+def test_a_hostile_frame_is_the_answers_failure(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer that holds the nonce sends a deeply nested authenticated header, a 4 GiB header-length claim or a
+    number no float holds: the answer crashes (result_channel_forged); the evaluator neither raises nor allocates
+    what the frame claims."""
+    monkeypatch.setattr(sandbox, "CHILD_MODULE", "tests.fixtures.forging_child")
+    ans = tmp_path / f"{kind}.py"
+    ans.write_text(kind + "\n")
+    tracemalloc.start()
+    try:
+        res = evaluate_answer(ADD, ans, EvalConfig(device="cpu", time_answer=False, run_static=False, timeout_s=60))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert res.status in (Status.CRASH.value, Status.REJECTED_RUNTIME.value), (res.status, res.error)
+    assert "result_channel_forged" in res.flags and "result channel" in res.error
+    assert peak < 64 << 20, f"the evaluator allocated {peak >> 20} MiB for a hostile frame"

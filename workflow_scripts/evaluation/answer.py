@@ -75,7 +75,7 @@ from workflow_scripts.evaluation.protocol import (
     timing_limit_s,
 )
 from workflow_scripts.evaluation.reference import ReferenceFailed, ReferenceSide, ReferenceTrial, available_memory
-from workflow_scripts.evaluation.sandbox import ChildProcess
+from workflow_scripts.evaluation.sandbox import ChildProcess, SandboxUnavailable
 from workflow_scripts.evaluation.transport import Area, TransportError, dtype_name
 
 
@@ -228,7 +228,10 @@ class _RefFailed(Exception):
 def _num(x: Any) -> float | None:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
-    x = float(x)
+    try:
+        x = float(x)
+    except OverflowError:  # an integer beyond any float (JSON allows 10**400)
+        return None
     return x if x == x and abs(x) != float("inf") else None
 
 
@@ -306,7 +309,7 @@ class _Evaluation:
         self.phases: dict[str, float] = {}
         self.sm_clocks: list[float] = []
         self.done_ok = False
-        self.network_isolation = slot.child.network_isolation
+        self.isolation = slot.child.sandbox
         cfg = config
         self.trial_seeds = [t.seed for t in reference.seeded]
         self.hidden_seeds = list(cfg.hidden_seeds) if cfg.hidden_seeds is not None else [
@@ -693,7 +696,10 @@ def _result(cfg: EvalConfig, status: Status, ev: _Evaluation | None, error: str 
     if ev is not None:
         protocol.update({
             "trial_seeds": ev.trial_seeds, "hidden_seeds": ev.hidden_seeds, "timing_seed": ev.timing_seed,
-            "post_timing_seed": ev.post_seed, "network_isolation": ev.network_isolation,
+            "post_timing_seed": ev.post_seed,
+            # What confined the answer's process (sandbox.Isolation); network_isolation kept for older readers.
+            "isolation": ev.isolation.to_dict() if ev.isolation else None,
+            "network_isolation": bool(ev.isolation and ev.isolation.network),
             "gpu": ev.gpu, "authenticated_done": ev.done_ok,
         })
     phases = dict(phases, **(ev.phases if ev else {}))
@@ -778,9 +784,14 @@ class ProblemEvaluator:
                 "require_triton": cfg.require_triton, "areas": areas, "init_inputs": ref.init_entries,
                 "cast_integers": cfg.integer_inputs == "cast"}
         child = ChildProcess("answer", work, self.base / "logs" / f"answer{self._count}", cfg.device, init,
-                             gpu=self.gpu, isolation=cfg.isolation, limits=cfg.limits(),
+                             gpu=self.gpu, isolation=cfg.isolation, bwrap=cfg.bwrap, limits=cfg.limits(),
                              extra_env=cfg.cpu_thread_env(), fds=tuple(a["fd"] for a in areas.values()))
-        child.start()
+        try:
+            child.start()
+        except SandboxUnavailable as e:
+            secret.close()
+            output.close()
+            raise InfrastructureError(f"the configured sandbox is unavailable: {e}") from None
         slot = _AnswerSlot(child, secret, output)
         self._slots.append(slot)
         if cfg.device == "cuda":
@@ -797,8 +808,17 @@ class ProblemEvaluator:
         return max(1, min(self.cfg.prestart_count(), budget // max(per_child, 1)))
 
     def _keep_triton_template(self, slot: _AnswerSlot) -> None:
-        cache = slot.child.workdir / ".triton"
-        if self.triton_template is None and slot.child.hello is not None and cache.is_dir():
+        """Triton's cache as the first child built it, taken once it is ready and before its answer is loaded: a
+        copy taken after the answer ran could carry files it planted into every later child. Read through the
+        sandbox (``ChildProcess.private_dir``): the child's working directory is its own tmpfs."""
+        if self.triton_template is not None:
+            return
+        try:
+            hello = slot.child.await_hello(time.monotonic() + self.cfg.effective_timeout())
+        except (ChildDied, ChildTimeout, ProtocolError):
+            return  # its evaluation reports it
+        cache = slot.child.private_dir() / ".triton"
+        if hello.type == "hello" and cache.is_dir():
             template = self.base / "triton-template"
             shutil.copytree(cache, template)
             self.triton_template = template
@@ -823,12 +843,12 @@ class ProblemEvaluator:
                 # The next batch starts now, while this answer is checked (before it is timed).
                 started.extend(self.start_slot() for _ in range(min(batch, len(answers) - k - 1)))
             slot.ready()
+            self._keep_triton_template(slot)
             ev = _Evaluation(self.reference, slot, path, cfg, self.gpu, self.lease, list(started))
             try:
                 ev.run()
                 results.append(_verdict(cfg, ev, static, self.phases))
             finally:
-                self._keep_triton_template(slot)
                 slot.close()
                 if self.lease is not None:
                     self.lease.downgrade()

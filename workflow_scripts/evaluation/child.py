@@ -6,7 +6,7 @@ interpreter, never a fork) and this module's ``main`` runs one of two roles: ``a
 it never imports the problem module: its inputs come from the trusted side through memory areas) or ``baseline``
 (eager / ``torch.compile`` timing of ``Model``). The harness is: ``reference`` (the trusted side of a problem),
 ``transport`` (the memory areas), ``channel`` (the authenticated result channel, both sides), ``sandbox`` (spawning,
-isolation, environment, resource limits), ``integrity`` (the checks inside the answer's process), ``timing`` and
+the OS sandbox, environment, resource limits), ``integrity`` (the checks inside the answer's process), ``timing`` and
 this module.
 
 Trust model
@@ -42,18 +42,25 @@ useless to forge:
 * **Run-time monitors** in the answer's process (a ``sys.addaudithook`` hook, which Python code cannot remove):
   writes outside the child's temporary directory, spawning processes (except Triton's own compiler calls),
   sockets, ``gc`` object enumeration, frame access from answer code, ``sys.settrace``/``setprofile``,
-  ``ctypes`` from answer code, signals sent by answer code and ``/proc/<other pid>`` access are blocked and
-  reported to the parent at once, before the answer can interfere. Reads are not restricted (nothing secret is
+  ``ctypes`` from answer code, signals sent by answer code and ``/proc/<other pid>`` access (the path normalised:
+  ``/proc/self/../<pid>`` and symlinks included) are blocked and reported to the parent at once, before the
+  answer can interfere. They are evidence: a spawn through ``_posixsubprocess.fork_exec`` or a write through
+  ``sqlite3`` raises no watched event; the OS sandbox bounds those. Reads are not restricted (nothing secret is
   on disk). Changing ``cudnn.benchmark``/``deterministic`` is only reported (``global_state_changed:*``). Inputs are cloned before each call and compared bitwise afterwards
   (``inputs_mutated``); outputs must be exactly ``torch.Tensor`` (not a subclass:
   ``output_not_plain_tensor``), on the right device, not sharing storage with an input
   (``output_aliases_input``); on CUDA the output is snapshotted on the current stream right after the call
   returns and compared with its value after a device-wide synchronize (``unsynchronized_stream``).
-* **Process isolation**: each child is a fresh interpreter in its own session (``start_new_session``) and its
-  own temporary working directory; ``HOME``, ``TMPDIR`` and ``TRITON_CACHE_DIR`` point inside it; the
-  environment is scrubbed; ``RLIMIT_CORE=0``, ``RLIMIT_NOFILE``, ``RLIMIT_FSIZE`` (and ``RLIMIT_AS`` on CPU) are
-  set before torch is imported; where ``unshare -rn`` works the child runs in new user and network namespaces
-  (no network; ``network_isolation`` is recorded). A timeout kills the whole process group. A child that dies or
+* **OS sandbox** (enforced by the kernel; ``sandbox``, docs/evaluation.md "Isolation"): each child is a fresh
+  interpreter with a scrubbed environment inside bubblewrap (or, on hosts without it, ``unshare``, a weaker level):
+  its own PID namespace (nothing it starts outlives it; no host process, the evaluator included, is visible), user
+  namespace (uid 65534 without capabilities under bubblewrap), network namespace (loopback only), a read-only file
+  system (repository, interpreter, store), a minimal ``/dev`` (plus ``/dev/nvidia*`` on CUDA), and a private tmpfs as
+  its working directory (``HOME``, ``TMPDIR``, ``TRITON_CACHE_DIR``) with size and inode caps. ``RLIMIT_CORE=0``,
+  ``RLIMIT_NOFILE``, ``RLIMIT_FSIZE``, ``RLIMIT_CPU`` (and ``RLIMIT_AS`` on CPU, ``RLIMIT_NPROC`` in a user
+  namespace) are set before torch is imported. What was in force is measured by a probe and recorded in every
+  result (``protocol.isolation``); a host that cannot provide it says so (a warning and the record). A timeout
+  kills the child's process group, which ends its PID namespace. A child that dies or
   exits early (``os._exit``, ``sys.exit``) never produces the final authenticated ``done`` message, which the
   parent requires, so it is a crash, never a pass; an exception after which even ``torch.cuda.synchronize()``
   fails (a sticky CUDA error) is reported as ``cuda_error`` and is a crash too. Every answer gets a fresh process,
@@ -65,10 +72,11 @@ useless to forge:
 
 Limits (documented, not solved): an answer can compute the right function with PyTorch instead of Triton while
 also launching a token Triton kernel; ``keeps_torch_op`` (static analysis) reports that. In-process monitors can
-be evaded by code that rewrites interpreter state (they are evidence, not a sandbox), and a GPU kernel can address
-any memory of its own process; what such code can corrupt is in-process (launch counts, timings, input
-snapshots), never the reference or the verdict. The child runs as the same user as the parent, so outside a user
-namespace it could, in principle, read the parent's memory or files.
+be evaded by code that rewrites interpreter state (they are evidence, not a sandbox; the OS sandbox is what
+holds), and a GPU kernel can address any memory of its own process; what such code can corrupt is in-process
+(launch counts, timings, input snapshots), never the reference or the verdict. Without a sandbox
+(``isolation="none"`` or a host where neither bubblewrap nor unshare works, recorded as such) the child runs as the
+parent's user in the parent's namespaces and could, in principle, read the parent's memory or write its files.
 """
 
 from __future__ import annotations
@@ -241,6 +249,12 @@ class _Child:
         return [dict(e["tensor"], device=d["device"]) for e, d in zip(entries, described)], True
 
 
+def _inbox_path(init: dict[str, Any], name: str) -> str:
+    """A file the parent put into the working directory: inside a sandbox it is seen through the read-only
+    ``in/`` view (``sandbox.INBOX``), since the working directory itself is the child's private tmpfs."""
+    return os.path.join(init["workdir"], init.get("inbox", "."), name)
+
+
 def _read_init() -> dict[str, Any]:
     line = sys.stdin.buffer.readline()
     return json.loads(line)
@@ -260,8 +274,7 @@ def _run_answer(c: _Child, init: dict[str, Any]) -> None:
     sender = c.sender
     require_triton = bool(init.get("require_triton", True))
     launch = LaunchCounter()
-    guard = Guard(sender, init["workdir"], os.path.join(init["workdir"], init["answer"]),
-                  allowed_spawn_pkgs=("triton",))
+    guard = Guard(sender, init["workdir"], _inbox_path(init, init["answer"]), allowed_spawn_pkgs=("triton",))
     threads_before = {t.ident for t in threading.enumerate()}
     sys.addaudithook(guard.hook)  # cannot be removed from Python code
     guard.enforcing = True
@@ -278,7 +291,8 @@ def _run_answer(c: _Child, init: dict[str, Any]) -> None:
     for k in list(vars(guard)):
         if k not in ("busy", "seen", "_rp_cache"):
             extra[f"guard.{k}"] = (lambda k=k: vars(guard).get(k))
-    for k in ("hook", "_check", "_origin", "_direct_caller_is_answer", "_outside", "_violation", "_realpath"):
+    for k in ("hook", "_check", "_origin", "_direct_caller_is_answer", "_outside", "_other_proc", "_violation",
+              "_realpath"):
         extra[f"guard.class.{k}"] = (lambda k=k: Guard.__dict__.get(k))
     tamper = TamperCheck(torch, extra, launch)
     flags: list[str] = []
@@ -307,7 +321,7 @@ def _run_answer(c: _Child, init: dict[str, Any]) -> None:
 
     # ---- load the answer: everything from here on may be hostile ----
     try:
-        ans = c.load_module(os.path.join(init["workdir"], init["answer"]), "kb_answer")
+        ans = c.load_module(_inbox_path(init, init["answer"]), "kb_answer")
     except Exception:  # noqa: BLE001 - includes SyntaxError
         sender.send({"type": "load_error", "error": _fmt_exc(), "flags": flags})
         os._exit(0)
@@ -555,7 +569,7 @@ def _run_baseline(c: _Child, problem: Any, init: dict[str, Any]) -> None:
 
 def main() -> None:
     init = _read_init()
-    apply_rlimits(init.get("limits") or {})
+    apply_rlimits(init.get("limits") or {}, bool(init.get("user_namespace")))
     # Our package is on PYTHONPATH; the working directory (the answer's folder) must not shadow modules.
     cwd = os.getcwd()
     sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
@@ -573,7 +587,7 @@ def main() -> None:
             _run_answer(c, init)  # never imports the problem: its inputs come from the trusted side
         elif c.role == "baseline":
             try:
-                problem = c.load_module(os.path.join(init["workdir"], init["problem"]), "kb_problem")
+                problem = c.load_module(_inbox_path(init, init["problem"]), "kb_problem")
             except Exception:  # noqa: BLE001
                 sender.send({"type": "setup_error", "error": "loading the problem failed:\n" + _fmt_exc()})
                 os._exit(0)

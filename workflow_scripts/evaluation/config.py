@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from workflow_scripts.evaluation import environment, gpu_lock, timing
 from workflow_scripts.evaluation.protocol import KERNELBENCH_SEED
-from workflow_scripts.evaluation.sandbox import Limits
+from workflow_scripts.evaluation.sandbox import ISOLATION_MODES, Limits
 
 
 @dataclass
@@ -24,7 +24,12 @@ class RunConfig:
     discard_first: int = 1
     l2_flush_mib: int = 256
     tf32: str = "pytorch_default"  # "pytorch_default" | "ieee"
-    isolation: str = "auto"  # "auto" (unshare -rn where it works) | "none"
+    # The OS sandbox around every child (sandbox.py): "auto" (bubblewrap, else unshare, else none, said loudly),
+    # "bwrap" or "unshare" (that tool or the evaluation fails), "none".
+    isolation: str = "auto"
+    bwrap: str | None = None  # a bubblewrap binary (default: $KB_BWRAP, then bwrap on PATH)
+    tmp_size_mib: int = 2048  # the child's private tmpfs: size and file-count caps
+    tmp_inodes: int = 32768
     lock_dir: str = str(gpu_lock.DEFAULT_LOCK_DIR)
     gpus: list[str] | None = None  # candidate GPUs (default: visible ones)
     memory_limit_gib: float | None = 16.0  # RLIMIT_AS of CPU children
@@ -37,6 +42,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+        if self.isolation not in ISOLATION_MODES:
+            raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {self.isolation!r}")
         if self.tf32 not in environment.TF32_MODES:
             raise ValueError(f"tf32 must be one of {environment.TF32_MODES}")
 
@@ -51,7 +58,10 @@ class RunConfig:
         as_bytes = None
         if self.device == "cpu" and self.memory_limit_gib:
             as_bytes = int(self.memory_limit_gib * (1 << 30))
-        return Limits(as_bytes=as_bytes)
+        # CPU time: a backstop behind the wall-clock timeout (a spinning CUDA synchronize costs CPU time too).
+        cpu_seconds = int(4 * self.effective_timeout()) + 60
+        return Limits(as_bytes=as_bytes, cpu_seconds=cpu_seconds, tmp_bytes=int(self.tmp_size_mib) << 20,
+                      tmp_inodes=int(self.tmp_inodes))
 
     def cpu_thread_env(self) -> dict[str, str]:
         """The child's OpenMP/MKL thread settings (CPU only)."""

@@ -120,6 +120,18 @@ class Guard:
             return False
         return not any(rp == r or rp.startswith(r + os.sep) for r in self.roots)
 
+    def _other_proc(self, path: Any) -> str | None:
+        """The path if it names another process's ``/proc`` entry, after normalising it (``/proc/self/../<pid>``,
+        relative paths and symlinks resolve to what the kernel opens), else None."""
+        if not isinstance(path, (str, bytes)):
+            return None
+        p = os.fsdecode(path)
+        for cand in (os.path.abspath(p), os.path.realpath(p)):
+            parts = cand.split("/")
+            if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and int(parts[2]) != self.pid:
+                return p
+        return None
+
     def _violation(self, flag: str, detail: str, block: bool = True) -> None:
         if flag not in self.seen:
             self.seen.append(flag)
@@ -146,12 +158,9 @@ class Guard:
                 isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND))
             if writing and self._outside(path):
                 self._violation("write_outside_workdir", f"open({path!r}, {mode!r})")
-            if isinstance(path, (str, bytes)):
-                p = os.fsdecode(path)
-                if p.startswith("/proc/"):
-                    part = p.split("/")[2]
-                    if part.isdigit() and int(part) != self.pid:
-                        self._violation("proc_access", p)
+            other = self._other_proc(path)
+            if other is not None:
+                self._violation("proc_access", other)
             return
         if event in self._WRITE_PATH_EVENTS:
             idx = self._WRITE_PATH_EVENTS[event]
