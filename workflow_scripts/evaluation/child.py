@@ -208,6 +208,14 @@ class _Child:
         area = self.areas[str(spec["area"])]
         return area.read(spec["entries"], self.device)
 
+    def pristine_inputs(self, spec: Any, inputs: list[Any]) -> list[Any]:
+        """What ``inputs`` (read from ``spec``) must still equal after the answer's call (``inputs_mutated``): on
+        the CPU the area's own bytes, mapped read-only in this process (no copy: a multi-GB input is not cloned
+        for every call); on the GPU a device copy (comparing against host memory would cost a transfer)."""
+        if self.device_kind != "cuda":
+            return self.areas[str(spec["area"])].views(spec["entries"])
+        return [self.clone(x) if self._isinstance(x, self.Tensor) else x for x in inputs]
+
     def build_model(self, cls: Any, init_inputs: list[Any]) -> Any:
         """KernelBench's construction: seed, ``Model(*get_init_inputs())`` under the seed again, moved with
         ``.to(device, float32)``. ``init_inputs`` were drawn after seeding (by the trusted side for answers)."""
@@ -380,8 +388,8 @@ def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
     def input_ptrs(inputs: list[Any]) -> set[int]:
         return {storage(x).data_ptr() for x in inputs if _isinstance(x, Tensor) and x.numel()}
 
-    def run_once(inputs: list[Any], seed: int | None, index: Any, kind: str, rng: dict[str, Any] | None) -> None:
-        snapshot = [clone(x) if _isinstance(x, Tensor) else x for x in inputs]
+    def run_once(inputs: list[Any], snapshot: list[Any], seed: int | None, index: Any, kind: str,
+                 rng: dict[str, Any] | None) -> None:
         launch.take()
         sender.send({"type": "calling", "index": index})  # the parent's per-call watchdog starts now
         t0 = perf()
@@ -438,14 +446,15 @@ def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
         name = cmd.get("cmd")
         if name == "trial":
             inputs = c.area_inputs(cmd["inputs"])
-            run_once(inputs, int(cmd["seed"]), cmd.get("index"), cmd.get("kind", "seeded"), cmd.get("rng"))
+            run_once(inputs, c.pristine_inputs(cmd["inputs"], inputs), int(cmd["seed"]), cmd.get("index"),
+                     cmd.get("kind", "seeded"), cmd.get("rng"))
             del inputs
         elif name == "time":
             # One block of the timing (timing.paired_blocks): the first loads the timing inputs; every block
             # checks them against the snapshot taken then.
             if timing_inputs is None:
                 timing_inputs = c.area_inputs(cmd["inputs"])
-                timing_snapshot = [clone(x) if _isinstance(x, Tensor) else x for x in timing_inputs]
+                timing_snapshot = c.pristine_inputs(cmd["inputs"], timing_inputs)
             block = cmd.get("block")
             protocol = c.protocol if not isinstance(block, dict) else c.timing.TimingProtocol(**dict(
                 c.protocol.to_dict(), warmup=int(block["warmup"]), trials=int(block["trials"]),
@@ -494,7 +503,8 @@ def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
                     else:
                         timing_inputs[i] = f
             del fresh
-            run_once(timing_inputs, int(cmd["seed"]), "post_timing", "post_timing", cmd.get("rng"))
+            run_once(timing_inputs, c.pristine_inputs(cmd["inputs"], timing_inputs), int(cmd["seed"]), "post_timing",
+                     "post_timing", cmd.get("rng"))
         elif name == "finish":
             check_tamper()
             new_threads = [t.name for t in threading.enumerate() if t.ident not in threads_before]

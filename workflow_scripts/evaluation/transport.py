@@ -186,18 +186,21 @@ class Area:
     # -- reading -------------------------------------------------------------------------------------------------
     def read(self, entries: Any, device: Any) -> list[Any]:
         """Copies of the values ``entries`` describe, tensors on ``device`` (never views of the mapping)."""
-        import torch
+        return [v.to(device=device, copy=True) if isinstance(v, _torch().Tensor) else v for v in self.views(entries)]
 
+    def views(self, entries: Any) -> list[Any]:
+        """The values ``entries`` describe, tensors as typed views of the mapping (no copy; read-only where the
+        mapping is): what the trusted side wrote, for comparing against without a copy of one's own."""
+        torch = _torch()
         if not isinstance(entries, list) or len(entries) > 4096:
             raise TransportError("entries are not a list")
         out = []
         for e in entries:
             if isinstance(e, dict) and "tensor" in e:
                 slot = Slot.from_dict(e["tensor"], self.size)
-                t = torch.empty(slot.shape, dtype=torch_dtype(slot.dtype), device=device)
-                if slot.nbytes:
-                    t.reshape(-1).view(torch.uint8).copy_(self.view(slot))
-                out.append(t)
+                dtype = torch_dtype(slot.dtype)
+                flat = self.view(slot) if slot.nbytes else torch.empty(0, dtype=torch.uint8)
+                out.append(flat.view(dtype).reshape(slot.shape))
             elif isinstance(e, dict) and "value" in e:
                 out.append(_unplain(e["value"]))
             else:
@@ -244,6 +247,13 @@ def _unplain(v: Any) -> Any:
 
 
 def open_areas(specs: dict[str, Any]) -> dict[str, Area]:
-    """The answer's process: map the areas the trusted side passed (sealed ones read-only)."""
-    return {name: Area(name, int(s["size"]), fd=int(s["fd"]), writable=bool(s["writable"]))
+    """The answer's process: map the areas the trusted side passed; only ``output`` writable (the process only
+    reads its inputs, so its mapping of them stays what the trusted side wrote)."""
+    return {name: Area(name, int(s["size"]), fd=int(s["fd"]), writable=bool(s["writable"]) and name == "output")
             for name, s in specs.items()}
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
