@@ -84,6 +84,7 @@ CHEATS = [
     Case("cheats/rowsum_fallback_torch.py", ROWSUM, (Status.NO_TRITON_LAUNCH,)),
     Case("cheats/matmul_no_launch.py", MATMUL, (Status.NO_TRITON_LAUNCH,)),
     Case("cheats/add_fake_launch.py", ADD, (Status.NO_TRITON_LAUNCH,)),
+    Case("cheats/add_empty_grid.py", ADD, (Status.NO_TRITON_LAUNCH,)),
     Case("cheats/matmul_fp16_downgrade.py", MATMUL, (Status.MISMATCH,)),
     Case("cheats/matmul_bf16_downgrade.py", MATMUL, (Status.MISMATCH,)),
     Case("cheats/rowsum_hardcoded_seeds.py", ROWSUM, (RR,), ("hidden_input_mismatch",)),

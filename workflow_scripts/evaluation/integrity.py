@@ -203,12 +203,20 @@ class Guard:
             return
 
 
+def _empty_grid(grid: Any) -> bool:
+    """True when a launch grid (a tuple of up to three sizes) has no program in it."""
+    try:
+        return any(int(g) <= 0 for g in tuple(grid)[:3])
+    except (TypeError, ValueError):
+        return False
+
+
 class LaunchCounter:
     """Counts Triton kernel launches: the interpreter's grid executor (TRITON_INTERPRET=1) and, compiled, the
     launch-enter hook that Triton's launcher calls (``knobs.runtime.launch_enter_hook``: a hook chain in recent
     Triton, a single callable in older ones, ``CompiledKernel.launch_enter_hook`` in the oldest). A compiled-mode
     call counts only when the hook's nearest Python caller is Triton's own code (the answer calling the hook
-    chain itself does not count). While ``bare`` is set (the timed calls), the hook only counts: inspecting the
+    chain itself does not count), and a launch over an empty grid (no program runs) never counts. While ``bare`` is set (the timed calls), the hook only counts: inspecting the
     caller's frame costs microseconds per launch (and an audit event), which must not land in a timing window."""
 
     def __init__(self) -> None:
@@ -216,6 +224,7 @@ class LaunchCounter:
 
         self.count = 0
         self.bare = False
+        self.empty_grid = False  # the launch being made has an empty grid (compiled mode; see below)
         self._getframe = sys._getframe
         self.installed: list[tuple[Any, str, Any]] = []  # (owner, attribute, our object): checked for tampering
         try:
@@ -226,19 +235,44 @@ class LaunchCounter:
             "TRITON_INTERPRET", "0") not in ("", "0")
         self.triton_dir = os.path.dirname(os.path.realpath(triton.__file__)) + os.sep
         self.chain: Any = None
+        counter = self
         if self.interpret:
-            from triton.runtime.interpreter import GridExecutor
+            from triton.runtime.interpreter import GridExecutor, interpreter_builder
 
             orig = GridExecutor.__call__
-            counter = self
+            set_grid_idx = interpreter_builder.set_grid_idx
+            self._programs = 0
+
+            def counted_program(*args: Any, **kwargs: Any) -> Any:
+                counter._programs += 1
+                return set_grid_idx(*args, **kwargs)
 
             def counted_call(self_: Any, *args: Any, **kwargs: Any) -> Any:
-                counter.count += 1
-                return orig(self_, *args, **kwargs)
+                before = counter._programs
+                try:
+                    return orig(self_, *args, **kwargs)
+                finally:
+                    if counter._programs > before:  # an empty grid runs no program: not a launch
+                        counter.count += 1
 
             GridExecutor.__call__ = counted_call
-            self.installed.append((GridExecutor, "__call__", counted_call))
+            interpreter_builder.set_grid_idx = counted_program
+            self.installed += [(GridExecutor, "__call__", counted_call),
+                               (interpreter_builder, "set_grid_idx", counted_program)]
             return
+        # Compiled: Triton computes the launch's metadata from its grid right before calling the launcher (only
+        # while a launch hook is installed, as here); an empty grid launches nothing, so the hook call that follows
+        # is not counted.
+        from triton.compiler.compiler import CompiledKernel
+
+        launch_metadata = CompiledKernel.launch_metadata
+
+        def grid_noted(self_: Any, grid: Any, *args: Any, **kwargs: Any) -> Any:
+            counter.empty_grid = _empty_grid(grid)
+            return launch_metadata(self_, grid, *args, **kwargs)
+
+        CompiledKernel.launch_metadata = grid_noted
+        self.installed.append((CompiledKernel, "launch_metadata", grid_noted))
         hook = self._make_hook()
         self.hook = hook
         if knobs is not None:
@@ -272,6 +306,9 @@ class LaunchCounter:
         known: dict[str, bool] = {}  # co_filename -> inside the triton package (cached: this runs per launch)
 
         def on_launch(*_args: Any, **_kw: Any) -> None:
+            if counter.empty_grid:
+                counter.empty_grid = False
+                return
             if counter.bare:
                 counter.count += 1
                 return
