@@ -37,8 +37,8 @@ useless to forge:
   answer is imported and calls only the captured references; after loading, after every call and at the end it
   checks that torch/time/triton globals, the TF32 flags, its own module globals and the launch hooks are the
   same objects as before (``harness_tampered:<name>``). A launch is counted only when the hook is called from
-  Triton's own launcher code. An answer that rewrites the harness's captured state in memory could still forge
-  timings or launch counts; it cannot make wrong outputs pass. Speedups above 10x are flagged at summary level.
+  Triton's own launcher code and its grid is not empty. An answer that rewrites the harness's captured state in
+  memory could still forge timings or launch counts; it cannot make wrong outputs pass. Speedups above 10x are flagged at summary level.
 * **Run-time monitors** in the answer's process (a ``sys.addaudithook`` hook, which Python code cannot remove):
   writes outside the child's temporary directory, spawning processes (except Triton's own compiler calls),
   sockets, ``gc`` object enumeration, frame access from answer code, ``sys.settrace``/``setprofile``,
@@ -46,8 +46,9 @@ useless to forge:
   ``/proc/self/../<pid>`` and symlinks included) are blocked and reported to the parent at once, before the
   answer can interfere. They are evidence: a spawn through ``_posixsubprocess.fork_exec`` or a write through
   ``sqlite3`` raises no watched event; the OS sandbox bounds those. Reads are not restricted (nothing secret is
-  on disk). Changing ``cudnn.benchmark``/``deterministic`` is only reported (``global_state_changed:*``). Inputs are cloned before each call and compared bitwise afterwards
-  (``inputs_mutated``); outputs must be exactly ``torch.Tensor`` (not a subclass:
+  on disk). Changing ``cudnn.benchmark``/``deterministic`` is only reported (``global_state_changed:*``).
+  Inputs are compared bitwise after each call with what the trusted side wrote (on the CPU the input area itself,
+  mapped read-only here; on the GPU a device copy taken before the call) (``inputs_mutated``); outputs must be exactly ``torch.Tensor`` (not a subclass:
   ``output_not_plain_tensor``), on the right device, not sharing storage with an input
   (``output_aliases_input``); on CUDA the output is snapshotted on the current stream right after the call
   returns and compared with its value after a device-wide synchronize (``unsynchronized_stream``).
