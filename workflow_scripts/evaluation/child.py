@@ -48,8 +48,8 @@ useless to forge:
   ``sqlite3`` raises no watched event; the OS sandbox bounds those. Reads are not restricted (nothing secret is
   on disk). Changing ``cudnn.benchmark``/``deterministic`` is only reported (``global_state_changed:*``).
   Inputs are compared bitwise after each call with what the trusted side wrote (on the CPU the input area itself,
-  mapped read-only here; on the GPU a device copy taken before the call) (``inputs_mutated``); outputs must be exactly ``torch.Tensor`` (not a subclass:
-  ``output_not_plain_tensor``), on the right device, not sharing storage with an input
+  mapped read-only here; on the GPU a device copy taken before the call) (``inputs_mutated``); outputs must be
+  exactly ``torch.Tensor`` (not a subclass: ``output_not_plain_tensor``), on the right device, not sharing storage with an input
   (``output_aliases_input``); on CUDA the output is snapshotted on the current stream right after the call
   returns and compared with its value after a device-wide synchronize (``unsynchronized_stream``).
 * **OS sandbox** (enforced by the kernel; ``sandbox``, docs/evaluation.md "Isolation"): each child is a fresh
