@@ -77,9 +77,13 @@ def ours_answer(key: str, tmp: Path) -> Path | None:
 
 
 def summarise(result) -> dict:
+    checks = (result.timing_raw or {}).get("timed_checks") or {}
     return {"status": result.status, "runtime_ms": result.runtime_ms, "max_abs_diff": result.max_abs_diff,
             "flags": result.flags, "error": (result.error or "")[:300],
-            "phases_s": {k: round(v, 3) for k, v in result.phases_s.items()}}
+            "phases_s": {k: round(v, 3) for k, v in result.phases_s.items()},
+            # the trusted side's checks on the timed calls: outputs judged, reported times against observed ones
+            "timed_checks": {k: checks.get(k) for k in ("calls", "checked", "mismatches", "comparable",
+                                                        "excess_ms_median", "unconfirmed")}}
 
 
 DEVICE = os.environ.get("BENCH_DEVICE", "cuda")  # BENCH_DEVICE=cpu: a smoke run of the bench itself

@@ -186,14 +186,16 @@ def test_cpu_clock_discards_and_scrubs() -> None:
     def fn(x):
         return x * 2
 
-    def after(out, phase):
-        seen.append(phase)
+    def after(out, phase, ms):
+        seen.append((phase, ms))
         timing.scrub(out)
         assert torch.isnan(out).all()
 
     raw = clock.time_callable(fn, [torch.ones(3)], timing.TimingProtocol(warmup=2, trials=4, discard_first=1), after)
     assert len(raw.trials_ms) == 4 and len(raw.discarded_ms) == 1 and len(raw.warmup_ms) == 2
-    assert seen == ["warmup"] * 2 + ["trial"] * 5
+    assert [phase for phase, _ in seen] == ["warmup"] * 2 + ["trial"] * 5
+    # the hook gets each trial's own time (the answer's child reports it to the trusted side), none for a warm-up
+    assert [ms for _, ms in seen] == [None, None] + raw.discarded_ms + raw.trials_ms
 
 
 def test_scrub_kinds() -> None:

@@ -37,6 +37,7 @@ class RecordingClock(timing.Clock):
         self.event_synchronize = lambda event: clock.calls.append(f"wait {event.name}")
         self.elapsed_time = lambda a, b: 0.05
         self.zero_ = lambda buf: clock.calls.append("flush L2")
+        self.sleep = lambda cycles: clock.calls.append(f"device wait {cycles} cycles")
 
     def advance(self, us: float) -> None:
         self.now += us * 1e-6
@@ -55,13 +56,33 @@ def test_window_has_kernelbench_structure_and_nothing_inside() -> None:
         clock.calls.append("CALL")
         return "out"
 
-    after: list[str] = []
-    ms, host_ms, leftover_us = clock._one_cuda(call, [], lambda out, phase: after.append(clock.calls[-1]))
+    after: list[tuple[str, float | None]] = []
+    ms, host_ms, leftover_us = clock._one_cuda(call, [], lambda out, phase, ms: after.append((clock.calls[-1], ms)))
     # KernelBench: synchronize, flush, start, call, end; then (outside) wait for the stream, then every stream.
     assert clock.calls == ["device sync", "flush L2", "record start", "CALL", "record end", "wait end", "device sync"]
     assert seen_in_window == [["device sync", "flush L2", "record start"]]  # no synchronize between flush and start
-    assert after == ["device sync"]  # the harness's own checks run after the window is closed
+    assert after == [("device sync", 0.05)]  # the harness's own checks run after the window, told the trial's time
     assert ms == 0.05 and leftover_us < 20
+
+
+def test_launch_headroom_is_a_device_wait_between_the_flush_and_the_start_event() -> None:
+    clock = RecordingClock()
+    clock._one_cuda(lambda: clock.calls.append("CALL"), [], None, headroom_us=200.0)
+    # the wait is device work before `start`: outside the window, it gives the host's launch work a head start
+    assert clock.calls == ["device sync", "flush L2", f"device wait {200 * timing.HEADROOM_CYCLES_PER_US} cycles",
+                           "record start", "CALL", "record end", "wait end", "device sync"]
+    assert timing.HEADROOM_CYCLES_PER_US >= 1980  # at least the wait asked for at the H200's top SM clock
+
+
+def test_launch_headroom_is_on_by_default_on_cuda_and_off_for_kernelbench_to_the_letter() -> None:
+    from workflow_scripts.evaluation.answer import EvalConfig
+    from workflow_scripts.evaluation.baseline import BaselineConfig
+
+    assert EvalConfig(device="cuda").timing_protocol().launch_headroom_us == 200.0
+    # answers and baselines are timed with the same window
+    assert BaselineConfig(device="cuda").timing_protocol() == EvalConfig(device="cuda").timing_protocol()
+    assert EvalConfig.kernelbench_exact(device="cuda").timing_protocol().launch_headroom_us == 0.0
+    assert EvalConfig(device="cpu").timing_protocol().launch_headroom_us == 0.0  # no window on the CPU
 
 
 def test_leftover_on_another_stream_is_measured_after_the_window() -> None:

@@ -107,6 +107,8 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     Flag("proc_access", True, "the answer read /proc"),
     Flag("result_channel_forged", True, "a message on the result channel failed authentication"),
     Flag("triton_launch_skipped_in_timing", True, "timed calls launched no Triton kernel where checked calls did"),
+    Flag("timed_output_mismatch", True, "a timed call's output, checked by the trusted side, was wrong"),
+    Flag("timing_unconfirmed", True, "the reported times do not fit the intervals the trusted side observed"),
     Flag("signal_sent", True, "the answer sent a signal"),
     # Review flags: recorded, counted per model, never change the status.
     Flag("global_state_changed", False, "the answer changed a cudnn setting (tunes its own PyTorch calls)"),

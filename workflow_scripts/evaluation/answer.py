@@ -66,6 +66,7 @@ from workflow_scripts.evaluation.channel import (
 from workflow_scripts.evaluation.config import RunConfig
 from workflow_scripts.evaluation.protocol import (
     SEED_DERIVATION,
+    TimedChecks,
     WATCHDOG_CALL_S,
     WATCHDOG_FIRST_CALL_S,
     call_limit_s,
@@ -131,10 +132,12 @@ class EvalConfig(RunConfig):
     def kernelbench_exact(cls, **overrides: Any) -> "EvalConfig":
         """KernelBench's verdicts to the letter (docs/evaluation.md, "Deviations"): no Triton requirement, only its 5
         seeded trials (no hidden or post-timing check), every input cast to fp32, cheats flagged but not rejected,
-        the answer timed alone (its eager speedup against the baseline stage). Isolation, the watchdog and the
-        dtype check stay: they decide nothing for an answer that KernelBench would pass."""
+        the answer timed alone (its eager speedup against the baseline stage) in KernelBench's window to the letter
+        (no launch headroom). Isolation, the watchdog and the dtype check stay: they decide nothing for an answer
+        that KernelBench would pass."""
         settings: dict[str, Any] = dict(require_triton=False, hidden_trials=0, post_timing_check=False,
-                                        integer_inputs="cast", reject_cheats=False, paired_block=0)
+                                        integer_inputs="cast", reject_cheats=False, paired_block=0,
+                                        launch_headroom_us=0.0)
         settings.update(overrides)
         return cls(**settings)
 
@@ -305,6 +308,7 @@ class _Evaluation:
         self.timing_raw: dict[str, Any] | None = None
         self.runtime_stats: dict[str, Any] | None = None
         self.paired_reference: dict[str, Any] | None = None  # the eager reference timed beside the answer
+        self.timed_checks = TimedChecks(frozenset(), False)  # drawn when timing starts (_time_paired)
         self.tf32: dict[str, Any] | None = None
         self.phases: dict[str, float] = {}
         self.sm_clocks: list[float] = []
@@ -442,9 +446,16 @@ class _Evaluation:
                     self.flag("timing_error")
                     return
                 # Validated block by block (_raw_times): lists of finite numbers.
+                checks = self.timed_checks
                 self.timing_raw = {"discarded_ms": raw.discarded_ms, "warmup_ms": raw.warmup_ms,
                                    "host_ms": raw.host_ms, "leftover_us": raw.leftover_us,
-                                   "launches_per_call": per_call, "wall_s_parent": time.monotonic() - t_time}
+                                   "launches_per_call": per_call, "wall_s_parent": time.monotonic() - t_time,
+                                   "timed_checks": checks.to_dict(cfg.device)}
+                if checks.mismatches:
+                    self.flag("timed_output_mismatch")
+                    self.error = self.error or f"timed call: {checks.detail}"
+                if checks.unconfirmed(cfg.device):
+                    self.flag("timing_unconfirmed")
                 self.runtime_stats = timing.stats(raw.trials_ms)
                 if self.runtime_stats is None:
                     raise ProtocolError("timing without usable trials")
@@ -517,6 +528,8 @@ class _Evaluation:
         reference_parts: list[timing.RawTimes] = []
         per_call: list[int | None] = []
         tm: Message | None = None
+        calls = sum(b.discard_first + b.trials for b in blocks)
+        self.timed_checks = TimedChecks.choose(calls, ref.output_capacity(), ref.timing_trial is not None)
         for i, block in enumerate(blocks):
             order = ("answer", "reference") if timing.answer_goes_first(i) else ("reference", "answer")
             for side in order if paired else ("answer",):
@@ -529,7 +542,7 @@ class _Evaluation:
                 ans.send("time", seed=self.timing_seed, inputs={"area": "timing", "entries": ref.timing_entries},
                          block={"warmup": block.warmup, "trials": block.trials, "discard_first": block.discard_first})
                 calls = block.warmup + block.discard_first + block.trials
-                tm = self._watched(ans, timing_limit_s(reference_ms, calls, floors[0]), reference_ms)
+                tm = self._timed_block(ans, timing_limit_s(reference_ms, calls, floors[0]), reference_ms)
                 self._merge(tm)
                 if tm.type in ("runtime_error", "cuda_error"):
                     return tm, timing.RawTimes(), None
@@ -547,6 +560,50 @@ class _Evaluation:
             self.paired_reference = {"stats": timing.stats(merged.trials_ms), "raw": merged.to_dict(),
                                      "block_trials": cfg.paired_block, "blocks": len(blocks), "order": "ABBA"}
         return tm, timing.merge_raw(answer_parts), per_call
+
+    def _timed_block(self, ans: ChildProcess, limit_s: float, reference_ms: float) -> Message:
+        """One block of the answer's timing under the watchdog (``_watched``'s rules, for the whole block). Each
+        timed call reports itself as it ends; this side notes when (the interval between the reply to one call and
+        the next report holds that call's whole trial: the reported time must fit in it), tells the child whether
+        it checks this call's output (a choice drawn in secret beforehand, told only after the call), judges a
+        checked output against the reference's on the timing inputs before the next call starts, and replies.
+        Returns the block's last message (``timing``, or the answer's error)."""
+        m = ans.recv(self.deadline)
+        if m.type != "calling":
+            return m
+        end = self.deadline
+        if self.cfg.watchdog_limits() is not None:
+            end = min(end, time.monotonic() + limit_s)
+        checks = self.timed_checks
+        replied: float | None = None  # the first call's interval also holds the warm-up calls: not observed
+        while True:
+            try:
+                m = ans.recv(end)
+            except ChildTimeout:
+                if end < self.deadline:
+                    self.watchdog = (limit_s, reference_ms)
+                raise
+            if m.type != "timed":
+                return m
+            now = time.monotonic()
+            reported = _num(m.header.get("ms"))
+            if reported is None or reported < 0:
+                raise ProtocolError("a timed call without a valid time")
+            if replied is not None:
+                checks.observe(reported, (now - replied) * 1e3)
+            if checks.take():
+                ans.send("check")
+                om = ans.recv(end)
+                if om.type == "bad_output":
+                    checks.failed("a timed call returned other than plain tensors")
+                elif om.type == "output":
+                    assert self.reference.timing_trial is not None
+                    verdict, _, detail = self._judge(self.reference.timing_trial, om)
+                    checks.judged(verdict, detail)
+                else:
+                    return om
+            ans.send("next")
+            replied = time.monotonic()
 
     def reference_ms(self) -> float | None:
         """The slowest forward of the reference so far (what the watchdog scales with)."""
@@ -758,7 +815,8 @@ class ProblemEvaluator:
         try:
             reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32,
                                       timing_seed=cfg.timing_seed, cast_integers=cfg.integer_inputs == "cast")
-            reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer)
+            reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer,
+                              atol=cfg.atol, rtol=cfg.rtol)
             self.reference = reference  # only a fully prepared side judges answers
         except ReferenceFailed as e:
             self.reference_error = str(e)[:4000]

@@ -463,9 +463,23 @@ def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
             per_call: list[int] = []
             ptrs = input_ptrs(timing_inputs)
 
-            def after(out: Any, phase: str) -> None:
+            def after(out: Any, phase: str, ms: float | None = None) -> None:
                 per_call.append(launch.take())
-                _, outs = c.flatten(out)
+                structure, outs = c.flatten(out)
+                if phase == "trial":
+                    # Every timed call is reported as it ends: the trusted side times the interval between
+                    # reports itself (a cross-check of the reported times) and, only now, after the call, says
+                    # whether it checks this call's output, which it then judges before the next call starts.
+                    sender.send({"type": "timed", "ms": ms})
+                    if _read_cmd(stdin).get("cmd") == "check":
+                        if any(_type(o) is not Tensor for o in outs):
+                            sender.send({"type": "bad_output", "index": "timing", "kind": "timing",
+                                         "error": "a timed call returned other than plain tensors"})
+                        else:
+                            metas, written = c.write_outputs(outs)
+                            sender.send({"type": "output", "index": "timing", "kind": "timing",
+                                         "structure": structure, "outputs": metas, "written": written})
+                        _read_cmd(stdin)  # judged: the next call may start
                 for o in outs:
                     if _type(o) is Tensor:
                         if o.numel() and storage(o).data_ptr() in ptrs:
@@ -524,7 +538,7 @@ def _run_baseline(c: _Child, problem: Any, init: dict[str, Any]) -> None:
     inputs = c.make_inputs(problem, c.seed)  # KernelBench times on the seed-42 inputs
     in_ptrs = {c.untyped_storage(x).data_ptr() for x in inputs if isinstance(x, c.Tensor) and x.numel()}
 
-    def after(out: Any, phase: str) -> None:
+    def after(out: Any, phase: str, ms: float | None = None) -> None:
         _, outs = c.flatten(out)
         for o in outs:
             if isinstance(o, c.Tensor) and not (o.numel() and c.untyped_storage(o).data_ptr() in in_ptrs):

@@ -23,6 +23,9 @@ class RunConfig:
     warmup: int | None = None  # default 3 on cuda, 1 on cpu
     discard_first: int = 1
     l2_flush_mib: int = 256
+    # A device-side wait between the L2 flush and the start event (timing.py): host launch work up to this long
+    # stays out of the window. 0 = KernelBench's window to the letter.
+    launch_headroom_us: float = 200.0
     tf32: str = "pytorch_default"  # "pytorch_default" | "ieee"
     # The OS sandbox around every child (sandbox.py): "auto" (bubblewrap, else unshare, else none, said loudly),
     # "bwrap" or "unshare" (that tool or the evaluation fails), "none".
@@ -49,7 +52,9 @@ class RunConfig:
 
     def timing_protocol(self) -> timing.TimingProtocol:
         return timing.TimingProtocol.for_device(self.device, warmup=self.warmup, trials=self.timing_trials,
-                                                discard_first=self.discard_first, l2_flush_mib=self.l2_flush_mib)
+                                                discard_first=self.discard_first, l2_flush_mib=self.l2_flush_mib,
+                                                launch_headroom_us=self.launch_headroom_us if self.device == "cuda"
+                                                else 0.0)
 
     def effective_timeout(self) -> float:
         return float(self.timeout_s) if self.timeout_s else self.default_timeout_s[self.device]

@@ -4,9 +4,88 @@ per-call watchdog's limits and the status an evaluation gets (the whole protocol
 
 from __future__ import annotations
 
+import secrets
+import statistics
+from dataclasses import dataclass, field
 from typing import Any
 
 from workflow_scripts.core.statuses import Status, is_integrity_flag
+
+# Timed calls whose outputs the trusted side checks: all of them while their outputs add up to at most this many
+# bytes, else a secret sample of that many bytes' worth, and always at least one call per answer.
+TIMED_CHECK_BYTES = 1 << 30
+# How much longer than its reported time a timed call's interval, as the trusted side observes it, may be (median
+# over the calls): (milliseconds, share of the reported time), per device. The interval holds the whole trial
+# (synchronize, L2 flush, launch headroom, the window, the scrub and the harness's checks, two messages); on the
+# CPU the interpreter's harness work is slower and noisier. Calibrated on honest answers (bench/NOTES.md).
+TIMING_EXCESS_LIMIT: dict[str, tuple[float, float]] = {"cuda": (2.0, 0.10), "cpu": (250.0, 0.5)}
+# The reported time may exceed the observed interval by no more than this (ms, share): clocks of two processes.
+TIMING_DEFICIT_LIMIT = (0.05, 0.01)
+
+
+@dataclass
+class TimedChecks:
+    """The trusted side's checks on an answer's timed calls. The outputs of a secretly chosen set of calls are
+    compared with the reference's on the timing inputs (the answer learns that a call is checked only after it
+    returned, and every call looks the same until then), and each call's reported time is compared with the
+    interval this side observed around it (a forged clock or work moved out of the window does not fit)."""
+
+    chosen: frozenset[int]  # call numbers over the whole timing, discarded calls included
+    comparable: bool  # False: the reference's forward is stochastic, so outputs are not compared
+    calls: int = 0
+    checked: int = 0
+    mismatches: int = 0
+    detail: str | None = None
+    reported_ms: list[float] = field(default_factory=list)
+    observed_ms: list[float] = field(default_factory=list)
+
+    @classmethod
+    def choose(cls, calls: int, output_bytes: int, comparable: bool) -> "TimedChecks":
+        if not comparable or calls <= 0:
+            return cls(frozenset(), comparable)
+        k = min(calls, max(1, TIMED_CHECK_BYTES // max(1, output_bytes)))
+        return cls(frozenset(secrets.SystemRandom().sample(range(calls), k)), comparable)
+
+    def take(self) -> bool:
+        """Whether the call that just ended is checked (called once per timed call, in order)."""
+        self.calls += 1
+        return (self.calls - 1) in self.chosen
+
+    def observe(self, reported_ms: float, observed_ms: float) -> None:
+        self.reported_ms.append(reported_ms)
+        self.observed_ms.append(observed_ms)
+
+    def judged(self, verdict: str, detail: str | None) -> None:
+        self.checked += 1
+        if verdict != "ok":
+            self.failed(f"{verdict}: {detail}" if detail else verdict)
+
+    def failed(self, detail: str) -> None:
+        self.mismatches += 1
+        self.detail = self.detail or detail
+
+    def excess_ms(self) -> float | None:
+        """Median of (observed interval - reported time) over the observed calls."""
+        if not self.observed_ms:
+            return None
+        return statistics.median(o - r for o, r in zip(self.observed_ms, self.reported_ms))
+
+    def unconfirmed(self, device: str) -> bool:
+        """The reported times do not fit the observed intervals: far shorter (beyond TIMING_EXCESS_LIMIT) or
+        longer than the intervals they happened in."""
+        excess = self.excess_ms()
+        if excess is None:
+            return False
+        reported = statistics.median(self.reported_ms)
+        abs_ms, share = TIMING_EXCESS_LIMIT[device]
+        deficit_ms, deficit_share = TIMING_DEFICIT_LIMIT
+        return excess > abs_ms + share * reported or -excess > deficit_ms + deficit_share * reported
+
+    def to_dict(self, device: str) -> dict[str, Any]:
+        return {"calls": self.calls, "checked": self.checked, "mismatches": self.mismatches,
+                "comparable": self.comparable, "detail": self.detail, "excess_ms_median": self.excess_ms(),
+                "excess_limit_ms": list(TIMING_EXCESS_LIMIT[device]), "unconfirmed": self.unconfirmed(device),
+                "observed_ms": self.observed_ms, "reported_ms": self.reported_ms}
 
 KERNELBENCH_SEED = 42
 SEED_DERIVATION = ("torch.manual_seed(seed); [torch.randint(0, 2**32 - 1, (1,)).item() for _ in range(n)] "

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.evaluation import environment, timing
+from workflow_scripts.evaluation.protocol import compare_outputs
 from workflow_scripts.evaluation.transport import Area, Slot, TransportError, tensor_bytes
 
 # Seeded reference outputs stay on the GPU while they take at most this share of its memory; beyond it they wait
@@ -73,6 +74,9 @@ class ReferenceSide:
         self.seeded: list[ReferenceTrial] = []
         self.timing_entries: list[dict[str, Any]] = []
         self.timing_inputs: list[Any] = []
+        # The reference's outputs on the timing inputs (timed calls' outputs are checked against them), or None
+        # when its forward is stochastic (two forwards on the same inputs disagree: dropout in training mode).
+        self.timing_trial: ReferenceTrial | None = None
         self._clock: timing.Clock | None = None
         # One per problem (drawn here unless given, to replay a run): the timed values do not change the timing.
         self.timing_seed = timing_seed if timing_seed is not None else secrets.randbelow(2**32 - 1)
@@ -115,9 +119,10 @@ class ReferenceSide:
             self.torch.cuda.synchronize()
 
     # -- building inputs and reference outputs -------------------------------------------------------------------
-    def prepare(self, trial_seeds: list[int], timing: bool) -> None:
+    def prepare(self, trial_seeds: list[int], timing: bool, atol: float = 1e-4, rtol: float = 1e-4) -> None:
         """The seeded trials (KernelBench's inputs, on the CPU, one sealed area each) and, if ``timing``, the timing
-        inputs (one sealed area shared by every answer)."""
+        inputs (one sealed area shared by every answer) with the reference's outputs on them (``timing_trial``:
+        what a timed call's output is checked against, within ``atol``/``rtol``)."""
         torch = self.torch
         built = self._build_in_parallel(trial_seeds)
         for i, seed in enumerate(trial_seeds):
@@ -152,6 +157,13 @@ class ReferenceSide:
             self.areas["timing"] = area
             self.input_bytes = max(self.input_bytes, area.size)
             self.timing_inputs = inputs  # the reference is timed on them too, paired with each answer
+            trial = self._forward(inputs, "timing", self.timing_seed, "timing", self.timing_entries)
+            again = self._forward(inputs, "timing", self.timing_seed ^ 1, "timing", self.timing_entries)
+            if compare_outputs(trial.outputs, again.outputs, atol, rtol)[0] == "ok":
+                if self.seeded and self.seeded[0].outputs and self.seeded[0].outputs[0].device.type == "cpu":
+                    trial.outputs = [o.cpu() for o in trial.outputs]  # large outputs wait on the host
+                self.timing_trial = trial
+            del again
             if self.device_kind == "cuda":
                 torch.cuda.empty_cache()
 
@@ -294,6 +306,7 @@ class ReferenceSide:
         self.areas.clear()
         self.seeded.clear()
         self.timing_inputs = []
+        self.timing_trial = None
         self._clock = None
 
 

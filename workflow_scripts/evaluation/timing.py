@@ -12,7 +12,12 @@ Both are timed by the same code with the same :class:`TimingProtocol`, so their 
   (``time_execution_with_cuda_event``): device-wide ``torch.cuda.synchronize()``; an L2 flush (writing a
   ``l2_flush_mib`` MiB buffer, larger than any current L2) enqueued on the current stream; ``start.record()``; the
   call; ``end.record()``. The start event fires when the flush is done, so the flush is outside the window while
-  the host's launch work overlaps it, as in KernelBench. Outside the window: ``end.synchronize()`` (the current
+  the host's launch work overlaps it, as in KernelBench. ``launch_headroom_us`` (an addition, 0 = KernelBench's
+  window to the letter) enqueues a device-side wait of that length between the flush and the start event: the
+  256 MiB flush takes about 60 us on an H200, about what Python needs to launch one Triton kernel, so in
+  KernelBench's window a one-kernel call reads either its device time or that plus whatever host time exceeded the
+  flush (3.5 or 8-48 us for the same kernel on an H200, bench/NOTES.md). With the headroom the host's launch work
+  up to that long is never in the window; beyond it (many launches) it still is, as in KernelBench. Outside the window: ``end.synchronize()`` (the current
   stream is done), then a device-wide synchronize whose host time is the trial's ``leftover_us``: work the call
   left on another stream is still running then. Its minimum over the trials beyond
   ``leftover_limit_us(median)`` means every call leaves work behind (``side_stream_leftover``; the evaluator flags
@@ -20,8 +25,9 @@ Both are timed by the same code with the same :class:`TimingProtocol`, so their 
   counter while timing, see ``integrity.LaunchCounter``);
 * on CPU (``timing_mode = "cpu_wall_interpreter"``) each trial is ``time.perf_counter()`` around the call. With
   ``TRITON_INTERPRET=1`` this measures the Triton *interpreter*: it says nothing about GPU speed;
-* after each call, outside the timed region, ``after_call(out)`` runs (the harness scrubs the output there, see
-  :func:`scrub`, counts Triton launches and checks for tampering).
+* after each call, outside the timed region, ``after_call(out, phase, ms)`` runs (the harness scrubs the output
+  there, see :func:`scrub`, counts Triton launches, checks for tampering and, for answers, reports the trial to the
+  trusted side, which may check its output); ``ms`` is the trial's time (None for warm-up calls).
 
 Paired timing (answers only, ``paired_blocks``): the answer's trials are split into blocks, and the trusted side
 times the eager reference on the same inputs in blocks of the same size, alternating in the order ABBA ABBA ...
@@ -42,6 +48,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Sequence
 
 TIMING_MODES: dict[str, str] = {"cuda": "cuda_events", "cpu": "cpu_wall_interpreter"}
+# Device cycles per microsecond of launch headroom: the SM clock's top (1.98 GHz on an H200) rounded up, so the wait
+# is at least the configured time (longer at lower clocks, which costs nothing: it is outside the window).
+HEADROOM_CYCLES_PER_US = 2000
 
 # Captured at import time; the child imports this module before loading any answer.
 _perf_counter = time.perf_counter
@@ -54,6 +63,7 @@ class TimingProtocol:
     discard_first: int = 1
     l2_flush_mib: int = 256
     no_grad: bool = True
+    launch_headroom_us: float = 0.0  # device-side wait between the flush and the start event (CUDA)
 
     @classmethod
     def for_device(cls, device: str, **overrides: Any) -> "TimingProtocol":
@@ -138,6 +148,7 @@ class Clock:
             self.elapsed_time = torch.cuda.Event.elapsed_time
             self.event_synchronize = torch.cuda.Event.synchronize
             self.zero_ = torch.Tensor.zero_
+            self.sleep = torch.cuda._sleep  # a device-side spin of N cycles (the launch headroom)
             if l2_flush_mib > 0:
                 # Allocated once, before the answer runs; written (not just allocated) before every trial.
                 self._flush_buf = torch.empty(l2_flush_mib * (1 << 20) // 8, dtype=torch.int64, device="cuda")
@@ -153,10 +164,10 @@ class Clock:
         fn: Callable[..., Any],
         args: Sequence[Any],
         protocol: TimingProtocol,
-        after_call: Callable[[Any, str], None] | None = None,
+        after_call: Callable[[Any, str, float | None], None] | None = None,
     ) -> RawTimes:
-        """Time ``fn(*args)`` following ``protocol``; ``after_call(out, phase)`` runs outside the timed region
-        after every call (phase is "warmup" or "trial")."""
+        """Time ``fn(*args)`` following ``protocol``; ``after_call(out, phase, ms)`` runs outside the timed region
+        after every call (phase is "warmup" or "trial"; ms is the trial's time, None for a warm-up call)."""
         torch = self._torch
         raw = RawTimes()
         ctx = torch.no_grad() if protocol.no_grad else _Null()
@@ -168,19 +179,19 @@ class Clock:
                     self.synchronize()
                 raw.warmup_ms.append((self.perf_counter() - h0) * 1e3)
                 if after_call is not None:
-                    after_call(out, "warmup")
+                    after_call(out, "warmup", None)
                 del out
             for i in range(protocol.discard_first + protocol.trials):
                 leftover = None
                 if self.device == "cuda":
-                    ms, host, leftover = self._one_cuda(fn, args, after_call)
+                    ms, host, leftover = self._one_cuda(fn, args, after_call, protocol.launch_headroom_us)
                 else:
                     h0 = self.perf_counter()
                     out = fn(*args)
                     ms = (self.perf_counter() - h0) * 1e3
                     host = ms
                     if after_call is not None:
-                        after_call(out, "trial")
+                        after_call(out, "trial", ms)
                     del out
                 if i < protocol.discard_first:
                     raw.discarded_ms.append(ms)
@@ -191,7 +202,8 @@ class Clock:
                         raw.leftover_us.append(leftover)
         return raw
 
-    def _one_cuda(self, fn: Callable[..., Any], args: Sequence[Any], after_call: Callable[[Any, str], None] | None
+    def _one_cuda(self, fn: Callable[..., Any], args: Sequence[Any],
+                  after_call: Callable[[Any, str, float | None], None] | None, headroom_us: float = 0.0
                   ) -> tuple[float, float, float]:
         """One trial: (event milliseconds, host milliseconds, leftover microseconds). See the module docstring."""
         sync = self.synchronize
@@ -199,6 +211,9 @@ class Clock:
         end = self.Event(enable_timing=True)
         sync()
         self.flush_l2()  # on the current stream, before `start`: outside the window
+        if headroom_us > 0:
+            # GPU cycles at <= 2 GHz (the H200's top SM clock is 1.98 GHz): at least headroom_us of device time.
+            self.sleep(int(headroom_us * HEADROOM_CYCLES_PER_US))
         h0 = self.perf_counter()
         self.record(start)
         out = fn(*args)
@@ -209,7 +224,7 @@ class Clock:
         leftover_us = (self.perf_counter() - h1) * 1e6
         ms = float(self.elapsed_time(start, end))
         if after_call is not None:
-            after_call(out, "trial")
+            after_call(out, "trial", ms)
         return ms, (h1 - h0) * 1e3, leftover_us
 
 

@@ -1,0 +1,117 @@
+"""The trusted side's checks on timed calls (workflow_scripts/evaluation/protocol.py, TimedChecks): a secretly
+chosen set of timed calls has its outputs judged against the reference's on the timing inputs, and every timed
+call's reported time is compared with the interval the trusted side observed around it. Real children, CPU
+interpreter (Triton with TRITON_INTERPRET=1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts.core.statuses import Status
+from workflow_scripts.evaluation import protocol, sandbox
+from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answer
+from workflow_scripts.evaluation.protocol import TimedChecks
+
+HERE = Path(__file__).resolve().parent
+ADD = HERE / "cheats" / "problems" / "1_ElementwiseAdd.py"
+HONEST_ADD = HERE / "cheats" / "answers" / "honest" / "add_triton.py"
+TRITON_ADD = HONEST_ADD.read_text().split("class ModelNew")[0]
+
+# Correct whenever the input values are new; when the same values come back a third time (the timed calls repeat
+# their inputs: KernelBench's loop), it returns zeros after a token launch. The hidden and post-timing checks
+# cannot see it: their inputs are new (the post-timing check even reuses the timed tensors' storage).
+SKIPS_WORK_WHEN_TIMED = TRITON_ADD + '''
+class ModelNew(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = {}
+
+    def forward(self, a, b):
+        key = (a.data_ptr(), float(a.reshape(-1)[0]), float(b.reshape(-1)[-1]))
+        self.seen[key] = self.seen.get(key, 0) + 1
+        if self.seen[key] > 2:
+            triton_add(a[:1], b[:1])
+            return torch.zeros_like(a)
+        return triton_add(a, b)
+'''
+
+# Honest, slow work (a sleep stands for a slow kernel): with the under-reporting child
+# (tests/fixtures/underreporting_child.py) each call claims a hundredth of its time.
+SLOW_ADD = TRITON_ADD + '''
+import time
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        time.sleep(0.5)
+        return triton_add(a, b)
+'''
+
+
+def _config(**overrides) -> EvalConfig:
+    base = dict(device="cpu", run_static=False, timing_trials=4, warmup=1, paired_block=0, timeout_s=240)
+    return EvalConfig(**{**base, **overrides})
+
+
+def test_an_answer_that_skips_work_only_when_timed_is_caught_by_the_timed_output_checks(tmp_path: Path) -> None:
+    answer = tmp_path / "answer.py"
+    answer.write_text(SKIPS_WORK_WHEN_TIMED)
+    res = evaluate_answer(ADD, answer, _config())
+    checks = res.timing_raw["timed_checks"]
+    assert res.status == Status.REJECTED_RUNTIME.value, (res.status, res.flags, res.error)
+    assert "timed_output_mismatch" in res.flags
+    # the correctness trials, the hidden trial and the post-timing check all passed: only the timed calls lied
+    assert all(t["verdict"] == "ok" for t in res.trials), res.trials
+    assert "post_timing_mismatch" not in res.flags and "hidden_input_mismatch" not in res.flags
+    assert checks["mismatches"] >= 1 and "value_mismatch" in checks["detail"]
+
+
+def test_an_honest_answer_has_every_small_timed_output_checked_and_its_times_confirmed(tmp_path: Path) -> None:
+    res = evaluate_answer(ADD, HONEST_ADD, _config())
+    checks = res.timing_raw["timed_checks"]
+    assert res.status == Status.CORRECT.value, (res.status, res.flags, res.error)
+    assert res.flags == []
+    # 4 kept trials + 1 discarded; outputs of 32 KiB: every call is checked
+    assert checks["calls"] == 5 and checks["checked"] == 5 and checks["mismatches"] == 0
+    assert len(checks["observed_ms"]) == 4 and not checks["unconfirmed"]
+    assert all(o >= r for o, r in zip(checks["observed_ms"], checks["reported_ms"]))
+
+
+def test_under_reported_times_do_not_fit_the_intervals_the_trusted_side_observed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    answer = tmp_path / "answer.py"
+    answer.write_text(SLOW_ADD)
+    honest = evaluate_answer(ADD, answer, _config())
+    assert honest.status == Status.CORRECT.value and "timing_unconfirmed" not in honest.flags, honest.flags
+    monkeypatch.setattr(sandbox, "CHILD_MODULE", "tests.fixtures.underreporting_child")
+    res = evaluate_answer(ADD, answer, _config())
+    checks = res.timing_raw["timed_checks"]
+    assert res.status == Status.REJECTED_RUNTIME.value and "timing_unconfirmed" in res.flags, (res.flags, checks)
+    # each call reports about 5 ms of its 500 ms
+    assert checks["excess_ms_median"] > 400 and max(checks["reported_ms"]) < 100
+
+
+def test_timed_output_checks_are_a_secret_sample_bounded_by_bytes() -> None:
+    small = TimedChecks.choose(101, 4096, comparable=True)
+    assert small.chosen == frozenset(range(101))
+    big = TimedChecks.choose(101, protocol.TIMED_CHECK_BYTES // 3, comparable=True)
+    assert len(big.chosen) == 3 and big.chosen <= set(range(101))
+    huge = TimedChecks.choose(101, 4 * protocol.TIMED_CHECK_BYTES, comparable=True)
+    assert len(huge.chosen) == 1  # at least one call per answer
+    draws = {TimedChecks.choose(101, protocol.TIMED_CHECK_BYTES // 3, comparable=True).chosen for _ in range(20)}
+    assert len(draws) > 1  # drawn anew for every answer
+    assert TimedChecks.choose(101, 4096, comparable=False).chosen == frozenset()  # stochastic reference
+
+
+@pytest.mark.parametrize("observed, reported, unconfirmed", [
+    ([1.6, 1.7, 1.5], [1.0, 1.0, 1.0], False),   # an honest trial's overhead
+    ([12.0, 12.5, 11.8], [1.0, 1.0, 1.0], True),  # 11 ms of each call unaccounted for
+    ([0.5, 0.5, 0.5], [1.0, 1.0, 1.0], True),     # reported longer than the interval it happened in
+])
+def test_reported_times_must_fit_the_observed_intervals(observed, reported, unconfirmed) -> None:
+    checks = TimedChecks(frozenset(), True)
+    for o, r in zip(observed, reported):
+        checks.observe(r, o)
+    assert checks.unconfirmed("cuda") is unconfirmed
