@@ -79,7 +79,7 @@ def ours_answer(key: str, tmp: Path) -> Path | None:
 def summarise(result) -> dict:
     checks = (result.timing_raw or {}).get("timed_checks") or {}
     return {"status": result.status, "runtime_ms": result.runtime_ms, "max_abs_diff": result.max_abs_diff,
-            "flags": result.flags, "error": (result.error or "")[:300],
+            "flags": result.flags, "error": (result.error or "")[-1200:],  # the tail holds the exception
             "phases_s": {k: round(v, 3) for k, v in result.phases_s.items()},
             # the trusted side's checks on the timed calls: outputs judged, reported times against observed ones
             "timed_checks": {k: checks.get(k) for k in ("calls", "checked", "mismatches", "comparable",

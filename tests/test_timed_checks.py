@@ -105,13 +105,16 @@ def test_timed_output_checks_are_a_secret_sample_bounded_by_bytes() -> None:
     assert TimedChecks.choose(101, 4096, comparable=False).chosen == frozenset()  # stochastic reference
 
 
-@pytest.mark.parametrize("observed, reported, unconfirmed", [
-    ([1.6, 1.7, 1.5], [1.0, 1.0, 1.0], False),   # an honest trial's overhead
-    ([12.0, 12.5, 11.8], [1.0, 1.0, 1.0], True),  # 11 ms of each call unaccounted for
-    ([0.5, 0.5, 0.5], [1.0, 1.0, 1.0], True),     # reported longer than the interval it happened in
+@pytest.mark.parametrize("observed, reported, output_gib, unconfirmed", [
+    ([1.6, 1.7, 1.5], [1.0, 1.0, 1.0], 0, False),     # an honest trial's overhead (H200: 0.6-1.6 ms)
+    ([12.0, 12.5, 11.8], [1.0, 1.0, 1.0], 0, True),   # 11 ms of each call unaccounted for
+    ([0.5, 0.5, 0.5], [1.0, 1.0, 1.0], 0, True),      # reported longer than the interval it happened in
+    ([6.3, 6.4, 6.2], [3.2, 3.2, 3.2], 6, False),     # a 6 GiB output's scrub lengthens the interval (H200: 2.1 ms)
+    ([6.3, 6.4, 6.2], [3.2, 3.2, 3.2], 0, True),      # the same excess with a small output
+    ([40.0, 41.0, 39.0], [4.0, 4.0, 4.0], 6, True),   # a 10x forged report on a 6 GiB problem
 ])
-def test_reported_times_must_fit_the_observed_intervals(observed, reported, unconfirmed) -> None:
-    checks = TimedChecks(frozenset(), True)
+def test_reported_times_must_fit_the_observed_intervals(observed, reported, output_gib, unconfirmed) -> None:
+    checks = TimedChecks(frozenset(), True, output_gib << 30)
     for o, r in zip(observed, reported):
         checks.observe(r, o)
     assert checks.unconfirmed("cuda") is unconfirmed

@@ -602,8 +602,8 @@ class _Evaluation:
                     checks.judged(verdict, detail)
                 else:
                     return om
+            replied = time.monotonic()  # before the reply: the next call cannot start earlier
             ans.send("next")
-            replied = time.monotonic()
 
     def reference_ms(self) -> float | None:
         """The slowest forward of the reference so far (what the watchdog scales with)."""
@@ -908,6 +908,7 @@ class ProblemEvaluator:
                 results.append(_verdict(cfg, ev, static, self.phases))
             finally:
                 slot.close()
+                self.reference.release_cached_memory()
                 if self.lease is not None:
                     self.lease.downgrade()
         return results

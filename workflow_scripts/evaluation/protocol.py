@@ -15,10 +15,12 @@ from workflow_scripts.core.statuses import Status, is_integrity_flag
 # bytes, else a secret sample of that many bytes' worth, and always at least one call per answer.
 TIMED_CHECK_BYTES = 1 << 30
 # How much longer than its reported time a timed call's interval, as the trusted side observes it, may be (median
-# over the calls): (milliseconds, share of the reported time), per device. The interval holds the whole trial
-# (synchronize, L2 flush, launch headroom, the window, the scrub and the harness's checks, two messages); on the
-# CPU the interpreter's harness work is slower and noisier. Calibrated on honest answers (bench/NOTES.md).
-TIMING_EXCESS_LIMIT: dict[str, tuple[float, float]] = {"cuda": (2.0, 0.10), "cpu": (250.0, 0.5)}
+# over the calls): (milliseconds, share of the reported time, milliseconds per GiB of output), per device. The
+# interval holds the whole trial (synchronize, L2 flush, launch headroom, the window, the output's scrub and the
+# harness's checks, two messages); on the CPU the interpreter's harness work is slower and noisier. Measured on
+# honest answers on an H200 (bench/NOTES.md, sixth session): 0.61-1.58 ms on 120 problems with outputs under
+# 1 GiB, 1.8-2.1 ms with 6.4 GB outputs.
+TIMING_EXCESS_LIMIT: dict[str, tuple[float, float, float]] = {"cuda": (2.0, 0.25, 0.5), "cpu": (250.0, 0.5, 500.0)}
 # The reported time may exceed the observed interval by no more than this (ms, share): clocks of two processes.
 TIMING_DEFICIT_LIMIT = (0.05, 0.01)
 
@@ -32,6 +34,7 @@ class TimedChecks:
 
     chosen: frozenset[int]  # call numbers over the whole timing, discarded calls included
     comparable: bool  # False: the reference's forward is stochastic, so outputs are not compared
+    output_bytes: int = 0  # the reference's outputs: scrubbing and checking them lengthens each interval
     calls: int = 0
     checked: int = 0
     mismatches: int = 0
@@ -42,9 +45,9 @@ class TimedChecks:
     @classmethod
     def choose(cls, calls: int, output_bytes: int, comparable: bool) -> "TimedChecks":
         if not comparable or calls <= 0:
-            return cls(frozenset(), comparable)
+            return cls(frozenset(), comparable, output_bytes)
         k = min(calls, max(1, TIMED_CHECK_BYTES // max(1, output_bytes)))
-        return cls(frozenset(secrets.SystemRandom().sample(range(calls), k)), comparable)
+        return cls(frozenset(secrets.SystemRandom().sample(range(calls), k)), comparable, output_bytes)
 
     def take(self) -> bool:
         """Whether the call that just ended is checked (called once per timed call, in order)."""
@@ -70,21 +73,27 @@ class TimedChecks:
             return None
         return statistics.median(o - r for o, r in zip(self.observed_ms, self.reported_ms))
 
+    def excess_limit_ms(self, device: str) -> float:
+        if not self.reported_ms:
+            return float("inf")
+        abs_ms, share, per_gib = TIMING_EXCESS_LIMIT[device]
+        return abs_ms + share * statistics.median(self.reported_ms) + per_gib * self.output_bytes / (1 << 30)
+
     def unconfirmed(self, device: str) -> bool:
         """The reported times do not fit the observed intervals: far shorter (beyond TIMING_EXCESS_LIMIT) or
         longer than the intervals they happened in."""
         excess = self.excess_ms()
         if excess is None:
             return False
-        reported = statistics.median(self.reported_ms)
-        abs_ms, share = TIMING_EXCESS_LIMIT[device]
         deficit_ms, deficit_share = TIMING_DEFICIT_LIMIT
-        return excess > abs_ms + share * reported or -excess > deficit_ms + deficit_share * reported
+        too_short = excess > self.excess_limit_ms(device)
+        return too_short or -excess > deficit_ms + deficit_share * statistics.median(self.reported_ms)
 
     def to_dict(self, device: str) -> dict[str, Any]:
         return {"calls": self.calls, "checked": self.checked, "mismatches": self.mismatches,
                 "comparable": self.comparable, "detail": self.detail, "excess_ms_median": self.excess_ms(),
-                "excess_limit_ms": list(TIMING_EXCESS_LIMIT[device]), "unconfirmed": self.unconfirmed(device),
+                "excess_limit_ms": self.excess_limit_ms(device) if self.reported_ms else None,
+                "unconfirmed": self.unconfirmed(device),
                 "observed_ms": self.observed_ms, "reported_ms": self.reported_ms}
 
 KERNELBENCH_SEED = 42

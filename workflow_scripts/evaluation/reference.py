@@ -34,6 +34,10 @@ from workflow_scripts.evaluation.transport import Area, Slot, TransportError, te
 DEVICE_OUTPUT_SHARE = 0.3
 # Seeded inputs at least this large per trial are built by helper processes in parallel (reference_inputs).
 PARALLEL_INPUTS_MIN_BYTES = 256 << 20
+# Outputs at least this large: the reference's timing outputs wait on the host, and the memory this side cached for
+# judging an answer is given back to the device after it (release_cached_memory), so the next answer's process
+# finds room for its multi-GB inputs and outputs.
+LARGE_OUTPUT_BYTES = 1 << 30
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -160,8 +164,9 @@ class ReferenceSide:
             trial = self._forward(inputs, "timing", self.timing_seed, "timing", self.timing_entries)
             again = self._forward(inputs, "timing", self.timing_seed ^ 1, "timing", self.timing_entries)
             if compare_outputs(trial.outputs, again.outputs, atol, rtol)[0] == "ok":
-                if self.seeded and self.seeded[0].outputs and self.seeded[0].outputs[0].device.type == "cpu":
-                    trial.outputs = [o.cpu() for o in trial.outputs]  # large outputs wait on the host
+                if tensor_bytes(trial.outputs) >= LARGE_OUTPUT_BYTES:
+                    # Checked once or a few times per answer: on the host, so the GPU keeps room for answers.
+                    trial.outputs = [o.cpu() for o in trial.outputs]
                 self.timing_trial = trial
             del again
             if self.device_kind == "cuda":
@@ -299,6 +304,11 @@ class ReferenceSide:
 
     def output_capacity(self) -> int:
         return max(self.output_bytes, 1)
+
+    def release_cached_memory(self) -> None:
+        """After an answer to a problem with large outputs: the device memory cached for judging it goes back."""
+        if self.device_kind == "cuda" and self.output_bytes >= LARGE_OUTPUT_BYTES:
+            self.torch.cuda.empty_cache()
 
     def close(self) -> None:
         for area in self.areas.values():
