@@ -115,7 +115,8 @@ class RunFacts:
         text = f"Timing: {TIMING_MEANINGS.get(mode, mode)}"
         ev = self.evaluation
         if "timing_trials" in ev and "warmup" in ev:
-            text += f"; mean of {ev['timing_trials']} timed calls after {ev['warmup']} warm-up calls"
+            calls = "call" if ev["warmup"] == 1 else "calls"
+            text += f"; mean of {ev['timing_trials']} timed calls after {ev['warmup']} warm-up {calls}"
         return text
 
     def footnote(self, *, timing: bool = True, bootstrap: bool = False) -> str:
@@ -235,6 +236,13 @@ def _linestyle(i: int) -> str:
     return ("-", "--", "-.", ":")[(i // 10) % 4]
 
 
+def _speedup_tick(value: float, _position: float) -> str:
+    """Log-axis labels: plain numbers near 1x, where the thresholds are; powers of ten beyond."""
+    if 0.01 <= value <= 100:
+        return f"{value:g}"
+    return f"$10^{{{round(math.log10(value))}}}$"
+
+
 def _level_title(level: str) -> str:
     return "all levels" if level == "overall" else f"level {level}"
 
@@ -281,7 +289,7 @@ def fast_p_figures(rows: pd.DataFrame, summary: Mapping[str, Any], facts: RunFac
             ax.set_xscale(axis.scale)
             ax.set_xlim(*axis.limits)
             if axis.scale == "log":
-                ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+                ax.xaxis.set_major_formatter(FuncFormatter(_speedup_tick))
             ax.set_title(f"{_level_title(level)}: vs {baseline_name}")
             scale_note = ", log scale" if axis.scale == "log" else ""
             ax.set_xlabel(f"speedup threshold p (x {baseline_name}{scale_note})")
@@ -325,6 +333,8 @@ def bootstrap_forest_figure(summary: Mapping[str, Any], facts: RunFacts) -> plt.
         ax.set_title(METRIC_TITLES.get(metric, metric))
         ax.set_xlabel(f"difference to {reference} (percentage points)")
         ax.margins(x=0.25)
+        if float(highs.max() - lows.min()) < 1.0:  # no difference anywhere: a readable axis, not 1e-17 noise
+            ax.set_xlim(-5.0, 5.0)
     axes[0][0].set_yticks(y, models)
     axes[0][0].set_ylabel("model")
     _finish(fig, f"Paired bootstrap against {reference}: difference in percentage points "
@@ -346,14 +356,17 @@ def level_strategy_figure(summary: Mapping[str, Any], facts: RunFacts) -> plt.Fi
         ax.bar(x, pure, color="tab:green", label="pure Triton (no PyTorch op kept)")
         ax.bar(x, hybrid, bottom=pure, color="tab:orange", label="hybrid (keeps a PyTorch op)")
         ax.set_xticks(x, models, rotation=60, ha="right")
-        ax.set_title(f"level {level} (n = {facts.problems[level]} problems): how the fast answers are built")
+        ax.set_title(f"level {level} (n = {facts.problems[level]} problems)")
         ax.set_xlabel("model")
         ax.set_ylabel("answers correct, > 1x eager, unflagged")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts of answers
-        ax.set_ylim(0, max(1.0, float((pure + hybrid).max()) * 1.1))
+        ax.set_ylim(0, max(1.0, float((pure + hybrid).max()) * 1.15))
+        if not (pure + hybrid).any():
+            ax.text(0.5, 0.5, "no answer is correct, faster than eager\nand unflagged at this level",
+                    transform=ax.transAxes, ha="center", va="center", color="dimgrey")
     axes[0][0].legend(loc="upper left")
-    _finish(fig, f"Strategy split of the eager-fast unflagged answers ({facts.n_text()})\n"
-                 "(static check: forward() keeps a PyTorch op)", facts.footnote())
+    _finish(fig, "Strategy split of the eager-fast unflagged answers\n"
+                 f"({facts.n_text()}; static check: forward() keeps a PyTorch op)", facts.footnote())
     return fig
 
 
