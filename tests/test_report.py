@@ -143,9 +143,13 @@ def report_html(demo_run: Path) -> Path:
 
 
 def embedded(page: str, name: str) -> Any:
-    """A JavaScript value the report embeds as JSON (var <name> = ...;)."""
-    start = page.index(f"var {name} = ") + len(f"var {name} = ")
-    return json.JSONDecoder().raw_decode(page, start)[0]
+    """A value the report embeds as JSON (var <name> = ...;), not a bundled library's variable of that name."""
+    for found in re.finditer(rf'var {name} = (?=[{{\["])', page):
+        try:
+            return json.JSONDecoder().raw_decode(page, found.end())[0]
+        except json.JSONDecodeError:
+            continue
+    raise AssertionError(f"the report embeds no JSON value {name}")
 
 
 def reported_files(work: Path) -> dict[str, str]:
