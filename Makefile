@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TRITON_INTERPRET ?= 1
 
-.PHONY: demo test lint venv vllm-venv sandbox-tools bench verify clean-results wheelhouse
+.PHONY: demo test lint venv vllm-venv sandbox-tools browser bench verify clean-results wheelhouse
 
 ## venv: the pinned environment (requirements/lock.txt, consistent with pyproject.toml)
 venv: $(STAMP)
@@ -44,8 +44,16 @@ sandbox-tools:
 	  else echo "WARNING: bubblewrap is missing and cannot be installed here (not root or no apt-get):" \
 	    "the evaluation sandbox falls back to unshare" >&2; fi; }
 
+## browser: Debian's chromium for the report test (apt, as root, only when missing); without it that test skips
+browser:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "WARNING: chromium is missing and cannot be installed here (not root or no apt-get):" \
+	    "tests/test_report.py skips its browser check" >&2; fi; }
+
 ## test: the linter, then the test suite (CPU; GPU-only tests skip)
-test: venv vllm-venv lint sandbox-tools
+test: venv vllm-venv lint sandbox-tools browser
 	$(BIN)/python -m pytest -q -rs
 	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -rs tests/test_generate_vllm.py
 

@@ -9,6 +9,10 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
+# `snakemake --report report.html` after a run: this description, then the items marked report() (rules/report.smk).
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/problems.smk"
 include: "rules/generation.smk"

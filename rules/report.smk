@@ -1,4 +1,40 @@
 # Stages 8-9: the per-problem rows, then the published-schema summary, tables, markdown and figures.
+# What reviewers read is marked report() (`snakemake --report report.html` after a run): captions in report/*.rst
+# state n, the protocol and the timing mode from the run's configuration; labels give each item's n.
+from collections import Counter
+
+from workflow_scripts.core.layout import BOOTSTRAP_FIGURE, CORRECT_FIGURE, FAST_P_FIGURE, STRATEGY_FIGURE
+
+# Each item's n (the problems the DAG is built on; the models), shown as label columns.
+_PER_LEVEL = Counter(str(level) for level, _ in PROBLEMS or {})
+_ALL_LEVELS = ", ".join(f"level {level}: {n}" for level, n in sorted(_PER_LEVEL.items()))
+REPORT_N = {"problems": f"{sum(_PER_LEVEL.values())} ({_ALL_LEVELS})", "models": len(MODELS)}
+# Figure stem -> caption file in report/, subcategory, labels. A per-level figure names its n in the figure label:
+# the report shows a label with two values, each on half the items, as a toggle, and only when there is one such
+# label (here the format: PNG or SVG).
+REPORTED_FIGURES = {
+    FAST_P_FIGURE.format(level=level): (
+        "fast_p", "Speed (fast_p)", {"figure": f"fast_p, level {level} ({n} problems)", "models": len(MODELS)}
+    )
+    for level, n in _PER_LEVEL.items()
+} | {
+    BOOTSTRAP_FIGURE: (
+        "bootstrap_forest", "Paired bootstrap", {"figure": "paired bootstrap vs the reference", **REPORT_N}
+    ),
+    STRATEGY_FIGURE: ("level2_strategy", "Strategy split", {"figure": "pure Triton vs hybrid", **REPORT_N}),
+    CORRECT_FIGURE: ("correct_compiled", "Correctness", {"figure": "compiled and correct", **REPORT_N}),
+}
+# report() arguments of every figure file.
+FIGURE_REPORTS = {
+    path: {
+        "caption": f"../report/{caption}.rst",
+        "category": "Figures",
+        "subcategory": subcategory,
+        "labels": {**labels, "format": Path(path).suffix.lstrip(".").upper()},
+    }
+    for path in summary_figures()
+    for caption, subcategory, labels in [REPORTED_FIGURES[Path(path).stem]]
+}
 
 
 rule collect:
@@ -9,8 +45,10 @@ rule collect:
         evaluations=[f for model in MODELS for f in evaluation_files(model)],
         baselines=baseline_files(),
     output:
-        rows=LAYOUT.rows(),
-        flags=LAYOUT.flags(),
+        rows=report(LAYOUT.rows(), caption="../report/evaluations.rst", category="Tables",
+                    labels={"table": "per-problem rows", **REPORT_N}),
+        flags=report(LAYOUT.flags(), caption="../report/flags.rst", category="Tables",
+                     labels={"table": "review flags and rejections", **REPORT_N}),
     params:
         settings=as_params({"models": MODELS}),
         results=results_root,
@@ -32,11 +70,15 @@ rule summary:
         rows=LAYOUT.rows(),
         environment=LAYOUT.environment(DEVICE),
     output:
-        json=LAYOUT.summary_json(),
-        markdown=LAYOUT.summary_markdown(),
-        levels=LAYOUT.table("levels"),
-        bootstrap=LAYOUT.table("bootstrap"),
-        figures=summary_figures(),
+        json=report(LAYOUT.summary_json(), caption="../report/summary_json.rst", category="Summary",
+                    labels={"file": "summary (published schema)", **REPORT_N}),
+        markdown=report(LAYOUT.summary_markdown(), caption="../report/summary_markdown.rst", category="Summary",
+                        labels={"file": "headline table", **REPORT_N}),
+        levels=report(LAYOUT.table("levels"), caption="../report/levels.rst", category="Tables",
+                      labels={"table": "counts per model and level", **REPORT_N}),
+        bootstrap=report(LAYOUT.table("bootstrap"), caption="../report/bootstrap.rst", category="Tables",
+                         labels={"table": "paired bootstrap", **REPORT_N}),
+        figures=[report(path, **FIGURE_REPORTS[path]) for path in summary_figures()],
     params:
         settings=as_params({
             "models": config["models"], "model_order": MODELS, "summary": config["summary"],

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import matplotlib.image as mpimg
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,6 +20,7 @@ import pytest
 from workflow_scripts.core.layout import figure_names
 from workflow_scripts.scoring import figures as fg
 from workflow_scripts.scoring import summary as sm
+
 REPO = Path(__file__).resolve().parents[1]
 # The figure names the workflow declares as outputs (core/layout.py): the figures module must draw exactly these.
 STEMS = tuple(figure_names([1, 2]))
@@ -138,3 +142,169 @@ def test_cli(tmp_path: Path, via: str) -> None:
     assert all((out_dir / name).read_bytes() == data for name, data in direct.items())
     if via == "summarize":
         assert json.loads((tmp_path / "s.json").read_text())["models"]["b"]["levels"]["overall"]["n"] == 10
+
+
+# ------------------------------------------------------------------------ what a reader needs to trust a figure
+
+CPU_SETTINGS = {"device": "cpu", "correctness_trials": 5, "atol": 1e-4, "rtol": 1e-4, "timing_trials": 6, "warmup": 1}
+CUDA_SETTINGS = {**CPU_SETTINGS, "device": "cuda", "timing_trials": 100, "warmup": 3}
+
+
+def summary_with_settings(frame: pd.DataFrame, evaluation: dict[str, Any] | None) -> dict[str, Any]:
+    """The summary as the workflow's summary stage writes it: the run's settings in benchmark.settings."""
+    reference = str(frame["model"].iloc[0])
+    settings = {"evaluation": evaluation, "bootstrap": {"reference": reference, "resamples": 200, "seed": 42}}
+    context = sm.parse_context({"benchmark": {"settings": settings}} if evaluation is not None else None)
+    return sm.summarize(frame, reference=reference, resamples=200, context=context)
+
+
+def drawn(frame: pd.DataFrame, summary: dict[str, Any]) -> dict[str, Any]:
+    with matplotlib.rc_context(fg.RC):
+        return fg.draw_figures(frame, summary)
+
+
+def all_text(fig: Any) -> str:
+    """Every piece of text a reader sees: suptitle, figure texts (the footnote), panel titles and axis labels."""
+    parts = [fig.get_suptitle(), *(t.get_text() for t in fig.texts)]
+    for ax in fig.axes:
+        parts += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]
+    return "\n".join(parts).replace("\n", " ")
+
+
+def spread_rows(low: float, high: float) -> pd.DataFrame:
+    """rows() with the correct answers' eager speedups spread geometrically from ``low`` to ``high``."""
+    frame = rows()
+    correct = frame["correct"].to_numpy()
+    speeds = np.geomspace(low, high, int(correct.sum()))
+    frame.loc[correct, "speedup_eager"] = speeds
+    frame.loc[correct, "speedup_compile"] = speeds / 2
+    return frame
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def test_fast_p_axis_is_logarithmic_when_speedups_span_decades() -> None:
+    # Interpreter timings on the CPU: answers 1000x slower than eager, up to a few times faster.
+    frame = spread_rows(0.001, 4.0)
+    figures = drawn(frame, summary_with_settings(frame, CPU_SETTINGS))
+    for level in (1, 2):
+        for ax in figures[f"fast_p_level{level}"].axes:
+            assert ax.get_xscale() == "log"
+            low, high = ax.get_xlim()
+            assert low <= 0.001 < 4.0 < high  # every speedup is on the axis
+            assert "log scale" in ax.get_xlabel()
+    # On the log axis the curves still start at the share of correct, timed answers (nothing hides left of it).
+    level1 = frame[(frame.level == 1) & (frame.model == "b")]
+    start = 100 * level1["correct"].sum() / len(level1)
+    eager_panel = figures["fast_p_level1"].axes[0]
+    line = next(ln for ln in eager_panel.get_lines() if ln.get_label() == "b")
+    assert line.get_ydata()[0] == pytest.approx(start)
+
+
+def test_fast_p_axis_stays_linear_within_a_decade_and_reaches_the_fastest() -> None:
+    frame = spread_rows(1.0, 4.6)  # with the compile speedups (half) less than a decade: linear from 0, past 4.6
+    figures = drawn(frame, summary_with_settings(frame, CUDA_SETTINGS))
+    for ax in figures["fast_p_level1"].axes:
+        assert ax.get_xscale() == "linear"
+        low, high = ax.get_xlim()
+        assert low == 0.0 and high > 4.6
+
+
+def test_speedup_axis_grid_holds_every_speedup_and_threshold() -> None:
+    frame = spread_rows(0.001, 40.0)
+    outcomes = sm.outcomes_by_model(sm.normalize_rows(frame))
+    axis = fg.speedup_axis(outcomes)
+    observed = pd.concat([frame.loc[frame.correct, "speedup_eager"], frame.loc[frame.correct, "speedup_compile"]])
+    assert axis.scale == "log"
+    assert set(observed.round(12)) <= set(np.round(axis.grid, 12))  # exact steps: each speedup is a grid point
+    assert {1.0, 1.5, 2.0} <= set(axis.grid)
+    assert axis.limits == (0.0001, 100.0)  # whole decades around 0.0005 .. 40
+
+
+def test_strategy_counts_have_integer_ticks() -> None:
+    frame = rows()  # at most 4 fast answers per model and level: matplotlib's default ticks would be 0.5 apart
+    figures = drawn(frame, summary_with_settings(frame, CPU_SETTINGS))
+    for ax in figures["level2_strategy"].axes:
+        low, high = ax.get_ylim()
+        ticks = [t for t in ax.get_yticks() if low <= t <= high]
+        assert len(ticks) >= 2
+        assert all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_every_figure_states_n_protocol_and_cpu_interpreter_timing() -> None:
+    frame = rows().assign(timing_mode="cpu_wall_interpreter")
+    figures = drawn(frame, summary_with_settings(frame, CPU_SETTINGS))
+    assert sorted(figures) == sorted(STEMS)
+    for stem, fig in figures.items():
+        text = all_text(fig)
+        assert "n = 10 problems (level 1: 6, level 2: 4), 3 models" in text, stem
+        assert "5 seeded inputs, atol = 0.0001, rtol = 0.0001" in text, stem
+        assert "Triton's interpreter" in text and "say nothing about GPU speed" in text, stem
+        assert "mean of 6 timed calls after 1 warm-up" in text, stem
+    assert "n = 6 problems, 3 models" in all_text(figures["fast_p_level1"])
+    assert "n = 4 problems, 3 models" in all_text(figures["fast_p_level2"])
+    assert "200 paired resamples of the problems, seed 42" in all_text(figures["bootstrap_forest"])
+
+
+def test_figures_state_cuda_event_timing() -> None:
+    frame = rows().assign(timing_mode="cuda_events")
+    figures = drawn(frame, summary_with_settings(frame, CUDA_SETTINGS))
+    for stem, fig in figures.items():
+        text = all_text(fig)
+        assert "CUDA events on the GPU" in text and "mean of 100 timed calls after 3 warm-up" in text, stem
+        assert "interpreter" not in text, stem
+
+
+def test_timing_mode_is_what_the_rows_recorded() -> None:
+    frame = rows()
+    summary = summary_with_settings(frame, CPU_SETTINGS)
+    # No timing_mode column (rows from elsewhere): the configured device decides.
+    assert fg.run_facts(frame, summary).timing_modes == ("cpu_wall_interpreter",)
+    # The evaluations' own record wins over the configuration.
+    assert fg.run_facts(frame.assign(timing_mode="cuda_events"), summary).timing_modes == ("cuda_events",)
+    mixed = frame.assign(timing_mode=["cuda_events", "cpu_wall_interpreter"] * (len(frame) // 2))
+    assert "MIXED modes" in fg.run_facts(mixed, summary).timing_text()
+    # Neither rows nor settings say: the figure says so rather than guess.
+    bare = fg.run_facts(frame, sm.summarize(frame, reference="a", resamples=10))
+    assert bare.timing_text() == "Timing mode: not recorded"
+    assert bare.correctness_text() == "Correctness protocol: not recorded in the summary"
+
+
+def study_rows(seed: int = 0) -> pd.DataFrame:
+    """Study-sized synthetic rows: 15 models x 200 problems (2 levels), speedups log-normal over decades."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for m in range(15):
+        for level in (1, 2):
+            for pid in range(1, 101):
+                correct = bool(rng.random() < 0.2 + 0.04 * m)
+                speed = float(np.exp(rng.normal(-0.7, 1.3))) if correct else None
+                out.append({
+                    "model": f"model_{m:02d}", "level": level, "problem_id": pid, "problem": f"P{pid}",
+                    "compiled": correct or bool(rng.random() < 0.8), "correct": correct, "speedup_eager": speed,
+                    "speedup_compile": None if speed is None else speed * float(np.exp(rng.normal(-0.3, 0.8))),
+                    "keeps_torch_op": bool(rng.random() < 0.4), "completion_tokens": None,
+                    "timing_mode": "cuda_events",
+                })
+    return pd.DataFrame(out)
+
+
+def test_study_sized_figures(tmp_path: Path) -> None:
+    frame = study_rows()
+    summary = summary_with_settings(frame, CUDA_SETTINGS)
+    figures = drawn(frame, summary)
+    fast_p = figures["fast_p_level1"]
+    assert all(ax.get_xscale() == "log" for ax in fast_p.axes)
+    assert len(fast_p.legends[0].get_texts()) == 15
+    assert "n = 100 problems, 15 models" in all_text(fast_p)
+    assert "n = 200 problems (level 1: 100, level 2: 100), 15 models" in all_text(figures["correct_compiled"])
+    for ax in figures["level2_strategy"].axes:
+        assert all(float(t).is_integer() for t in ax.get_yticks())
+    # They save, and the layout fits the 15-model legend and the footnote (tight_layout warns when it cannot).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(fg.make_figures(frame, summary, tmp_path)) == 2 * len(STEMS)

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKFLOW_PARTS = ["Snakefile", "rules", "schemas", "workflow_scripts", "profiles", "envs", "demo", "config.yaml", "config"]
+WORKFLOW_PARTS = ["Snakefile", "rules", "report", "schemas", "workflow_scripts", "profiles", "envs", "demo", "config.yaml", "config"]
 
 
 def copy_workflow(dest: Path, root: Path = ROOT) -> Path:
