@@ -80,7 +80,9 @@ rule summary:
                          labels={"table": "paired bootstrap", **REPORT_N}),
         figures=[report(path, **FIGURE_REPORTS[path]) for path in summary_figures()],
     params:
-        settings=as_params({
+        # A function, so that Snakemake does not read braces in the settings (a CLI model's command template,
+        # "--model {model}") as wildcards.
+        settings=lambda wildcards: as_params({
             "models": config["models"], "model_order": MODELS, "summary": config["summary"],
             "evaluation": EVAL, "suite": config["suite"], "prompt": config["prompt"],
             "baselines": config["baselines"],
