@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TRITON_INTERPRET ?= 1
 
-.PHONY: demo test lint venv vllm-venv sandbox-tools bench verify clean-results wheelhouse
+.PHONY: demo test lint venv vllm-venv sandbox-tools slurm-tools bench verify clean-results wheelhouse
 
 ## venv: the pinned environment (requirements/lock.txt, consistent with pyproject.toml)
 venv: $(STAMP)
@@ -44,8 +44,18 @@ sandbox-tools:
 	  else echo "WARNING: bubblewrap is missing and cannot be installed here (not root or no apt-get):" \
 	    "the evaluation sandbox falls back to unshare" >&2; fi; }
 
+## slurm-tools: Slurm (slurmctld, slurmd, the client commands) and munge for the single-node cluster that
+## tests/test_slurm.py starts (apt, as root, only when missing; the test skips, saying so, where they are missing).
+SLURM_COMMANDS := munged slurmctld slurmd sbatch squeue sinfo scontrol scancel
+slurm-tools:
+	@for c in $(SLURM_COMMANDS); do command -v $$c >/dev/null || missing=1; done; [ -z "$$missing" ] || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; \
+	  else echo "WARNING: Slurm/munge are missing and cannot be installed here (not root or no apt-get):" \
+	    "tests/test_slurm.py skips its cluster test" >&2; fi; }
+
 ## test: the linter, then the test suite (CPU; GPU-only tests skip)
-test: venv vllm-venv lint sandbox-tools
+test: venv vllm-venv lint sandbox-tools slurm-tools
 	$(BIN)/python -m pytest -q -rs
 	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -rs tests/test_generate_vllm.py
 
