@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TRITON_INTERPRET ?= 1
 
-.PHONY: demo test lint venv vllm-venv sandbox-tools browser bench verify clean-results wheelhouse
+.PHONY: demo test lint venv vllm-venv sandbox-tools slurm-tools browser bench verify clean-results wheelhouse
 
 ## venv: the pinned environment (requirements/lock.txt, consistent with pyproject.toml)
 venv: $(STAMP)
@@ -35,25 +35,31 @@ lint: venv
 	$(BIN)/snakemake --lint
 	$(BIN)/snakemake --lint --configfile config/study.yaml
 
-## sandbox-tools: bubblewrap for the evaluation sandbox (apt, as root, only when missing). Without it the
-## evaluator falls back to unshare, a weaker level, and says so in every result.
-sandbox-tools:
-	@command -v bwrap >/dev/null || { \
+# $(call apt_tools,COMMANDS,PACKAGES,APT OPTIONS,WITHOUT THEM): Debian's PACKAGES installed with apt (as root) only
+# when one of COMMANDS is missing; where they cannot be installed, a warning says what is lost.
+define apt_tools
+	@for c in $(1); do command -v $$c >/dev/null || missing=1; done; [ -z "$$missing" ] || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
-	  else echo "WARNING: bubblewrap is missing and cannot be installed here (not root or no apt-get):" \
-	    "the evaluation sandbox falls back to unshare" >&2; fi; }
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(3) $(2); \
+	  else echo "WARNING: $(2) missing and cannot be installed here (not root or no apt-get): $(4)" >&2; fi; }
+endef
 
-## browser: Debian's chromium for the report test (apt, as root, only when missing); without it that test skips
+## sandbox-tools: bubblewrap for the evaluation sandbox. Without it the evaluator falls back to unshare, a weaker
+## level, and says so in every result.
+sandbox-tools:
+	$(call apt_tools,bwrap,bubblewrap,,the evaluation sandbox falls back to unshare)
+
+## slurm-tools: Slurm (slurmctld, slurmd, the client commands) and munge for the single-node cluster that
+## tests/test_slurm.py starts (the test skips, saying so, where they are missing).
+slurm-tools:
+	$(call apt_tools,munged slurmctld slurmd sbatch squeue sinfo scontrol scancel,slurm-wlm munge,--no-install-recommends,tests/test_slurm.py skips its cluster test)
+
+## browser: Debian's chromium for the report test; without it that test skips its browser check
 browser:
-	@command -v chromium >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
-	  else echo "WARNING: chromium is missing and cannot be installed here (not root or no apt-get):" \
-	    "tests/test_report.py skips its browser check" >&2; fi; }
+	$(call apt_tools,chromium,chromium,,tests/test_report.py skips its browser check)
 
 ## test: the linter, then the test suite (CPU; GPU-only tests skip)
-test: venv vllm-venv lint sandbox-tools browser
+test: venv vllm-venv lint sandbox-tools slurm-tools browser
 	$(BIN)/python -m pytest -q -rs
 	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -rs tests/test_generate_vllm.py
 

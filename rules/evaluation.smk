@@ -15,7 +15,7 @@ rule environment:
     resources:
         mem_mb=2000,
     conda:
-        "../envs/evaluation.yaml"
+        f"../envs/evaluation-{DEVICE}.yaml"
     shell:
         "python -m workflow_scripts.stages.environment --params {params.settings:q} --out {output:q} > {log} 2>&1"
 
@@ -41,7 +41,7 @@ rule baseline:
         runtime=2 * int(config["baselines"]["timeout_s"] // 60) + 10,
         **gpu_resources(),
     conda:
-        "../envs/evaluation.yaml"
+        f"../envs/evaluation-{DEVICE}.yaml"
     shell:
         "python -m workflow_scripts.stages.baseline --params {params.settings:q} --problem {input.problem:q}"
         " --environment {input.environment:q} --out {output:q} --store {params.store:q}"
@@ -79,7 +79,7 @@ rule evaluate:
         runtime=int(EVAL["timeout_s"] // 60) + 10,
         **gpu_resources(),
     conda:
-        "../envs/evaluation.yaml"
+        f"../envs/evaluation-{DEVICE}.yaml"
     shell:
         "python -m workflow_scripts.stages.evaluate --params {params.settings:q} --answers {params.answers}"
         " --companions {params.companions} --problem {input.problem:q} --environment {input.environment:q} --out {params.out}"

@@ -45,7 +45,7 @@ rule completions_cli:
     resources:
         mem_mb=2000,
     conda:
-        "../envs/generation.yaml"
+        "../envs/analysis.yaml"
     shell:
         "python -m workflow_scripts.stages.completions_cli --params {params.settings:q}"
         " --prompts {input.prompts:q} --cache {params.cache:q} --out-dir {params.out_dir:q} > {log} 2>&1"
@@ -71,7 +71,7 @@ for _index, (_base, _names) in enumerate(VLLM_ENGINES):
             mem_mb=32000,
             **gpu_resources(),
         conda:
-            "../envs/generation.yaml"
+            f"../envs/generation-{DEVICE}.yaml"
         shell:
             "python -m workflow_scripts.stages.completions_vllm --params {params.settings:q}"
             " --prompts {input.prompts:q} --cache {params.cache:q} --out-dir {params.out_dir:q} > {log} 2>&1"
