@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     def compute(out: dict[str, Path]) -> None:
         frame = extract_answers(read_jsonl(args.completions), pd.read_parquet(args.problems), params.require_triton)
         frame["model"] = params.model
-        write_parquet(out["parquet"], frame)
+        write_parquet(out["parquet"], frame, "answers")
 
     Store(args.store).build({"parquet": args.out}, STAGE, code_version(__spec__.name), vars(params), inputs, compute)
     return 0

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args, params = parse_stage_args(parser, Params, argv)
 
     def compute(out: dict[str, Path]) -> None:
-        write_parquet(out["parquet"], analyze_answers(pd.read_parquet(args.answers)))
+        write_parquet(out["parquet"], analyze_answers(pd.read_parquet(args.answers)), "static")
 
     Store(args.store).build({"parquet": args.out}, STAGE, code_version(__spec__.name), vars(params),
                             {"answers": sha256_file(args.answers)}, compute)

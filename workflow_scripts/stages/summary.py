@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         atomic_write_text(out["json"], dumps_summary(summary))
         atomic_write_text(out["markdown"], markdown_table(summary))
-        write_parquet(out["levels"], levels_table(summary))
-        write_parquet(out["bootstrap"], bootstrap_table(summary))
+        write_parquet(out["levels"], levels_table(summary, rows), "levels")
+        write_parquet(out["bootstrap"], bootstrap_table(summary), "bootstrap")
         made = {path.name: path for path in make_figures(rows, summary, out["json"].parent / "figures")}
         for name in figures:
             if name not in made:
