@@ -22,17 +22,14 @@ def configuration(files: list[str]) -> dict:
     return merged
 
 
-def test_every_configuration_has_its_own_results_folder() -> None:
+def test_every_configuration_has_its_own_results_folder_and_store() -> None:
     folders = {name: PurePosixPath(configuration(files)["results_dir"]) for name, files in CONFIGURATIONS.items()}
     assert len(set(folders.values())) == len(folders), folders
     for name, folder in folders.items():
         assert folder.parent == PurePosixPath("results"), (name, folder)  # results/<configuration>
         for other, elsewhere in folders.items():
             assert other == name or folder not in elsewhere.parents, (name, other)  # none nested in another
-
-
-def test_each_store_lies_in_its_configurations_folder() -> None:
-    for name in ("demo", "study", "h200"):
+    for name in ("demo", "study", "h200"):  # its store inside it
         config = configuration(CONFIGURATIONS[name])
         assert PurePosixPath(config["results_dir"]) in PurePosixPath(config["store"]).parents, name
     exact = configuration(CONFIGURATIONS["study, KernelBench exact"])
