@@ -10,7 +10,8 @@
     explain --columns FILE.parquet            what each column of a parquet file of the pipeline means, and its unit
 
 The results folder and the store come from the configuration (``--configfile``, as for Snakemake: config.yaml by
-default; several files are merged in order), or from ``--results`` / ``--store``. Run it in the workflow's folder.
+default; repeated, the files are merged in order), or from ``--results`` / ``--store`` (then without the suite and
+the models' settings, unless a configuration is given too). Run it in the workflow's folder.
 It only reads. Exit status: 0 when every check passes, 1 when one fails (a hash that no longer matches, a number
 that disagrees with its rows), 2 when what was asked for does not exist.
 """
@@ -99,7 +100,8 @@ def load_workflow(configfiles: list[Path] | None, results: Path | None, store: P
     import yaml
 
     config: dict[str, Any] = {}
-    files = configfiles or ([DEFAULT_CONFIG] if DEFAULT_CONFIG.is_file() or results is None else [])
+    # --results alone: no configuration (config.yaml may be another run's); the suite and model checks then say so.
+    files = configfiles or ([] if results is not None else [DEFAULT_CONFIG])
     for path in files:
         if not path.is_file():
             raise ExplainError(f"configuration file {path} does not exist (run in the workflow's folder, or give "
@@ -651,21 +653,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.columns is not None and args.what:
+        parser.error("--columns takes no other arguments")
+    if args.summary and len(args.what) not in (2, 3):
+        parser.error("--summary takes MODEL METRIC [LEVEL]")
+    if args.columns is None and not args.summary and (len(args.what) != 3 or not args.what[1].isdigit()):
+        parser.error("give MODEL LEVEL PROBLEM (e.g. expert 1 3), or --summary MODEL METRIC [LEVEL]")
     try:
         if args.columns is not None:
-            if args.what:
-                parser.error("--columns takes no other arguments")
             sections = explain_columns(args.columns)
         else:
             workflow = load_workflow(args.configfile, args.results, args.store)
             if args.summary:
-                if len(args.what) not in (2, 3):
-                    parser.error("--summary takes MODEL METRIC [LEVEL]")
                 sections = explain_number(workflow, args.what[0], args.what[1],
                                           args.what[2] if len(args.what) == 3 else "overall")
             else:
-                if len(args.what) != 3 or not args.what[1].isdigit():
-                    parser.error("give MODEL LEVEL PROBLEM (e.g. expert 1 3), or --summary MODEL METRIC [LEVEL]")
                 sections = explain_row(workflow, args.what[0], int(args.what[1]), args.what[2], args.brief)
     except ExplainError as error:
         print(f"error: {error}", file=sys.stderr)
