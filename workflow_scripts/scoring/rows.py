@@ -1,4 +1,4 @@
-"""The per-problem rows: one row per (model, problem) for results/evaluations.parquet.
+"""The per-problem rows: one row per (model, problem) for <results>/evaluations.parquet.
 
 Joins the problem index, each model's extraction and static-analysis tables, the per-answer evaluation objects
 and the shared per-problem baselines. Every model x problem pair gets a row, whatever happened to it. Also

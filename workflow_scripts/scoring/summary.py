@@ -1,6 +1,6 @@
 """Stage summarize: per-problem rows -> the published summary JSON, per-level tables, a markdown table, figures.
 
-Input: the per-problem rows of ``results/evaluations.parquet`` (one row per model x problem, see docs/design.md);
+Input: the per-problem rows of ``<results>/evaluations.parquet`` (one row per model x problem, see docs/design.md);
 the columns used are ``model, level, problem_id, problem, compiled, correct, speedup_eager, speedup_compile,
 keeps_torch_op, completion_tokens``. Output: a JSON object with the keys and nesting of the published
 ``results.json`` (``benchmark``, ``models``, ``paired_bootstrap_vs_<reference>``, ``paired_bootstrap_note``,

@@ -1,5 +1,5 @@
-"""Rule collect: one per-problem row per (model, problem) into results/evaluations.parquet, and the table of
-flags and rejections per model (results/tables/flags.parquet). Every model x problem pair gets a row."""
+"""Rule collect: one per-problem row per (model, problem) into <results>/evaluations.parquet, and the table of
+flags and rejections per model (<results>/tables/flags.parquet). Every model x problem pair gets a row."""
 
 from __future__ import annotations
 

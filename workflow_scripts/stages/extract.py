@@ -1,6 +1,6 @@
 """Rule extract: the code of each completion (the first fenced block, as KernelBench takes it).
 
-Writes results/answers/<model>.parquet, one row per problem (AnswerRecord): completion status and sha256, token
+Writes <results>/answers/<model>.parquet, one row per problem (AnswerRecord): completion status and sha256, token
 count, extract_status (ok | no_code | missing_completion), the code and its sha256. Every problem of the suite
 gets a row, whether or not the model answered it.
 """

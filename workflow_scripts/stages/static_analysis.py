@@ -1,6 +1,6 @@
 """Rule static_analysis: the AST report of every extracted answer of a model.
 
-Writes results/static/<model>.parquet, one row per problem: parses, has_model_new, defines/launches Triton
+Writes <results>/static/<model>.parquet, one row per problem: parses, has_model_new, defines/launches Triton
 kernels, keeps_torch_op (the published definition) with the ops kept, and the findings (JSON) with the worst
 severity. Rows without code have nulls. Static findings label mistakes; they stop nothing (docs/evaluation.md).
 """
