@@ -333,9 +333,8 @@ def stage_module(stage: str) -> str | None:
     (the names differ: the baseline rule's objects are stage "baselines")."""
     import ast
 
-    import workflow_scripts.stages as stages
-
-    for path in sorted(Path(stages.__file__).parent.glob("*.py")):
+    # Read, not imported: tools import no other entry point.
+    for path in sorted((Path(__file__).resolve().parents[1] / "stages").glob("*.py")):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "STAGE" for t in node.targets)
                     and isinstance(node.value, ast.Constant) and node.value.value == stage):
