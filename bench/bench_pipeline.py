@@ -51,7 +51,8 @@ def bench_demo() -> None:
             raise SystemExit("demo run failed")
         jobs = re.findall(r"(\d+) of (\d+) steps \(100%\) done", done.stderr)
         print(f"demo: {seconds:.1f} s wall, {jobs[-1][1] if jobs else '?'} jobs")
-        events = [json.loads(line)["event"] for line in (work / "results/.store/events.jsonl").read_text().splitlines()]
+        store = Path(yaml.safe_load((work / "config.yaml").read_text())["store"])  # the demo's own store
+        events = [json.loads(line)["event"] for line in (work / store / "events.jsonl").read_text().splitlines()]
         print(f"demo: {events.count('computed')} stage runs computed, {events.count('reused')} reused from the store")
 
 

@@ -28,7 +28,7 @@ done
 # 3. The pipeline on the H200 subset, until the lease's time is up (the store keeps what finished).
 # Archive what has finished every 30 s: the device tool may end the command before its last steps run.
 ( while sleep 30; do
-    tar czf "$OUT/results.tgz.part" results/evaluations results/baselines results/environment results/logs 2>/dev/null \
+    tar czf "$OUT/results.tgz.part" results/h200/evaluations results/h200/baselines results/h200/environment results/h200/logs 2>/dev/null \
       && mv "$OUT/results.tgz.part" "$OUT/results.tgz"
   done ) &
 ARCHIVER=$!
@@ -37,6 +37,6 @@ timeout "${PIPELINE_TIMEOUT:-290}" python3 -m snakemake --configfile config/h200
   --keep-going > "$OUT/snakemake.log" 2>&1
 echo "pipeline: rc=$? in ${SECONDS}s"
 kill "$ARCHIVER" 2>/dev/null
-python3 bench/h200_table.py --results results --out-dir "$OUT" > "$OUT/table.txt" 2>&1; tail -14 "$OUT/table.txt"
-tar czf "$OUT/results.tgz" results/evaluations results/baselines results/environment results/logs results/summary.json 2>/dev/null
+python3 bench/h200_table.py --results results/h200 --out-dir "$OUT" > "$OUT/table.txt" 2>&1; tail -14 "$OUT/table.txt"
+tar czf "$OUT/results.tgz" results/h200/evaluations results/h200/baselines results/h200/environment results/h200/logs results/h200/summary.json 2>/dev/null
 ls -la "$OUT"

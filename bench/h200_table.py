@@ -3,7 +3,7 @@
 Unlike the collect stage it does not need every job to have finished: a GPU lease can end mid-run, and what was
 measured until then is still worth recording.
 
-    python bench/h200_table.py --results results --out-dir bench/h200
+    python bench/h200_table.py --results results/h200 --out-dir bench/h200
 writes rows.csv (one row per evaluated model x problem, with its baselines) and spread.json (the calibration
 model's speedup against eager: its distribution is the harness's noise and bias, ideally centred on 1).
 """
@@ -58,7 +58,7 @@ def calibration_spread(rows: pd.DataFrame) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=Path("results"))
+    parser.add_argument("--results", type=Path, default=Path("results/h200"))  # config/h200.yaml's
     parser.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)

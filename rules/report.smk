@@ -102,7 +102,7 @@ rule summary:
 
 
 rule model_rows:
-    # One model's branch on its own: `snakemake --cores all results/models/<model>.parquet` builds that model's
+    # One model's branch on its own: `snakemake --cores all <results>/models/<model>.parquet` builds that model's
     # completions, answers, evaluations (and the shared baselines) and nothing of the other models.
     input:
         problems=LAYOUT.problems(),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -27,6 +29,15 @@ pytestmark = pytest.mark.slow
 
 
 
+def demo_config() -> dict:
+    return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+# The demo configuration's own results folder and store (each configuration has its own).
+RESULTS = Path(demo_config()["results_dir"])
+STORE = Path(demo_config()["store"])
+
+
 def snakemake(cwd: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
@@ -34,7 +45,7 @@ def snakemake(cwd: Path, *args: str, timeout: float = 1500) -> subprocess.Comple
 
 
 def store_events(work: Path) -> list[dict]:
-    path = work / "results" / ".store" / "events.jsonl"
+    path = work / STORE / "events.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -52,11 +63,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def rows(demo: Path) -> pd.DataFrame:
-    return pd.read_parquet(demo / "results" / "evaluations.parquet")
-
-
-def demo_config() -> dict:
-    return yaml.safe_load((ROOT / "config.yaml").read_text())
+    return pd.read_parquet(demo / RESULTS / "evaluations.parquet")
 
 
 def test_a_row_for_every_model_and_problem(rows: pd.DataFrame) -> None:
@@ -98,13 +105,152 @@ def test_hybrid_keeps_torch_ops_and_is_correct(rows: pd.DataFrame) -> None:
 
 
 def test_summary_and_figures(demo: Path) -> None:
-    summary = json.loads((demo / "results/summary.json").read_text())
+    summary = json.loads((demo / RESULTS / "summary.json").read_text())
     assert set(summary["models"]) == set(demo_config()["models"])
     assert "paired_bootstrap_vs_sft_like" in summary
     assert summary["benchmark"]["runtime"]["device"] == "cpu"
     for name in ["fast_p_level1", "bootstrap_forest", "correct_compiled"]:
-        assert (demo / f"results/figures/{name}.png").stat().st_size > 1000
-    assert "expert" in (demo / "results/summary.md").read_text()
+        assert (demo / RESULTS / f"figures/{name}.png").stat().st_size > 1000
+    assert "expert" in (demo / RESULTS / "summary.md").read_text()
+
+
+def test_the_demo_writes_only_into_its_own_results_folder(demo: Path) -> None:
+    assert RESULTS.parts[0] == "results" and len(RESULTS.parts) > 1  # results/<configuration>
+    assert [p.name for p in (demo / "results").iterdir()] == [RESULTS.name]
+    assert (demo / STORE).is_dir() and (demo / RESULTS) in (demo / STORE).parents
+
+
+def explain(work: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workflow_scripts", "explain", *args], cwd=work,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_every_parquet_file_describes_every_column(demo: Path) -> None:
+    # The per-model rows are a target of their own (not built by the default run): build one to check it too.
+    done = snakemake(demo, "--cores", "1", str(RESULTS / "models" / "weak.parquet"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = sorted(p for p in (demo / RESULTS).rglob("*.parquet") if ".store" not in p.parts)
+    names = {p.relative_to(demo / RESULTS).as_posix() for p in files}
+    assert {"problems.parquet", "answers/expert.parquet", "static/expert.parquet", "evaluations.parquet",
+            "models/weak.parquet", "models/weak.flags.parquet", "tables/flags.parquet", "tables/levels.parquet",
+            "tables/bootstrap.parquet"} <= names, names
+    undescribed = []
+    for path in files:
+        schema = pq.read_schema(path)
+        assert (schema.metadata or {}).get(b"table"), path
+        for name in schema.names:
+            meta = schema.field(name).metadata or {}
+            if not meta.get(b"description") or not meta.get(b"unit"):
+                undescribed.append(f"{path.relative_to(demo)}: {name}")
+    assert not undescribed, undescribed
+    # The table's description also reaches a reader through the explain tool.
+    shown = explain(demo, "--columns", str(RESULTS / "evaluations.parquet"))
+    assert shown.returncode == 0 and "speedup_eager: eager_ms / runtime_ms" in shown.stdout, shown.stdout[-2000:]
+
+
+def test_rows_carry_the_code_version_that_built_them(demo: Path, rows: pd.DataFrame) -> None:
+    # The copy has no git: the version is the package's source hash, as the copy computes it.
+    expected = subprocess.run([sys.executable, "-c", "from workflow_scripts.core.store import package_version; "
+                               "print(package_version())"], cwd=demo, capture_output=True, text=True, check=True)
+    version = expected.stdout.strip()
+    assert re.fullmatch(r"source:[0-9a-f]{64}", version), version
+    assert (rows["code_version"] == version).all()
+    snakemake(demo, "--cores", "1", str(RESULTS / "models" / "weak.parquet"))
+    own = pd.read_parquet(demo / RESULTS / "models" / "weak.parquet")
+    assert (own["code_version"] == version).all() and len(own) == (rows["model"] == "weak").sum()
+
+
+def test_levels_table_gives_each_level_its_own_mean_tokens(demo: Path, rows: pd.DataFrame) -> None:
+    levels = pd.read_parquet(demo / RESULTS / "tables" / "levels.parquet")
+    assert "flags" not in levels.columns and "flagged" in levels.columns
+    for model, group in rows.groupby("model"):
+        for level, own in [("overall", group)] + [(str(l), g) for l, g in group.groupby("level")]:
+            tokens = own["completion_tokens"].dropna()
+            value = levels[(levels["model"] == model) & (levels["level"] == level)]["mean_completion_tokens"].iloc[0]
+            assert (pd.isna(value) if tokens.empty else value == pytest.approx(tokens.mean())), (model, level)
+    expert = levels[levels["model"] == "expert"].set_index("level")["mean_completion_tokens"]
+    assert expert["1"] != expert["2"]  # the demo's completions differ in length between the levels
+
+
+def test_explain_traces_one_row_through_every_file(demo: Path, rows: pd.DataFrame) -> None:
+    done = explain(demo, "expert", "1", "3", "--json")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    trace = json.loads(done.stdout)
+    assert trace["ok"] is True
+    sections = {s["title"].split(":")[0]: s for s in trace["sections"]}
+    assert {"summary", "row", "problem", "completion", "answer", "static analysis", "evaluation", "baseline", "logs",
+            "code version", "environment"} <= set(sections)
+    row = rows[(rows["model"] == "expert") & (rows["level"] == 1) & (rows["problem_id"] == 3)].iloc[0]
+    assert sections["evaluation"]["facts"]["store key"] == row["evaluation_key"]
+    assert sections["evaluation"]["path"] == f"{RESULTS}/evaluations/expert/level1_3.json"
+    assert sections["completion"]["facts"]["source file"] == "demo/completions/expert/level1_3.txt"
+    assert sections["completion"]["text"] == (demo / "demo/completions/expert/level1_3.txt").read_text()
+    assert "def forward" in sections["answer"]["text"]
+    assert sections["code version"]["facts"]["the row was built by"] == row["code_version"]
+    assert sections["environment"]["facts"]["device"] == "cpu"
+    assert sections["logs"]["facts"]["evaluate"] == f"{RESULTS}/logs/evaluations/expert/level1_3.log"
+    counted = " ".join(sections["summary"]["facts"]["counted in"])
+    assert "correct (level 1: " in counted  # the expert's answer is correct
+    checks = [c["what"] for s in trace["sections"] for c in s["checks"]]
+    assert "the stored object's bytes still hash to its recorded sha256" in checks
+    assert any(c.startswith("the evaluate code checked out now would reuse it") for c in checks)
+    assert all(c["ok"] is not False for s in trace["sections"] for c in s["checks"])
+    # By name, in text, through the module itself: the same chain.
+    text = subprocess.run([sys.executable, "-m", "workflow_scripts.tools.explain", "expert", "1", "SumOverDim",
+                           "--brief"], cwd=demo, capture_output=True, text=True, timeout=600)
+    assert text.returncode == 0 and "all checks pass" in text.stdout and row["evaluation_key"] in text.stdout
+
+
+def test_explain_reports_a_corrupted_object_and_a_stale_summary(demo: Path, tmp_path: Path) -> None:
+    work = tmp_path / "copy"
+    shutil.copytree(demo, work, symlinks=True)  # a copy: the store of the shared run stays intact
+    rows = pd.read_parquet(work / RESULTS / "evaluations.parquet")
+    key = rows[(rows["model"] == "weak") & (rows["level"] == 1) & (rows["problem_id"] == 1)]["evaluation_key"].iloc[0]
+    stored = work / STORE / "objects" / key[:2] / key
+    stored.chmod(0o644)
+    stored.write_text(stored.read_text().replace('"mismatch"', '"correct"'))
+    done = explain(work, "weak", "1", "1", "--json")
+    assert done.returncode == 1, done.stdout[-2000:]
+    failed = [c["what"] for s in json.loads(done.stdout)["sections"] for c in s["checks"] if c["ok"] is False]
+    assert failed == ["the stored object's bytes still hash to its recorded sha256"], failed
+    summary_file = work / RESULTS / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    summary["models"]["sft_like"]["levels"]["1"]["correct"] += 1
+    summary_file.write_text(json.dumps(summary))
+    stale = explain(work, "--summary", "sft_like", "correct", "1")
+    assert stale.returncode == 1 and "the summary is stale" in stale.stdout, stale.stdout[-2000:]
+
+
+def test_explain_lists_the_rows_behind_a_summary_number(demo: Path, rows: pd.DataFrame) -> None:
+    summary = json.loads((demo / RESULTS / "summary.json").read_text())
+    for model, metric, level in [("sft_like", "correct", "1"), ("weak", "compiled", "overall"),
+                                 ("hybrid", "answers_keeping_pytorch_op", "2"), ("expert", "eager_fast_1", "overall")]:
+        done = explain(demo, "--summary", model, metric, level, "--json")
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        (section,) = json.loads(done.stdout)["sections"]
+        listed = {(r["level"], r["problem_id"]) for r in section["facts"]["rows"]}
+        own = rows[rows["model"] == model]
+        if level != "overall":
+            own = own[own["level"] == int(level)]
+        if metric == "answers_keeping_pytorch_op":
+            expected = own[own["keeps_torch_op"] == True]  # noqa: E712 - nullable boolean
+            published = summary["level2_strategy"][model][level][metric]
+        elif metric == "eager_fast_1":
+            expected = own[own["correct"] & (own["speedup_eager"] > 1)]
+            published = summary["models"][model]["levels"][level][metric]
+        else:
+            expected = own[own[metric]]
+            published = summary["models"][model]["levels"][level][metric]
+        assert listed == set(zip(expected["level"], expected["problem_id"])), (model, metric, level)
+        assert section["facts"]["recomputed from the rows"] == published == len(listed)
+    rate = explain(demo, "--summary", "sft_like", "correct_rate", "1")
+    assert rate.returncode == 0 and "correct / n = " in rate.stdout, rate.stdout[-2000:]
+    tokens = explain(demo, "--summary", "expert", "mean_completion_tokens", "--json")
+    (section,) = json.loads(tokens.stdout)["sections"]
+    mean = summary["models"]["expert"]["mean_completion_tokens"]
+    assert section["facts"]["recomputed from the rows"] == pytest.approx(mean)
+    unknown = explain(demo, "--summary", "expert", "speed")
+    assert unknown.returncode == 2 and "unknown metric 'speed'" in unknown.stderr
 
 
 def test_identical_answers_are_evaluated_once(demo: Path, rows: pd.DataFrame) -> None:
@@ -118,7 +264,7 @@ def test_identical_answers_are_evaluated_once(demo: Path, rows: pd.DataFrame) ->
 def test_a_job_judges_the_other_models_answers_along(demo: Path) -> None:
     # One job per (model, problem), but a job evaluates every model's answer whose table is already written against
     # one reference side; the other models' jobs then find their results in the store.
-    results = [json.loads(p.read_text()) for p in (demo / "results/evaluations").glob("*/*.json")]
+    results = [json.loads(p.read_text()) for p in (demo / RESULTS / "evaluations").glob("*/*.json")]
     together = [r["phases_s"].get("answers_judged_together", 0) for r in results if r.get("phases_s")]
     assert max(together) >= 2
     reused = [e for e in store_events(demo) if e["stage"] == "evaluate" and e["event"] == "reused"]
@@ -131,7 +277,7 @@ def test_second_run_does_no_work_and_store_verifies(demo: Path) -> None:
     assert "Nothing to be done" in dry.stdout + dry.stderr
     verify = snakemake(demo, "--cores", "1", "verify_store")
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert json.loads((demo / "results/store_verify.json").read_text())["ok"] is True
+    assert json.loads((demo / RESULTS / "store_verify.json").read_text())["ok"] is True
 
 
 def test_changing_one_completion_reevaluates_only_that_answer(demo: Path) -> None:
@@ -170,7 +316,7 @@ def test_killed_run_completes_on_rerun_with_clean_store(tmp_path: Path) -> None:
         cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     deadline = time.time() + 600
-    evaluations = work / "results" / "evaluations"
+    evaluations = work / RESULTS / "evaluations"
     while time.time() < deadline and not (evaluations.exists() and any(evaluations.rglob("*.json"))):
         time.sleep(0.5)
     os.killpg(process.pid, signal.SIGKILL)  # the whole group: Snakemake and the jobs it started
@@ -179,7 +325,7 @@ def test_killed_run_completes_on_rerun_with_clean_store(tmp_path: Path) -> None:
     assert snakemake(work, "--unlock", "--configfile", "small.yaml").returncode == 0
     done = snakemake(work, "--cores", "2", "--configfile", "small.yaml")
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = pd.read_parquet(work / "results/evaluations.parquet")
+    rows = pd.read_parquet(work / RESULTS / "evaluations.parquet")
     assert len(rows) == 3 * 4
     verify = snakemake(work, "verify_store", "--cores", "1", "--configfile", "small.yaml")  # --configfile takes several values
     assert verify.returncode == 0, verify.stdout + verify.stderr
@@ -222,7 +368,7 @@ def test_misnamed_cached_completion_stops_the_run_naming_the_file(tmp_path: Path
 
 def test_targeting_one_model_plans_only_its_branch(tmp_path: Path) -> None:
     work = copy_workflow(tmp_path / "one")
-    dry = snakemake(work, "results/models/weak.parquet", "-n", "--quiet", "rules", timeout=120)
+    dry = snakemake(work, f"{RESULTS}/models/weak.parquet", "-n", "--quiet", "rules", timeout=120)
     assert dry.returncode == 0, dry.stderr[-3000:]
     planned = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", dry.stdout, re.MULTILINE)}
     problems = len(list((ROOT / "demo/suite/KernelBench").glob("level*/*.py")))

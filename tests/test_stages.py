@@ -77,22 +77,24 @@ def evaluation(status: str, runtime_ms: float | None = None, flags: list[str] | 
     return {"status": status, "runtime_ms": runtime_ms, "flags": flags or [], "device": "cpu", "timing_mode": "x"}
 
 
+CODE = "source:" + "e" * 64
 BASELINE = {"eager_ms": 2.0, "eager_status": "ok", "compile_ms": 30.0, "compile_status": "ok"}
 
 
 def test_build_row_speedups_and_flags() -> None:
     problem = PROBLEMS.iloc[0].to_dict()
     answer = {"completion_tokens": 7, "completion_sha256": "c", "code_sha256": "d", "require_triton": True}
-    row = build_row("m", problem, answer, {"keeps_torch_op": False}, evaluation("correct", 1.0), BASELINE)
+    row = build_row("m", problem, answer, {"keeps_torch_op": False}, evaluation("correct", 1.0), BASELINE, CODE)
     assert row["correct"] and row["compiled"] and row["speedup_eager"] == 2.0 and row["speedup_compile"] == 30.0
-    assert row["flags"] == "suspicious_speedup"  # above 10x against torch.compile
-    failed = build_row("m", problem, answer, {}, evaluation("mismatch", 1.0), {"eager_status": "timeout"})
+    assert row["flag_list"] == "suspicious_speedup"  # above 10x against torch.compile
+    assert row["code_version"] == CODE
+    failed = build_row("m", problem, answer, {}, evaluation("mismatch", 1.0), {"eager_status": "timeout"}, CODE)
     assert not failed["correct"] and failed["compiled"] and failed["runtime_ms"] is None
     assert failed["speedup_eager"] is None and failed["keeps_torch_op"] is None
     baseline_failed = build_row("m", problem, answer, {}, evaluation("correct", 1.0), {"eager_status": "error: x",
-                                                                                        "eager_ms": 5.0})
+                                                                                        "eager_ms": 5.0}, CODE)
     assert baseline_failed["eager_ms"] is None and baseline_failed["speedup_eager"] is None
-    load = build_row("m", problem, answer, {}, evaluation("load_error"), BASELINE)
+    load = build_row("m", problem, answer, {}, evaluation("load_error"), BASELINE, CODE)
     assert not load["compiled"]
 
 
@@ -102,12 +104,12 @@ def test_eager_speedup_uses_the_reference_timed_beside_the_answer() -> None:
     problem = PROBLEMS.iloc[0].to_dict()
     answer = {"completion_tokens": 7, "completion_sha256": "c", "code_sha256": "d", "require_triton": True}
     paired = dict(evaluation("correct", 1.0), paired_reference={"stats": {"mean": 1.5}})
-    row = build_row("m", problem, answer, {}, paired, BASELINE)
+    row = build_row("m", problem, answer, {}, paired, BASELINE, CODE)
     assert (row["eager_ms"], row["eager_source"], row["speedup_eager"]) == (1.5, "paired", 1.5)
     assert row["speedup_compile"] == 30.0
-    unpaired = build_row("m", problem, answer, {}, evaluation("correct", 1.0), BASELINE)
+    unpaired = build_row("m", problem, answer, {}, evaluation("correct", 1.0), BASELINE, CODE)
     assert (unpaired["eager_ms"], unpaired["eager_source"], unpaired["speedup_eager"]) == (2.0, "baseline", 2.0)
-    failed = build_row("m", problem, answer, {}, paired, {"eager_status": "error: x", "eager_ms": 5.0})
+    failed = build_row("m", problem, answer, {}, paired, {"eager_status": "error: x", "eager_ms": 5.0}, CODE)
     assert failed["eager_ms"] is None and failed["eager_source"] is None and failed["speedup_eager"] is None
 
 
@@ -119,7 +121,8 @@ def test_collect_rows_and_flag_table() -> None:
     evaluations = {("m", 1, 1): evaluation("correct", 1.0, ["static:cuda_stream_use"]),
                    ("m", 1, 2): evaluation("rejected_runtime", None, ["inputs_mutated"]),
                    ("m", 2, 1): evaluation("rejected_static")}
-    rows = collect_rows(PROBLEMS, ["m"], answers, static, evaluations, {(1, 1): BASELINE})
+    rows = collect_rows(PROBLEMS, ["m"], answers, static, evaluations, {(1, 1): BASELINE}, code_version=CODE)
+    assert (rows["code_version"] == CODE).all()
     assert len(rows) == 3 and list(rows["status"]) == ["correct", "rejected_runtime", "rejected_static"]
     table = flag_table(rows).set_index(["kind", "name"])["count"]
     assert table[("flag", "inputs_mutated")] == 1 and table[("status", "rejected_static")] == 1

@@ -14,6 +14,8 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workflow_scripts.core import columns
+
 if TYPE_CHECKING:  # pandas stays out of the vLLM environment's imports
     import pandas as pd
 
@@ -94,10 +96,25 @@ def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def write_parquet(path: Path | str, frame: pd.DataFrame) -> None:
-    """Parquet without pandas' index and with stable row order, so equal tables give equal bytes."""
+def write_parquet(path: Path | str, frame: pd.DataFrame, table: str) -> None:
+    """Parquet without pandas' index and with stable row order, so equal tables give equal bytes. ``table`` names
+    the kind of file in core/columns.py: every column's description and unit go into its Arrow field's metadata
+    (keys ``description``, ``unit``), the table's into the schema's (``table``, ``description``). A column without
+    a definition there is an error naming it, raised before anything is written."""
+    import pyarrow as pa  # lazily: core imports only the standard library at module level
+    import pyarrow.parquet as pq
+
     path = Path(path)
+    spec = columns.table(table)
+    frame = frame.reset_index(drop=True)
+    described = columns.definitions(table, [str(c) for c in frame.columns])
+    arrow = pa.Table.from_pandas(frame, preserve_index=False)
+    fields = [field.with_metadata({"description": described[field.name].description,
+                                   "unit": described[field.name].unit}) for field in arrow.schema]
+    schema_metadata = dict(arrow.schema.metadata or {})  # pandas' own entry restores its dtypes on reading
+    schema_metadata.update({b"table": table.encode(), b"description": spec.description.encode()})
+    arrow = pa.Table.from_arrays(arrow.columns, schema=pa.schema(fields, metadata=schema_metadata))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    frame.reset_index(drop=True).to_parquet(tmp, index=False, compression="zstd")
+    pq.write_table(arrow, tmp, compression="zstd")
     os.replace(tmp, path)

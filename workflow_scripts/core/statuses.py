@@ -28,7 +28,7 @@ class Status(str, Enum):
     DTYPE_MISMATCH = "dtype_mismatch"  # output dtype differs from the reference
     MISMATCH = "mismatch"  # values differ beyond atol/rtol, or NaN
     NO_TRITON_LAUNCH = "no_triton_launch"  # require_triton and no Triton kernel ran at run time
-    REJECTED_RUNTIME = "rejected_runtime"  # a run-time integrity check failed (see the row's flags)
+    REJECTED_RUNTIME = "rejected_runtime"  # a run-time integrity check failed (see the row's flag_list)
     CORRECT = "correct"
     # The problem's reference failed in this environment (crash, timeout, load failure): the answer could not be
     # judged. Not the answer's fault; kept as a row so the denominator stays complete.
@@ -75,7 +75,7 @@ def is_compiled(status: Status | str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Flags: what a row's `flags` column may hold. One registry: each flag's name, whether raising it rejects the
+# Flags: what a row's `flag_list` column may hold. One registry: each flag's name, whether raising it rejects the
 # answer (status rejected_runtime) and what it means. A flag may carry a detail after ":" (e.g.
 # "harness_tampered:timing.time_ms"); its registry entry is the part before.
 # ---------------------------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -100,6 +101,38 @@ def code_version(module: str) -> str:
     for path in files:
         digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + sha256_file(path).encode() + b"\n")
     return digest.hexdigest()
+
+
+def source_version() -> str:
+    """sha256 over the source of every file of the package that any stage can depend on (devtools/ left out), in
+    the same form as ``code_version``: the package's identity where there is no git."""
+    digest = hashlib.sha256()
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        relative = path.relative_to(PACKAGE_DIR)
+        if relative.parts[0] in UNHASHED_SUBPACKAGES or "__pycache__" in relative.parts:
+            continue
+        digest.update(relative.as_posix().encode() + b"\0" + sha256_file(path).encode() + b"\n")
+    return digest.hexdigest()
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(PACKAGE_DIR), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None  # no git on this host
+    return done.stdout if done.returncode == 0 else None
+
+
+def package_version() -> str:
+    """Which code this is, for a reader of the results: ``git:<commit>`` when the package is unmodified at the
+    checkout's commit, ``git:<commit>+source:<sha256>`` when it has local changes (the source hash then tells
+    them apart), ``source:<sha256>`` outside a git checkout (a copy of the workflow)."""
+    tracked = (_git("ls-files", "--", "__init__.py") or "").strip()  # not merely inside some other repository
+    commit = (_git("rev-parse", "--verify", "HEAD") or "").strip() if tracked else ""
+    changes = _git("status", "--porcelain", "--untracked-files=all", "--", ".") if commit else None
+    if not commit or changes is None:
+        return f"source:{source_version()}"
+    return f"git:{commit}" if not changes.strip() else f"git:{commit}+source:{source_version()}"
 
 
 def object_key(stage: str, code: str, params: Mapping[str, Any], inputs: Mapping[str, str]) -> str:

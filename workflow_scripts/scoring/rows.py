@@ -1,11 +1,11 @@
-"""The per-problem rows: one row per (model, problem) for results/evaluations.parquet.
+"""The per-problem rows: one row per (model, problem) for <results>/evaluations.parquet.
 
 Joins the problem index, each model's extraction and static-analysis tables, the per-answer evaluation objects
 and the shared per-problem baselines. Every model x problem pair gets a row, whatever happened to it. Also
 writes the table of detected hacks and review flags (one row per model x flag with its count), since rejected
 answers stay in every denominator and reviewers need to see how many there were.
 
-Columns of evaluations.parquet: see COLUMNS below and docs/design.md.
+Columns of evaluations.parquet: their order, meaning and unit are the table "rows" of core/columns.py.
 """
 
 from __future__ import annotations
@@ -15,16 +15,17 @@ from typing import Any
 import pandas as pd
 
 
+from workflow_scripts.core.columns import column_names
 from workflow_scripts.core.statuses import Status, is_compiled
 from workflow_scripts.scoring.metrics import SUSPICIOUS_SPEEDUP_FLAG, eager_baseline, exceeds_flag_limit, speedup
 
+COLUMNS = column_names("rows")
+FLAG_SEPARATOR = ","
 
-COLUMNS = [
-    "model", "level", "problem_id", "problem", "status", "compiled", "correct", "runtime_ms", "eager_ms",
-    "eager_source", "compile_ms", "speedup_eager", "speedup_compile", "keeps_torch_op", "completion_tokens",
-    "completion_sha256", "code_sha256", "problem_sha256", "flags", "error", "device", "timing_mode", "eager_status",
-    "compile_status", "require_triton", "evaluation_key",
-]
+
+def split_flags(flag_list: str | None) -> list[str]:
+    """The flags of a row's flag_list (comma-separated; empty or null: none)."""
+    return [f for f in (flag_list or "").split(FLAG_SEPARATOR) if f]
 
 
 def build_row(
@@ -34,7 +35,9 @@ def build_row(
     static: dict[str, Any],
     evaluation: dict[str, Any],
     baseline: dict[str, Any],
+    code_version: str,
 ) -> dict[str, Any]:
+    """One row; ``code_version`` is the pipeline code building it (core/store.py package_version)."""
     status = evaluation["status"]
     correct = status == Status.CORRECT.value
     runtime_ms = evaluation.get("runtime_ms") if correct else None
@@ -65,7 +68,7 @@ def build_row(
         "completion_sha256": answer.get("completion_sha256"),
         "code_sha256": answer.get("code_sha256"),
         "problem_sha256": problem["sha256"],
-        "flags": ",".join(sorted(set(flags))),
+        "flag_list": FLAG_SEPARATOR.join(sorted(set(flags))),
         "error": evaluation.get("error"),
         "device": evaluation.get("device"),
         "timing_mode": evaluation.get("timing_mode"),
@@ -73,6 +76,7 @@ def build_row(
         "compile_status": baseline.get("compile_status"),
         "require_triton": bool(answer.get("require_triton", True)),
         "evaluation_key": evaluation.get("evaluation_key"),
+        "code_version": code_version,
     }
 
 
@@ -83,6 +87,8 @@ def collect_rows(
     static: dict[str, pd.DataFrame],
     evaluations: dict[tuple[str, int, int], dict[str, Any]],
     baselines: dict[tuple[int, int], dict[str, Any]],
+    *,
+    code_version: str,
 ) -> pd.DataFrame:
     rows = []
     for model in models:
@@ -92,7 +98,7 @@ def collect_rows(
             at = (int(problem["level"]), int(problem["problem_id"]))
             rows.append(
                 build_row(model, problem, answer_rows[at], static_rows.get(at, {}),
-                          evaluations[(model, *at)], baselines.get(at, {}))
+                          evaluations[(model, *at)], baselines.get(at, {}), code_version)
             )
     frame = pd.DataFrame(rows, columns=COLUMNS)
     return frame.astype({"completion_tokens": "Int64", "keeps_torch_op": "boolean"})
@@ -102,9 +108,10 @@ def flag_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Counts of each status that is not plain success/failure and of each flag, per model."""
     records = []
     for model, group in rows.groupby("model", sort=False):
-        for flag in sorted({f for flags in group["flags"] for f in flags.split(",") if f}):
-            count = int(group["flags"].str.split(",").apply(lambda fs, f=flag: f in fs).sum())
+        flag_sets = [set(split_flags(value)) for value in group["flag_list"]]
+        for flag in sorted(set().union(*flag_sets)):
+            count = sum(flag in flags for flags in flag_sets)
             records.append({"model": model, "kind": "flag", "name": flag, "count": count})
         for status in (Status.REJECTED_STATIC.value, Status.REJECTED_RUNTIME.value, Status.NO_TRITON_LAUNCH.value):
             records.append({"model": model, "kind": "status", "name": status, "count": int((group["status"] == status).sum())})
-    return pd.DataFrame(records, columns=["model", "kind", "name", "count"])
+    return pd.DataFrame(records, columns=column_names("flags"))

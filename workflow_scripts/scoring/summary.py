@@ -1,6 +1,6 @@
 """Stage summarize: per-problem rows -> the published summary JSON, per-level tables, a markdown table, figures.
 
-Input: the per-problem rows of ``results/evaluations.parquet`` (one row per model x problem, see docs/design.md);
+Input: the per-problem rows of ``<results>/evaluations.parquet`` (one row per model x problem, see docs/design.md);
 the columns used are ``model, level, problem_id, problem, compiled, correct, speedup_eager, speedup_compile,
 keeps_torch_op, completion_tokens``. Output: a JSON object with the keys and nesting of the published
 ``results.json`` (``benchmark``, ``models``, ``paired_bootstrap_vs_<reference>``, ``paired_bootstrap_note``,
@@ -16,7 +16,8 @@ Definitions (the published ones):
 * ``flags``: correct answers whose speedup over eager OR over torch.compile is > 10.
 * ``eager_fast_1_unflagged`` / ``compile_fast_1_unflagged``: the fast_1 counts without flagged answers.
 * ``overall``: all levels together. Level keys come from the levels present in the rows.
-* ``mean_completion_tokens``: mean over rows with a token count (null if none), unrounded.
+* ``mean_completion_tokens``: mean over rows with a token count (null if none), unrounded; per model in the
+  JSON, per model and level in levels.parquet.
 * ``paired_bootstrap_vs_<ref>.<model>.{correct, fast_eager, fast_compile}``: per problem 1/0 success
   (fast_eager = eager_fast_1, fast_compile = compile_fast_1) over all problems of all levels in
   (level, problem_id) order. ``delta_pp = 100 * mean(model_i - ref_i)``; ``ci95_pp`` = 100 x the 2.5 / 97.5
@@ -67,6 +68,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workflow_scripts.core.columns import column_names
 from workflow_scripts.core.io import write_parquet
 from workflow_scripts.scoring import metrics
 from workflow_scripts.scoring.metrics import THRESHOLDS
@@ -78,6 +80,8 @@ LEVEL_FIELDS: tuple[str, ...] = (
     "flags", "eager_fast_1_unflagged", "compile_fast_1_unflagged",
 )
 STRATEGY_FIELDS: tuple[str, ...] = ("answers_keeping_pytorch_op", "fast_unflagged_hybrid", "fast_unflagged_pure_triton")
+# Where levels.parquet names a published count otherwise: "flags" would shadow pandas' DataFrame.flags.
+TABLE_NAMES: dict[str, str] = {"flags": "flagged"}
 BOOTSTRAP_METRICS: tuple[str, ...] = ("correct", "fast_eager", "fast_compile")
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "model", "level", "problem_id", "problem", "compiled", "correct", "speedup_eager", "speedup_compile",
@@ -359,44 +363,68 @@ def model_order(rows: pd.DataFrame, context: SummaryContext | None = None) -> li
 # ---------------------------------------------------------------------------------------------------- counts
 
 
+def level_members(outcomes: Outcomes) -> dict[str, np.ndarray]:
+    """Per problem, whether it counts in each published level count (keys: LEVEL_FIELDS, in order). The one
+    definition of the counts: ``level_counts`` sums these, ``explain`` lists the rows behind a number with them."""
+    flagged = outcomes.flagged
+    members = {"n": np.ones_like(outcomes.correct), "compiled": outcomes.compiled, "correct": outcomes.correct}
+    members.update({f"eager_fast_{k}": outcomes.fast("eager", p) for k, p in THRESHOLDS})
+    members.update({f"compile_fast_{k}": outcomes.fast("compile", p) for k, p in THRESHOLDS})
+    members["flags"] = flagged
+    members["eager_fast_1_unflagged"] = outcomes.fast("eager", 1.0) & ~flagged
+    members["compile_fast_1_unflagged"] = outcomes.fast("compile", 1.0) & ~flagged
+    return {name: members[name] for name in LEVEL_FIELDS}
+
+
+def strategy_members(outcomes: Outcomes) -> dict[str, np.ndarray]:
+    """Per problem, whether it counts in each level2_strategy count (keys: STRATEGY_FIELDS)."""
+    fast_unflagged = outcomes.fast("eager", 1.0) & ~outcomes.flagged
+    keeps = outcomes.keeps_torch_op
+    return {
+        "answers_keeping_pytorch_op": keeps,
+        "fast_unflagged_hybrid": fast_unflagged & keeps,
+        "fast_unflagged_pure_triton": fast_unflagged & ~keeps,
+    }
+
+
 def level_counts(outcomes: Outcomes, mask: np.ndarray | None = None) -> LevelCounts:
     """Counts over the problems selected by ``mask`` (all problems when None)."""
     sel = np.ones_like(outcomes.correct) if mask is None else mask
-    flagged = outcomes.flagged & sel
-
-    def count(a: np.ndarray) -> int:
-        return int(np.count_nonzero(a & sel))
-
-    e = {k: count(outcomes.fast("eager", p)) for k, p in THRESHOLDS}
-    c = {k: count(outcomes.fast("compile", p)) for k, p in THRESHOLDS}
-    return LevelCounts(
-        n=int(np.count_nonzero(sel)),
-        compiled=count(outcomes.compiled),
-        correct=count(outcomes.correct),
-        eager_fast_1=e["1"], eager_fast_1_5=e["1.5"], eager_fast_2=e["2"],
-        compile_fast_1=c["1"], compile_fast_1_5=c["1.5"], compile_fast_2=c["2"],
-        flags=int(np.count_nonzero(flagged)),
-        eager_fast_1_unflagged=count(outcomes.fast("eager", 1.0) & ~flagged),
-        compile_fast_1_unflagged=count(outcomes.fast("compile", 1.0) & ~flagged),
-    )
+    counts = [int(np.count_nonzero(member & sel)) for member in level_members(outcomes).values()]
+    return LevelCounts(*counts)  # LevelCounts' fields are LEVEL_FIELDS, in order
 
 
 def strategy_counts(outcomes: Outcomes, mask: np.ndarray) -> StrategyCounts:
-    fast_unflagged = outcomes.fast("eager", 1.0) & ~outcomes.flagged & mask
-    keeps = outcomes.keeps_torch_op
-    return StrategyCounts(
-        answers_keeping_pytorch_op=int(np.count_nonzero(keeps & mask)),
-        fast_unflagged_hybrid=int(np.count_nonzero(fast_unflagged & keeps)),
-        fast_unflagged_pure_triton=int(np.count_nonzero(fast_unflagged & ~keeps)),
-    )
+    return StrategyCounts(**{name: int(np.count_nonzero(member & mask))
+                             for name, member in strategy_members(outcomes).items()})
 
 
-def mean_completion_tokens(outcomes: Outcomes) -> float | None:
-    known = outcomes.completion_tokens[~np.isnan(outcomes.completion_tokens)]
+def mean_completion_tokens(outcomes: Outcomes, mask: np.ndarray | None = None) -> float | None:
+    """Mean token count over the problems selected by ``mask`` (all when None) that have one; None if none has."""
+    tokens = outcomes.completion_tokens if mask is None else outcomes.completion_tokens[mask]
+    known = tokens[~np.isnan(tokens)]
     if known.size == 0:
         return None
     # fsum is exact for token counts, so the mean is the correctly rounded sum / count (the published form).
     return math.fsum(known.tolist()) / known.size
+
+
+def count_members(rows: pd.DataFrame, model: str) -> pd.DataFrame:
+    """One row per problem of ``model`` in (level, problem_id) order: whether it counts in each published count
+    (a column per LEVEL_FIELDS and STRATEGY_FIELDS entry) and in mean_completion_tokens (has a token count)."""
+    frame = normalize_rows(rows)
+    if model not in set(frame["model"].astype(str)):
+        raise ValueError(f"model {model!r} is not in the rows (models: {list(pd.unique(frame['model']))})")
+    outcomes = outcomes_by_model(frame)[model]
+    own = frame[frame["model"].astype(str) == model]
+    table = pd.DataFrame({"level": own["level"].to_numpy(dtype=np.int64),
+                          "problem_id": own["problem_id"].to_numpy(dtype=np.int64),
+                          "problem": own["problem"].to_numpy()})
+    for name, member in {**level_members(outcomes), **strategy_members(outcomes)}.items():
+        table[name] = member
+    table["mean_completion_tokens"] = ~np.isnan(outcomes.completion_tokens)
+    table["completion_tokens"] = outcomes.completion_tokens
+    return table
 
 
 # ---------------------------------------------------------------------------------------------------- bootstrap
@@ -573,14 +601,20 @@ def dumps_summary(summary: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------------- tables
 
 
-def levels_table(summary: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per model x level ('overall' first): the level counts, rates and the strategy split."""
+def levels_table(summary: Mapping[str, Any], rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per model x level ('overall' first): the level counts, rates, the strategy split and the mean
+    completion tokens of that level (from ``rows``, the rows the summary was computed from). The JSON's ``flags``
+    count is the column ``flagged`` (a column named flags would shadow pandas' DataFrame.flags)."""
+    outcomes = outcomes_by_model(normalize_rows(rows))
     records = []
     for name, entry in summary["models"].items():
+        if name not in outcomes:
+            raise ValueError(f"the summary's model {name!r} is not in the rows (models: {sorted(outcomes)})")
+        own = outcomes[name]
         strategy = summary["level2_strategy"].get(name, {})
         for level, counts in entry["levels"].items():
             record: dict[str, Any] = {"model": name, "label": entry.get("label"), "level": level}
-            record.update(counts)
+            record.update({TABLE_NAMES.get(field, field): value for field, value in counts.items()})
             n = counts["n"]
             record["compiled_rate"] = counts["compiled"] / n if n else None
             record["correct_rate"] = counts["correct"] / n if n else None
@@ -591,10 +625,11 @@ def levels_table(summary: Mapping[str, Any]) -> pd.DataFrame:
                 split = strategy.get(level, {})
             for f in STRATEGY_FIELDS:
                 record[f] = split.get(f)
-            record["mean_completion_tokens"] = entry["mean_completion_tokens"]
+            mask = None if level == "overall" else own.levels == int(level)
+            record["mean_completion_tokens"] = mean_completion_tokens(own, mask)
             records.append(record)
-    frame = pd.DataFrame.from_records(records)
-    ints = list(LEVEL_FIELDS) + list(STRATEGY_FIELDS)
+    frame = pd.DataFrame.from_records(records, columns=column_names("levels"))
+    ints = [TABLE_NAMES.get(f, f) for f in LEVEL_FIELDS] + list(STRATEGY_FIELDS)
     return frame.astype({c: "Int64" for c in ints} | {"label": "string", "model": "string", "level": "string",
                                                        "mean_completion_tokens": "Float64"})
 
@@ -610,8 +645,7 @@ def bootstrap_table(summary: Mapping[str, Any]) -> pd.DataFrame:
                 "ci95_low_pp": r["ci95_pp"][0], "ci95_high_pp": r["ci95_pp"][1],
                 "gained": r["gained"], "lost": r["lost"],
             })
-    columns = ["model", "reference", "metric", "delta_pp", "ci95_low_pp", "ci95_high_pp", "gained", "lost"]
-    frame = pd.DataFrame.from_records(records, columns=columns)
+    frame = pd.DataFrame.from_records(records, columns=column_names("bootstrap"))
     return frame.astype({"model": "string", "reference": "string", "metric": "string", "delta_pp": "float64",
                          "ci95_low_pp": "float64", "ci95_high_pp": "float64", "gained": "int64", "lost": "int64"})
 
@@ -649,17 +683,19 @@ def markdown_table(summary: Mapping[str, Any]) -> str:
 
 
 def write_outputs(
-    summary: Mapping[str, Any], out: Path, *, tables_dir: Path | None = None, markdown: Path | None = None,
+    summary: Mapping[str, Any], out: Path, rows: pd.DataFrame, *, tables_dir: Path | None = None,
+    markdown: Path | None = None,
 ) -> list[Path]:
-    """Write the JSON, the tables (levels.parquet, bootstrap.parquet) and optionally the markdown table."""
+    """Write the JSON, the tables (levels.parquet, bootstrap.parquet) and optionally the markdown table; ``rows``
+    are the rows the summary was computed from."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dumps_summary(summary))
     tables_dir = Path(tables_dir) if tables_dir is not None else out.parent / "tables"
     tables_dir.mkdir(parents=True, exist_ok=True)
     written = [out, tables_dir / "levels.parquet", tables_dir / "bootstrap.parquet"]
-    write_parquet(written[1], levels_table(summary))
-    write_parquet(written[2], bootstrap_table(summary))
+    write_parquet(written[1], levels_table(summary, rows), "levels")
+    write_parquet(written[2], bootstrap_table(summary), "bootstrap")
     if markdown is not None:
         markdown = Path(markdown)
         markdown.parent.mkdir(parents=True, exist_ok=True)

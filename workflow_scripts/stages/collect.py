@@ -1,5 +1,5 @@
-"""Rule collect: one per-problem row per (model, problem) into results/evaluations.parquet, and the table of
-flags and rejections per model (results/tables/flags.parquet). Every model x problem pair gets a row."""
+"""Rule collect: one per-problem row per (model, problem) into <results>/evaluations.parquet, and the table of
+flags and rejections per model (<results>/tables/flags.parquet). Every model x problem pair gets a row."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from workflow_scripts.core.io import write_parquet
 from workflow_scripts.core.layout import ResultsLayout
 from workflow_scripts.core.params import parse_stage_args, stage_parser
-from workflow_scripts.core.store import Store, code_version
+from workflow_scripts.core.store import Store, code_version, package_version
 from workflow_scripts.scoring.inputs import RowInputs
 from workflow_scripts.scoring.rows import collect_rows, flag_table
 
@@ -34,9 +34,9 @@ def run(argv: list[str] | None, prog: str, doc: str | None) -> int:
     store = Store(args.store)
 
     def compute(out: dict[str, Path]) -> None:
-        rows = collect_rows(inputs.problems, params.models, *inputs.load(store))
-        write_parquet(out["rows"], rows)
-        write_parquet(out["flags"], flag_table(rows))
+        rows = collect_rows(inputs.problems, params.models, *inputs.load(store), code_version=package_version())
+        write_parquet(out["rows"], rows, "rows")
+        write_parquet(out["flags"], flag_table(rows), "flags")
 
     store.build({"rows": args.out, "flags": args.flags_out}, STAGE, code_version(__spec__.name), vars(params),
                 inputs.hashes(), compute)

@@ -1,6 +1,6 @@
 """Rule extract: the code of each completion (the first fenced block, as KernelBench takes it).
 
-Writes results/answers/<model>.parquet, one row per problem (AnswerRecord): completion status and sha256, token
+Writes <results>/answers/<model>.parquet, one row per problem (AnswerRecord): completion status and sha256, token
 count, extract_status (ok | no_code | missing_completion), the code and its sha256. Every problem of the suite
 gets a row, whether or not the model answered it.
 """
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     def compute(out: dict[str, Path]) -> None:
         frame = extract_answers(read_jsonl(args.completions), pd.read_parquet(args.problems), params.require_triton)
         frame["model"] = params.model
-        write_parquet(out["parquet"], frame)
+        write_parquet(out["parquet"], frame, "answers")
 
     Store(args.store).build({"parquet": args.out}, STAGE, code_version(__spec__.name), vars(params), inputs, compute)
     return 0

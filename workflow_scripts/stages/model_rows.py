@@ -1,4 +1,4 @@
-"""Rule model_rows: one model's branch on its own (results/models/<model>.parquet): the collect stage's rows and
+"""Rule model_rows: one model's branch on its own (<results>/models/<model>.parquet): the collect stage's rows and
 flags for that model only, so targeting one model builds nothing of the others."""
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     inputs = {"table": sha256_bytes(json.dumps(table.astype(str).values.tolist()).encode())}
     Store(args.store).build(
         {"parquet": args.out}, STAGE, code_version(__spec__.name), vars(params), inputs,
-        lambda out: write_parquet(out["parquet"], table),
+        lambda out: write_parquet(out["parquet"], table, "problems"),
     )
     print(f"{len(table)} problems indexed from {args.suite}")
     return 0

@@ -1,6 +1,6 @@
 """Rule static_analysis: the AST report of every extracted answer of a model.
 
-Writes results/static/<model>.parquet, one row per problem: parses, has_model_new, defines/launches Triton
+Writes <results>/static/<model>.parquet, one row per problem: parses, has_model_new, defines/launches Triton
 kernels, keeps_torch_op (the published definition) with the ops kept, and the findings (JSON) with the worst
 severity. Rows without code have nulls. Static findings label mistakes; they stop nothing (docs/evaluation.md).
 """
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args, params = parse_stage_args(parser, Params, argv)
 
     def compute(out: dict[str, Path]) -> None:
-        write_parquet(out["parquet"], analyze_answers(pd.read_parquet(args.answers)))
+        write_parquet(out["parquet"], analyze_answers(pd.read_parquet(args.answers)), "static")
 
     Store(args.store).build({"parquet": args.out}, STAGE, code_version(__spec__.name), vars(params),
                             {"answers": sha256_file(args.answers)}, compute)

@@ -42,8 +42,8 @@ class Params:
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__, "workflow_scripts.stages.summary", Params)
-    parser.add_argument("--rows", type=Path, required=True, help="results/evaluations.parquet")
-    parser.add_argument("--environment", type=Path, required=True, help="results/environment/<device>.json")
+    parser.add_argument("--rows", type=Path, required=True, help="<results>/evaluations.parquet")
+    parser.add_argument("--environment", type=Path, required=True, help="<results>/environment/<device>.json")
     parser.add_argument("--results", required=True, help="the results folder (its layout: core/layout.py)")
     parser.add_argument("--store", type=Path, required=True)
     args, params = parse_stage_args(parser, Params, argv)
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     in_rows = list(dict.fromkeys(rows["model"]))
     if sorted(in_rows) != sorted(params.model_order):
         parser.exit(2, f"error: {args.rows} holds models {in_rows}, the configuration names {params.model_order}; "
-                       "rebuild the rows (snakemake results/evaluations.parquet) before the summary\n")
+                       f"rebuild the rows (snakemake {args.rows}) before the summary\n")
     settings = vars(params)
     environment = json.loads(args.environment.read_text())
     outputs = {"json": Path(layout.summary_json()), "markdown": Path(layout.summary_markdown()),
@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         atomic_write_text(out["json"], dumps_summary(summary))
         atomic_write_text(out["markdown"], markdown_table(summary))
-        write_parquet(out["levels"], levels_table(summary))
-        write_parquet(out["bootstrap"], bootstrap_table(summary))
+        write_parquet(out["levels"], levels_table(summary, rows), "levels")
+        write_parquet(out["bootstrap"], bootstrap_table(summary), "bootstrap")
         made = {path.name: path for path in make_figures(rows, summary, out["json"].parent / "figures")}
         for name in figures:
             if name not in made:

@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.cmd == "list":
             problems = list_problems(args.suite, args.levels)
-            write_parquet(args.out, problems_dataframe(problems))
+            write_parquet(args.out, problems_dataframe(problems), "problems")
             print(f"{len(problems)} problems -> {args.out}", file=sys.stderr)
         elif args.cmd == "validate":
             info = validate_checkout(args.suite, args.revision, _parse_counts(args.expect_counts), args.levels)

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         rows, reference=args.reference, compare=args.compare, resamples=args.resamples, seed=args.seed,
         context=load_context(args.context),
     )
-    write_outputs(summary, args.out, tables_dir=args.tables_dir, markdown=args.markdown)
+    write_outputs(summary, args.out, rows, tables_dir=args.tables_dir, markdown=args.markdown)
     if args.figures_dir is not None:
         from workflow_scripts.scoring.figures import make_figures  # matplotlib only when figures are asked for
 

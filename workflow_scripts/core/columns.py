@@ -1,0 +1,205 @@
+"""What every column of every parquet file the pipeline writes means, and in which unit: the one table of column
+definitions. ``core.io.write_parquet`` copies a table's definitions into the Arrow schema (each field's metadata
+holds ``description`` and ``unit``; the schema's metadata names the table), and refuses a column that has none, so
+a new column cannot be written before it is described here.
+
+A column shared by several tables (``model``, ``level``, ``problem_id``...) is defined once below and reused; a
+name whose meaning differs between tables (``correct`` is a flag per row, a count per level) is defined per table.
+``unit`` is ``none`` for identifiers, names, flags and text; ``count`` for numbers of rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NO_UNIT = "none"
+MS = "ms"
+RATIO = "ratio"
+COUNT = "count"
+TOKENS = "tokens"
+FRACTION = "fraction"
+PERCENTAGE_POINTS = "percentage points"
+SHA256 = "sha256 (hex)"
+
+
+@dataclass(frozen=True)
+class Column:
+    description: str
+    unit: str = NO_UNIT
+
+
+@dataclass(frozen=True)
+class Table:
+    """One kind of parquet file: what a row is, and its columns in the order the pipeline writes them."""
+
+    description: str
+    columns: dict[str, Column]
+
+
+class UndescribedColumnError(ValueError):
+    """A table's frame holds a column this module does not define."""
+
+
+# ---------------------------------------------------------------------------------------------------- shared
+
+MODEL = Column("the model's name: its key under models: in the configuration")
+LEVEL = Column("the KernelBench level of the problem (1, 2, ...)")
+PROBLEM_ID = Column("the problem's id within its level (the number its file name starts with)")
+PROBLEM = Column("the problem's name: its file stem without the id, e.g. ReLU")
+COMPLETION_SHA256 = Column("sha256 of the completion's UTF-8 text; null without a completion", SHA256)
+COMPLETION_TOKENS = Column("the completion's token count as the generator reported it (cached models: meta.json); "
+                           "null when unknown", TOKENS)
+CODE_SHA256 = Column("sha256 of the extracted code's UTF-8 text; null without code", SHA256)
+REQUIRE_TRITON = Column("whether the answer had to launch a Triton kernel to be correct (false for the calibration "
+                        "model, kind reference)")
+KEEPS_TORCH_OP = Column("whether ModelNew.forward still calls a PyTorch layer, functional op, tensor math or tensor "
+                        "arithmetic (static AST check, docs/design.md); null without code")
+MEAN_COMPLETION_TOKENS = Column("mean completion_tokens over the rows with a token count; null if none has one",
+                                TOKENS)
+FAST_COUNTS = {
+    f"{baseline}_fast_{p}": Column(f"correct answers with speedup_{baseline} strictly greater than {p} "
+                                   f"(KernelBench's fast_{p}; an unknown speedup is never fast)", COUNT)
+    for baseline in ("eager", "compile") for p in ("1", "1.5", "2")
+}
+
+
+def _rows_columns() -> dict[str, Column]:
+    return {
+        "model": MODEL,
+        "level": LEVEL,
+        "problem_id": PROBLEM_ID,
+        "problem": PROBLEM,
+        "status": Column("the answer's one status (core/statuses.py: missing_completion ... correct)"),
+        "compiled": Column("KernelBench's compiled: the answer module imported and defined ModelNew"),
+        "correct": Column("status is correct: every correctness trial matched the reference"),
+        "runtime_ms": Column("mean of the answer's timing trials; null unless correct", MS),
+        "eager_ms": Column("the eager PyTorch reference's time: timed beside the answer when eager_source is "
+                           "paired, else the baseline stage's; null when the eager baseline failed", MS),
+        "eager_source": Column("where eager_ms comes from: paired (timed beside the answer) or baseline (the "
+                               "baseline stage); null without eager_ms"),
+        "compile_ms": Column("the torch.compile baseline's time (baseline stage); null when it failed", MS),
+        "speedup_eager": Column("eager_ms / runtime_ms; null unless correct with both times known", RATIO),
+        "speedup_compile": Column("compile_ms / runtime_ms; null unless correct with both times known", RATIO),
+        "keeps_torch_op": KEEPS_TORCH_OP,
+        "completion_tokens": COMPLETION_TOKENS,
+        "completion_sha256": COMPLETION_SHA256,
+        "code_sha256": CODE_SHA256,
+        "problem_sha256": Column("sha256 of the problem file's bytes", SHA256),
+        "flag_list": Column("the answer's flags, sorted and comma-separated (empty: none): run-time checks "
+                            "(core/statuses.py FLAGS), static:<check> findings, suspicious_speedup"),
+        "error": Column("the evaluator's error message (tail of the traceback); null without one"),
+        "device": Column("where the answer was evaluated: cpu or cuda"),
+        "timing_mode": Column("how times were taken: cuda_events, or cpu_wall_interpreter (Triton interpreter "
+                              "wall-clock, says nothing about GPU speed); null when not timed"),
+        "eager_status": Column("the baseline stage's eager run: ok or its failure"),
+        "compile_status": Column("the baseline stage's torch.compile run: ok or its failure"),
+        "require_triton": REQUIRE_TRITON,
+        "evaluation_key": Column("the store key of the evaluation object this row was built from "
+                                 "(<store>/objects/<first 2>/<key>)", SHA256),
+        "code_version": Column("the pipeline code that built the row: git:<commit> (the package unmodified at that "
+                               "commit), git:<commit>+source:<sha256> (modified since), or source:<sha256> (no "
+                               "git; sha256 over the package's source files, core/store.py package_version)"),
+    }
+
+
+TABLES: dict[str, Table] = {
+    "problems": Table("the suite's problem index: one row per problem (<results>/problems.parquet)", {
+        "level": LEVEL,
+        "problem_id": PROBLEM_ID,
+        "problem": PROBLEM,
+        "path": Column("the problem file, relative to the suite root (POSIX separators)"),
+        "sha256": Column("sha256 of the problem file's bytes", SHA256),
+    }),
+    "answers": Table("one model's extracted answers: one row per problem (<results>/answers/<model>.parquet)", {
+        "model": MODEL,
+        "level": LEVEL,
+        "problem_id": PROBLEM_ID,
+        "completion_status": Column("the completion's status: ok, failed (the generator gave no usable answer) or "
+                                    "missing (none exists)"),
+        "completion_sha256": COMPLETION_SHA256,
+        "completion_tokens": COMPLETION_TOKENS,
+        "extract_status": Column("ok (a fenced code block was found), no_code or missing_completion"),
+        "code": Column("the extracted code: the completion's first fenced block, as KernelBench takes it"),
+        "code_sha256": CODE_SHA256,
+        "require_triton": REQUIRE_TRITON,
+    }),
+    "static": Table("one model's static analysis: one row per problem (<results>/static/<model>.parquet); "
+                    "null where the answer has no code", {
+        "model": MODEL,
+        "level": LEVEL,
+        "problem_id": PROBLEM_ID,
+        "parses": Column("whether the code parses as Python"),
+        "has_model_new": Column("whether the code defines a top-level class ModelNew"),
+        "defines_triton_kernel": Column("whether a function is decorated with triton.jit (or autotune/heuristics)"),
+        "launches_triton_kernel": Column("whether code reached from ModelNew launches a jitted kernel[grid](...)"),
+        "keeps_torch_op": KEEPS_TORCH_OP,
+        "torch_ops_kept": Column("JSON list of the PyTorch ops forward still calls"),
+        "findings": Column("JSON list of static findings: {code, severity (reject | flag), line, message}"),
+        "worst_finding": Column("the most severe finding's severity: reject, flag, or null without findings"),
+    }),
+    "rows": Table("the per-problem rows: one row per model x problem, whatever happened to it "
+                  "(<results>/evaluations.parquet; <results>/models/<model>.parquet for one model)", _rows_columns()),
+    "flags": Table("flags and rejections per model: one row per model x flag or status with its count "
+                   "(<results>/tables/flags.parquet; <results>/models/<model>.flags.parquet)", {
+        "model": MODEL,
+        "kind": Column("flag (a flag in flag_list) or status (a rejecting or no-launch status)"),
+        "name": Column("the flag or status counted"),
+        "count": Column("rows of the model carrying that flag or status", COUNT),
+    }),
+    "levels": Table("the summary per model and level: one row per model x level, overall first "
+                    "(<results>/tables/levels.parquet)", {
+        "model": MODEL,
+        "label": Column("the model's label from the configuration; null without one"),
+        "level": Column("the level counted: overall (all levels together) or the level number as text"),
+        "n": Column("problems of the level: every problem stays in every denominator", COUNT),
+        "compiled": Column("rows whose answer compiled (KernelBench's meaning)", COUNT),
+        "correct": Column("rows whose answer is correct", COUNT),
+        **FAST_COUNTS,
+        "flagged": Column("correct answers whose speedup over eager or over torch.compile exceeds the flag limit "
+                          "(scoring/metrics.py FLAG_SPEEDUP); the summary JSON's flags", COUNT),
+        "eager_fast_1_unflagged": Column("eager_fast_1 without the flagged answers", COUNT),
+        "compile_fast_1_unflagged": Column("compile_fast_1 without the flagged answers", COUNT),
+        "compiled_rate": Column("compiled / n; null when n is 0", FRACTION),
+        "correct_rate": Column("correct / n; null when n is 0", FRACTION),
+        "answers_keeping_pytorch_op": Column("rows whose answer keeps a PyTorch op (keeps_torch_op)", COUNT),
+        "fast_unflagged_hybrid": Column("eager_fast_1_unflagged answers that keep a PyTorch op", COUNT),
+        "fast_unflagged_pure_triton": Column("eager_fast_1_unflagged answers that keep no PyTorch op", COUNT),
+        "mean_completion_tokens": MEAN_COMPLETION_TOKENS,
+    }),
+    "bootstrap": Table("the paired bootstrap: one row per compared model x metric (<results>/tables/"
+                       "bootstrap.parquet)", {
+        "model": MODEL,
+        "reference": Column("the model every other model is compared with (summary.reference)"),
+        "metric": Column("the per-problem success compared: correct, fast_eager (eager_fast_1) or fast_compile "
+                         "(compile_fast_1)"),
+        "delta_pp": Column("100 x mean(model success - reference success) over every problem", PERCENTAGE_POINTS),
+        "ci95_low_pp": Column("2.5th percentile of the resampled delta (paired percentile bootstrap)",
+                              PERCENTAGE_POINTS),
+        "ci95_high_pp": Column("97.5th percentile of the resampled delta", PERCENTAGE_POINTS),
+        "gained": Column("problems where only the model succeeds", COUNT),
+        "lost": Column("problems where only the reference succeeds", COUNT),
+    }),
+}
+
+
+def table(name: str) -> Table:
+    try:
+        return TABLES[name]
+    except KeyError:
+        raise KeyError(f"no parquet table {name!r} in core/columns.py (tables: {sorted(TABLES)})") from None
+
+
+def column_names(name: str) -> list[str]:
+    """The table's columns, in the order the pipeline writes them."""
+    return list(table(name).columns)
+
+
+def definitions(name: str, columns: list[str]) -> dict[str, Column]:
+    """The definition of each of ``columns`` of table ``name``; an error names every column without one."""
+    spec = table(name)
+    missing = [c for c in columns if c not in spec.columns]
+    if missing:
+        raise UndescribedColumnError(
+            f"table {name!r} has columns {missing} with no description; define them in core/columns.py"
+        )
+    return {c: spec.columns[c] for c in columns}
