@@ -71,14 +71,20 @@ def test_code_version_changes_with_any_file_of_a_used_subpackage(tmp_path: Path,
     assert code_version("workflow_scripts.stages.summary") != before_summary  # every stage uses core/
 
 
-def test_second_build_reuses_and_links(in_tmp: Path) -> None:
+def object_of(store: Store, name: str) -> Path:
+    return store.object_path(json.loads((store.manifest / f"{name}.json").read_text())["key"])
+
+
+def test_second_build_reuses_and_copies(in_tmp: Path) -> None:
     store = Store("store")
     calls: list[str] = []
     assert build_text(store, Path("out/a.txt"), "hello", calls=calls) is True
     assert build_text(store, Path("out/b.txt"), "hello", calls=calls) is False  # same key, other readable name
     assert calls == ["hello"]
     assert Path("out/b.txt").read_text() == "hello"
-    assert os.stat("out/a.txt").st_ino == os.stat("out/b.txt").st_ino  # both resolve to the one object
+    # One object, and each readable name a file of its own: never the object's inode.
+    assert object_of(store, "out/a.txt") == object_of(store, "out/b.txt")
+    assert len({os.stat(p).st_ino for p in ("out/a.txt", "out/b.txt", object_of(store, "out/a.txt"))}) == 3
     entry = json.loads((store.manifest / "out/b.txt.json").read_text())
     assert entry["sha256"] == sha256_file(Path("out/b.txt")) and entry["stage"] == "demo"
     assert events(store) == ["computed", "reused"]
@@ -98,7 +104,7 @@ def test_corrupt_object_is_never_reused_and_verify_reports_it(in_tmp: Path) -> N
     key = json.loads((store.manifest / "a.txt.json").read_text())["key"]
     obj = store.object_path(key)
     os.chmod(obj, 0o644)
-    obj.write_text("evil")  # the readable hard link shows the same bytes
+    obj.write_text("evil")  # the readable copy keeps the good bytes
     problems = store.verify()
     assert {p.kind for p in problems} == {"corrupt_object"}
     assert store.fetch(key) is None
@@ -152,3 +158,82 @@ def test_cli_verify_exit_codes(in_tmp: Path) -> None:
     assert json.loads(Path("report.json").read_text())["ok"] is False
     assert main(["--params", '{"repair": true}', "--store", "store"]) == 0
     assert not store.object_path(key).exists()
+
+
+def test_an_edited_result_file_leaves_the_object_intact(in_tmp: Path) -> None:
+    store = Store("store")
+    build_text(store, Path("a.txt"), "good")
+    obj = object_of(store, "a.txt")
+    assert not os.stat(obj).st_mode & 0o222  # objects are read-only
+    with open("a.txt", "w") as handle:  # in place, as root would even through a read-only hard link
+        handle.write("edited")
+    assert obj.read_text() == "good" and store.fetch(obj.name) == obj
+    assert [p.kind for p in store.verify()] == ["corrupt_readable"]  # the object itself verifies
+    store.verify(repair=True)
+    assert not Path("a.txt").exists()
+    calls: list[str] = []
+    assert build_text(store, Path("a.txt"), "good", calls=calls) is False  # restored from the store, not recomputed
+    assert calls == [] and Path("a.txt").read_text() == "good" and store.verify() == []
+
+
+def test_check_result_refuses_an_edited_or_unrecorded_result_naming_it(in_tmp: Path) -> None:
+    from workflow_scripts.core.store import ChangedResult
+
+    store = Store("store")
+    build_text(store, Path("out/a.txt"), "good")
+    assert store.check_result(Path("out/a.txt")) == sha256_file(Path("out/a.txt"))
+    Path("out/a.txt").write_text("edited")
+    with pytest.raises(ChangedResult, match=r"out/a\.txt was changed after the store wrote it") as refused:
+        store.check_result(Path("out/a.txt"))
+    assert refused.value.path == "out/a.txt" and "repair_store" in refused.value.message
+    assert events(store)[-1] == "refused_changed"
+    Path("out/b.txt").write_text("placed by hand")
+    with pytest.raises(ChangedResult, match=r"out/b\.txt is not a result this store wrote"):
+        store.check_result(Path("out/b.txt"))
+    assert store.check_result(Path("out/b.txt"), required=False) == sha256_file(Path("out/b.txt"))
+
+
+def test_forget_drops_the_objects_and_every_name_made_from_them(in_tmp: Path) -> None:
+    store = Store("store")
+    build_text(store, Path("out/m1/a.txt"), "shared")
+    build_text(store, Path("out/m2/a.txt"), "shared")  # another model's identical answer: the same object
+    build_text(store, Path("out/m2/b.txt"), "own")
+    shared = object_of(store, "out/m1/a.txt")
+    assert store.forget([Path("out/m1/a.txt")], dry_run=True).names == ["out/m1/a.txt", "out/m2/a.txt"]
+    assert shared.exists() and Path("out/m2/a.txt").exists()  # a dry run deletes nothing
+    forgotten = store.forget([Path("out/m1/a.txt")])
+    assert forgotten.names == ["out/m1/a.txt", "out/m2/a.txt"] and forgotten.keys == [shared.name]
+    assert not shared.exists() and not Path("out/m1/a.txt").exists() and not Path("out/m2/a.txt").exists()
+    assert Path("out/m2/b.txt").exists() and store.verify() == []
+    assert events(store)[-1] == "forgotten"
+    calls: list[str] = []
+    assert build_text(store, Path("out/m1/a.txt"), "shared", calls=calls) is True  # computed anew
+    assert calls == ["shared"]
+    assert store.forget([Path("out/m2")]).names == ["out/m2/b.txt"]  # a folder: every result under it
+    with pytest.raises(ValueError, match="no result of the store"):
+        store.forget([Path("out/m3")])
+
+
+def test_forget_tool(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from workflow_scripts.tools.forget import main
+
+    store = Store("elsewhere/.store")
+    Path("config.yaml").write_text("store: elsewhere/.store\n")
+    build_text(store, Path("out/a.txt"), "x")
+    assert main(["out/a.txt", "--dry-run"]) == 0 and Path("out/a.txt").exists()
+    assert main(["out/a.txt"]) == 0 and not Path("out/a.txt").exists()
+    assert "out/a.txt" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as failed:
+        main(["out/a.txt"])
+    assert failed.value.code == 2 and "out/a.txt: no result of the store" in capsys.readouterr().err
+
+
+def test_verify_reports_and_repairs_a_hard_linked_result(in_tmp: Path) -> None:
+    store = Store("store")
+    build_text(store, Path("a.txt"), "good")
+    Path("a.txt").unlink()
+    os.link(object_of(store, "a.txt"), "a.txt")  # how an older version wrote result files
+    assert [p.kind for p in store.verify()] == ["linked_readable"]
+    store.verify(repair=True)
+    assert not os.path.samefile("a.txt", object_of(store, "a.txt")) and Path("a.txt").read_text() == "good"
+    assert store.verify() == []

@@ -11,6 +11,7 @@
     generate-vllm  generate with vLLM outside the workflow
     summarize      summary JSON, tables and markdown from per-problem rows
     figures        the figures from rows and a summary
+    forget         drop chosen results from the store, so that the next run measures them anew
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import importlib
 import sys
 
 TOOLS = ("evaluate", "baseline", "environment", "extract", "analyze", "prompt", "kernelbench", "generate-cli",
-         "generate-vllm", "summarize", "figures")
+         "generate-vllm", "summarize", "figures", "forget")
 
 
 def main(argv: list[str] | None = None) -> int:
