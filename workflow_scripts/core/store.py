@@ -150,10 +150,12 @@ class ChangedResult(SystemExit):
 
 @dataclass(frozen=True)
 class Forgotten:
-    """What ``Store.forget`` dropped: the object keys, and every result file made from them (deleted)."""
+    """What ``Store.forget`` dropped: the object keys, the result files made from them, and the results made from
+    those (files deleted; the latter's objects are kept: the next run reuses them where its inputs are unchanged)."""
 
     keys: list[str]
     names: list[str]
+    downstream: list[str]
 
 
 class Store:
@@ -313,14 +315,15 @@ class Store:
             raise ChangedResult(readable, (
                 f"{name} was changed after the store wrote it (its sha256 is {actual[:12]}..., the store recorded "
                 f"{entry['sha256'][:12]}... under key {entry['key'][:12]}...): a changed result file is never used. "
-                f"Restore it with `snakemake --cores 1 repair_store` (or delete it) and rerun: the run rewrites it "
-                f"from the store at no cost. To measure it anew: `python -m workflow_scripts forget {name}`."))
+                f"Restore it from the store with `snakemake --cores 1 repair_store`, then rerun; to compute it "
+                f"anew instead: `python -m workflow_scripts forget {name}`, then rerun."))
         return actual
 
     def forget(self, paths: Iterable[Path | str], dry_run: bool = False) -> Forgotten:
-        """Drop the objects behind these result files (files, or folders of them) and delete every result file
-        made from those objects (another model's identical answer, too) with its manifest entry, so that the next
-        run recomputes them. Raises ValueError naming a path that holds no result of this store."""
+        """Drop the objects behind these result files (files, or folders of them) so that the next run recomputes
+        them: deletes every result file made from those objects (another model's identical answer, too) and the
+        results made from those in turn (rows, summary), each with its manifest entry. Raises ValueError naming a
+        path that holds no result of this store."""
         entries = self._manifest_entries()
         keys: set[str] = set()
         for path in paths:
@@ -329,28 +332,44 @@ class Store:
             if not chosen:
                 raise ValueError(f"{name}: no result of the store {self.root} is recorded there")
             keys.update(e["key"] for e in chosen)
-        names = sorted(e["name"] for e in entries if e["key"] in keys)
+        return self._drop(keys, entries, "forgotten", dry_run)
+
+    def _drop(self, keys: set[str], entries: list[dict[str, Any]], event: str, dry_run: bool = False) -> Forgotten:
+        """Delete the objects ``keys``, the result files made from them and, transitively, the results whose
+        recorded inputs include one of those files' content: Snakemake reruns a job whose output is missing only
+        when a result downstream of it is missing too. The downstream objects stay (reused where nothing changed)."""
+        dropped = [e for e in entries if e["key"] in keys]
+        removed = {e["name"] for e in dropped}
+        downstream: list[dict[str, Any]] = []
+        hashes = {e["sha256"] for e in dropped}
+        while hashes:
+            found = [e for e in entries if e["name"] not in removed and hashes & set(e["inputs"].values())]
+            removed.update(e["name"] for e in found)
+            downstream += found
+            hashes = {e["sha256"] for e in found}
         if not dry_run:
-            for entry in entries:
-                if entry["key"] in keys:
-                    for path in (Path(entry["name"]), self.manifest_path(Path(entry["name"]))):
-                        with contextlib.suppress(FileNotFoundError):
-                            path.unlink()
+            for entry in dropped + downstream:
+                for path in (Path(entry["name"]), self.manifest_path(Path(entry["name"]))):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
             for key in sorted(keys):
                 meta = self.read_meta(key)
                 for path in (self.object_path(key), self.meta_path(key)):
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
-                self.log_event("forgotten", key, meta.stage if meta else "", ",".join(
-                    e["name"] for e in entries if e["key"] == key))
-        return Forgotten(sorted(keys), names)
+                self.log_event(event, key, meta.stage if meta else "",
+                               ",".join(e["name"] for e in dropped if e["key"] == key))
+        return Forgotten(sorted(keys), sorted(e["name"] for e in dropped), sorted(e["name"] for e in downstream))
 
     def _manifest_entries(self) -> list[dict[str, Any]]:
         return [json.loads(path.read_text()) for path in sorted(self.manifest.rglob("*.json"))]
 
     # -- verification --------------------------------------------------------------------------------------
     def verify(self, repair: bool = False) -> list[Problem]:
-        """Re-hash every object and every readable name in the manifest; optionally delete what is bad."""
+        """Re-hash every object and every readable name in the manifest. With ``repair``: a result file that was
+        edited, or is a hard link, is rewritten as a copy of its intact object; the entry of a deleted one is
+        removed; a bad object is rewritten from an intact copy under a readable name; an object that cannot be
+        restored is dropped with the results made from it (``_drop``), so that the next run recomputes it."""
         problems: list[Problem] = []
         bad_keys: set[str] = set()
         for meta_file in sorted(self.objects.glob("*/*.meta.json")):
@@ -366,38 +385,54 @@ class Store:
             elif (actual := sha256_file(path)) != meta.sha256:
                 problems.append(Problem("corrupt_object", str(path), f"sha256 {actual} != recorded {meta.sha256}"))
                 bad_keys.add(key)
-        bad_readables: list[Path] = []
-        linked: list[tuple[Path, dict[str, Any]]] = []
-        for entry_file in sorted(self.manifest.rglob("*.json")):
-            entry = json.loads(entry_file.read_text())
+        entries = self._manifest_entries()
+        to_rewrite: list[dict[str, Any]] = []  # result files to rewrite from their object
+        stale: list[dict[str, Any]] = []  # entries of files deleted since (e.g. a removed model's results)
+        intact: dict[str, Path] = {}  # a bad object's key -> a result file that still holds its bytes
+        for entry in entries:
             readable = Path(entry["name"])
             if not readable.exists():
                 problems.append(Problem("missing_readable", entry["name"], "listed in the manifest, not on disk"))
-                continue
-            if entry["key"] in bad_keys:
-                bad_readables.append(readable)
+                stale.append(entry)
                 continue
             actual = sha256_file(readable)
             if actual != entry["sha256"]:
                 problems.append(Problem("corrupt_readable", entry["name"], f"sha256 {actual} != {entry['sha256']}"))
-                bad_readables.append(readable)  # a copy: the object itself is checked above, on its own
+                to_rewrite.append(entry)  # a copy: its object is checked above, on its own
             elif _same_file(readable, self.object_path(entry["key"])):
                 # Written by an older version, which linked names to objects: an edit would change the object.
                 problems.append(Problem("linked_readable", entry["name"], "a hard link to its object, not a copy"))
-                linked.append((readable, entry))
+                to_rewrite.append(entry)
+            else:
+                intact.setdefault(entry["key"], readable)
         if repair:
-            for readable, entry in linked:
-                self.materialize(entry["key"], readable, entry["stage"], entry["inputs"])
-            for key in bad_keys:
-                for path in (self.object_path(key), self.meta_path(key)):
-                    with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
-            for readable in bad_readables:
+            for entry in stale:  # the entry goes, the object stays (a later run that needs the file reuses it)
                 with contextlib.suppress(FileNotFoundError):
-                    readable.unlink()
-                with contextlib.suppress(FileNotFoundError):
-                    self.manifest_path(readable).unlink()  # the next run rebuilds the name and its entry
+                    self.manifest_path(Path(entry["name"])).unlink()
+            lost = set()
+            for key in sorted(bad_keys):
+                meta = self.read_meta(key)
+                if meta is not None and key in intact and sha256_file(intact[key]) == meta.sha256:
+                    self._restore_object(key, intact[key])
+                else:
+                    lost.add(key)
+            for entry in to_rewrite:
+                if entry["key"] not in lost and self.fetch(entry["key"]) is None:
+                    lost.add(entry["key"])  # no object left at all (neither bytes nor meta) to rewrite it from
+                if entry["key"] not in lost:
+                    self.materialize(entry["key"], Path(entry["name"]), entry["stage"], entry["inputs"])
+            if lost:
+                self._drop(lost, self._manifest_entries(), "dropped_corrupt")
         return problems
+
+    def _restore_object(self, key: str, copy: Path) -> None:
+        target = self.object_path(key)
+        tmp = target.with_name(f".{key}.{os.getpid()}.tmp")
+        _copy_file(copy, tmp)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, target)
+        meta = self.read_meta(key)
+        self.log_event("restored", key, meta.stage if meta else "", _relative_name(copy))
 
 
 def _copy_file(source: Path, target: Path) -> None:

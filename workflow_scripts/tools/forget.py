@@ -2,10 +2,11 @@
 
 A rerun alone, even `snakemake --forcerun <rule>`, recomputes nothing: each job finds its answer in the store
 under the same key and reuses it. `forget` drops the store objects behind the given result files (files, or
-folders such as results/evaluations/<model>) and deletes those files, and every other result file made from the
-same objects (e.g. another model's identical answer), with their manifest entries; the next
-`snakemake --cores all` recomputes exactly those, then whatever reads them. Each dropped object is logged as
-"forgotten" in the store's events.jsonl. Run it from the workflow root (the manifest names files from there).
+folders such as results/evaluations/<model>) and deletes those files, every other result file made from the same
+objects (e.g. another model's identical answer), and the results made from them (rows, summary), with their
+manifest entries; the next plain `snakemake --cores all` recomputes exactly the forgotten ones and rebuilds what
+reads them. Each dropped object is logged as "forgotten" in the store's events.jsonl. Run it from the workflow
+root (the manifest names files from there).
 
     python -m workflow_scripts forget results/baselines/level1_1.json
     python -m workflow_scripts forget results/evaluations/weak              # one model's evaluations
@@ -47,12 +48,17 @@ def main(argv: list[str] | None = None) -> int:
         forgotten = store.forget(args.paths, dry_run=args.dry_run)
     except ValueError as error:
         parser.exit(2, f"error: {error}\n")
-    verb = "would forget" if args.dry_run else "forgot"
-    print(f"{verb} {len(forgotten.keys)} stored object(s); result files {'to delete' if args.dry_run else 'deleted'}:")
+    deleted = "to delete" if args.dry_run else "deleted"
+    print(f"{'would forget' if args.dry_run else 'forgot'} {len(forgotten.keys)} stored object(s); "
+          f"the result files made from them ({deleted}), recomputed on the next run:")
     for name in forgotten.names:
         print(f"  {name}")
+    if forgotten.downstream:
+        print(f"results made from those ({deleted}), rebuilt on the next run:")
+        for name in forgotten.downstream:
+            print(f"  {name}")
     if not args.dry_run:
-        print("the next run (snakemake --cores all ...) recomputes them and whatever reads them")
+        print("now run snakemake as before (e.g. snakemake --cores all): no --forcerun is needed")
     return 0
 
 
