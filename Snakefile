@@ -2,12 +2,7 @@
 # The rules live in rules/<stage>.smk; each runs one module, workflow_scripts/stages/<rule>.py (docs/design.md).
 # Default configuration: the bundled demo suite (config.yaml). The study: --configfile config/study.yaml.
 
-# config.yaml is the default; a --configfile replaces it instead of being merged into it (merging would add the
-# demo's models to the study's).
-if not workflow.overwrite_configfiles:
-
-    configfile: "config.yaml"
-
+# config.yaml is the default; a --configfile replaces it (rules/common.smk loads and validates the configuration).
 
 # `snakemake --report report.html` after a run: this description, then the items marked report() (rules/report.smk).
 report: "report/workflow.rst"

@@ -10,6 +10,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
+from workflow_scripts.core.configuration import ConfigError, check_yaml_syntax, location, schema_error
 from workflow_scripts.core.layout import ResultsLayout
 from workflow_scripts.evaluation.environment import live_facts
 from workflow_scripts.generation.replay import cached_folder_problems
@@ -18,7 +19,31 @@ from workflow_scripts.suite.kernelbench import KernelBenchError, problem_files, 
 
 min_version("9.0")
 
-validate(config, schema="../schemas/config.schema.yaml")
+
+def _check_config_file(path):
+    try:
+        check_yaml_syntax(path)
+    except ConfigError as error:
+        raise WorkflowError(str(error)) from None
+
+
+# config.yaml is the default; a --configfile replaces it instead of being merged into it (merging would add the
+# demo's models to the study's). config.yaml is checked before Snakemake reads it (Snakemake's message for a YAML
+# syntax error names neither the file nor the line); a --configfile, which Snakemake's command line reads before
+# this runs, is checked for a key written twice (YAML keeps the last silently: a model listed twice would vanish).
+if not workflow.overwrite_configfiles:
+    _check_config_file("config.yaml")
+
+    configfile: "config.yaml"
+
+
+for _file in workflow.overwrite_configfiles:
+    _check_config_file(_file)
+# A schema violation in one line (file and line, key path, what was expected), not Snakemake's dump of the schema.
+_schema_problem = schema_error(config, Path(workflow.basedir, "schemas", "config.schema.yaml"), workflow.configfiles)
+if _schema_problem:
+    raise WorkflowError(_schema_problem)
+validate(config, schema="../schemas/config.schema.yaml")  # fills in the schema's defaults
 
 LAYOUT = ResultsLayout(config["results_dir"])
 STORE = config["store"]
@@ -88,11 +113,15 @@ def baseline_files():
 
 
 # Cached models' folders are checked now, at parse time: an error inside an input function can be swallowed by
-# Snakemake when the rows already exist, and a misnamed file would silently become missing_completion.
+# Snakemake when the rows already exist, and a misnamed file, or a folder with none of the run's problems, would
+# silently become missing_completion rows.
+_SUITE_PROBLEMS = set(problem_files(SUITE, LEVELS)) if PROBLEMS else None
 for _name in models_of_kind("cached"):
-    _problems = cached_folder_problems(config["models"][_name]["completions"])
+    _folder = config["models"][_name]["completions"]
+    _problems = cached_folder_problems(_folder, PROBLEMS, _SUITE_PROBLEMS)
     if _problems:
-        raise WorkflowError(f"model {_name}: " + "; ".join(_problems))
+        _where = location(workflow.configfiles, ["models", _name, "completions"], _folder)
+        raise WorkflowError(f"{_where}: model {_name}: " + "; ".join(_problems))
 
 
 def cached_completion_files(wildcards):

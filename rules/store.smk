@@ -1,4 +1,5 @@
-# The content-addressed store's audit: re-hash every object and readable name, report (and repair) mismatches.
+# The content-addressed store's audit: re-hash every object and result file and report mismatches (verify_store),
+# or rewrite what an intact copy allows and drop what cannot be restored, to be recomputed (repair_store).
 
 
 rule verify_store:

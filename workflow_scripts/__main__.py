@@ -12,6 +12,7 @@
     summarize      summary JSON, tables and markdown from per-problem rows
     figures        the figures from rows and a summary
     explain        where one row or one summary number comes from, each link checked
+    forget         drop chosen results from the store, so that the next run measures them anew
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import importlib
 import sys
 
 TOOLS = ("evaluate", "baseline", "environment", "extract", "analyze", "prompt", "kernelbench", "generate-cli",
-         "generate-vllm", "summarize", "figures", "explain")
+         "generate-vllm", "summarize", "figures", "explain", "forget")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,8 @@ def extract_answers(completions: list[dict], problems: pd.DataFrame, require_tri
             rows.append(
                 AnswerRecord(model, problem.level, problem.problem_id, status, None,
                              completion.get("completion_tokens") if completion else None,
-                             "missing_completion", None, None, require_triton)
+                             "missing_completion", None, None, require_triton,
+                             completion.get("error") if completion else None)
             )
             continue
         code = extract_code(completion["text"])

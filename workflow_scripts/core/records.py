@@ -20,4 +20,5 @@ class AnswerRecord:
     code: str | None
     code_sha256: str | None
     require_triton: bool = True
+    completion_error: str | None = None  # why a completion failed or is missing (e.g. names a non-UTF-8 file)
 

@@ -2,8 +2,14 @@
 
 Every artifact the pipeline produces is stored once under the sha256 of what determines it (the stage name,
 the stage's code version, its parameters and the content hashes of its inputs; timings add the environment
-fingerprint). Readable names under ``results/`` are hard links to those objects (copies where the file system
-refuses links), and a manifest entry per readable name records name, key, content sha256, stage and inputs.
+fingerprint). Readable names under ``results/`` are copies of those objects (reflinks where the file system has
+them): never the object's own inode, so editing a result file cannot change what the store holds. A manifest entry
+per readable name records name, key, content sha256, stage and inputs.
+
+Stages read the results of earlier stages through ``Store.check_result``: a result file whose bytes no longer hash
+to its manifest entry is refused (``ChangedResult``, naming the file), never folded into later numbers.
+Refused rather than silently re-derived from the object: the file is what a reviewer opens, and it must agree with
+the published numbers; which of the two is wrong (an edit, a bad disk) is for a person to decide.
 
 Why our own cache: Snakemake's between-workflow cache hashes neither wildcards nor imported modules, so it
 would reuse an evaluation after the harness changed. Here a changed harness changes the code version, which
@@ -18,13 +24,15 @@ Layout under the store root::
 
 A stored object whose bytes no longer hash to its recorded sha256 is never used: ``fetch`` treats it as
 missing (and logs it), ``verify`` reports it and, with ``--repair``, deletes it and the readable names that
-point to it so that Snakemake rebuilds them.
+point to it so that Snakemake rebuilds them. ``forget`` drops chosen objects and the result files made from them,
+so that the next run recomputes exactly those (a forced Snakemake rerun alone would find them stored).
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -37,13 +45,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.core.hashing import sha256_bytes, sha256_file, store_json
+from workflow_scripts.core.hashing import HASH_CHUNK, sha256_bytes, sha256_file, store_json
 from workflow_scripts.core.io import atomic_write_text, locked_file
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 PACKAGE = PACKAGE_DIR.name
 # Subpackages that no stage's result depends on: never part of a key.
 UNHASHED_SUBPACKAGES = frozenset({"devtools"})
+# ioctl_ficlone(2): a copy-on-write clone of a whole file (Btrfs, XFS, ...); fcntl has the name from Python 3.12.
+FICLONE = getattr(fcntl, "FICLONE", 0x40049409)
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -155,9 +165,30 @@ class ObjectMeta:
 class Problem:
     """One verify finding."""
 
-    kind: str  # corrupt_object | missing_object | corrupt_readable | missing_readable | bad_meta
+    kind: str  # corrupt_object | missing_object | corrupt_readable | missing_readable | linked_readable | bad_meta
     path: str
     detail: str
+
+
+class ChangedResult(SystemExit):
+    """A result file that no longer holds what the store wrote there, or that the store never wrote.
+
+    A SystemExit: the stage reading it stops with this message alone (no traceback), and its job fails."""
+
+    def __init__(self, path: Path | str, message: str) -> None:
+        super().__init__(f"error: {message}")
+        self.path = str(path)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What ``Store.forget`` dropped: the object keys, the result files made from them, and the results made from
+    those (files deleted; the latter's objects are kept: the next run reuses them where its inputs are unchanged)."""
+
+    keys: list[str]
+    names: list[str]
+    downstream: list[str]
 
 
 class Store:
@@ -221,16 +252,13 @@ class Store:
 
     # -- readable names ------------------------------------------------------------------------------------
     def materialize(self, key: str, readable: Path, stage: str, inputs: Mapping[str, str]) -> None:
-        """Make ``readable`` resolve to the object (hard link, else copy) and record it in the manifest."""
+        """Write ``readable`` as a copy of the object (its own inode) and record it in the manifest."""
         source = self.object_path(key)
         readable.parent.mkdir(parents=True, exist_ok=True)
         tmp = readable.with_name(f".{readable.name}.{os.getpid()}.tmp")
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-        try:
-            os.link(source, tmp)
-        except OSError:
-            tmp.write_bytes(source.read_bytes())
+        _copy_file(source, tmp)
         os.replace(tmp, readable)
         meta = self.read_meta(key)
         entry = {
@@ -295,9 +323,86 @@ class Store:
         keys = _output_keys(object_key(stage, code, params, inputs), names)
         return all(self.fetch(key) is not None for key in keys.values())
 
+    def manifest_entry(self, readable: Path | str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.manifest_path(Path(readable)).read_text())
+        except FileNotFoundError:
+            return None
+
+    def check_result(self, readable: Path | str, required: bool = True) -> str:
+        """The sha256 of a result file an earlier stage wrote through the store, after checking it against the
+        file's manifest entry: a file edited since (or never written by the store, when ``required``) is refused
+        with ``ChangedResult`` naming it. Stages read earlier results through this, never around it."""
+        readable = Path(readable)
+        actual = sha256_file(readable)
+        entry = self.manifest_entry(readable)
+        name = _relative_name(readable)
+        if entry is None:
+            if not required:
+                return actual
+            raise ChangedResult(readable, (
+                f"{name} is not a result this store wrote (no entry {self.manifest_path(readable)}): it cannot be "
+                f"trusted as an input. Delete it and rerun (the store rebuilds it, reusing what it holds)."))
+        if actual != entry["sha256"]:
+            self.log_event("refused_changed", entry["key"], entry["stage"], name)
+            raise ChangedResult(readable, (
+                f"{name} was changed after the store wrote it (its sha256 is {actual[:12]}..., the store recorded "
+                f"{entry['sha256'][:12]}... under key {entry['key'][:12]}...): a changed result file is never used. "
+                f"Restore it from the store with `snakemake --cores 1 repair_store`, then rerun; to compute it "
+                f"anew instead: `python -m workflow_scripts forget {name}`, then rerun."))
+        return actual
+
+    def forget(self, paths: Iterable[Path | str], dry_run: bool = False) -> Forgotten:
+        """Drop the objects behind these result files (files, or folders of them) so that the next run recomputes
+        them: deletes every result file made from those objects (another model's identical answer, too) and the
+        results made from those in turn (rows, summary), each with its manifest entry. Raises ValueError naming a
+        path that holds no result of this store."""
+        entries = self._manifest_entries()
+        keys: set[str] = set()
+        for path in paths:
+            name = _relative_name(Path(path))
+            chosen = [e for e in entries if e["name"] == name or e["name"].startswith(name.rstrip("/") + "/")]
+            if not chosen:
+                raise ValueError(f"{name}: no result of the store {self.root} is recorded there")
+            keys.update(e["key"] for e in chosen)
+        return self._drop(keys, entries, "forgotten", dry_run)
+
+    def _drop(self, keys: set[str], entries: list[dict[str, Any]], event: str, dry_run: bool = False) -> Forgotten:
+        """Delete the objects ``keys``, the result files made from them and, transitively, the results whose
+        recorded inputs include one of those files' content: Snakemake reruns a job whose output is missing only
+        when a result downstream of it is missing too. The downstream objects stay (reused where nothing changed)."""
+        dropped = [e for e in entries if e["key"] in keys]
+        removed = {e["name"] for e in dropped}
+        downstream: list[dict[str, Any]] = []
+        hashes = {e["sha256"] for e in dropped}
+        while hashes:
+            found = [e for e in entries if e["name"] not in removed and hashes & set(e["inputs"].values())]
+            removed.update(e["name"] for e in found)
+            downstream += found
+            hashes = {e["sha256"] for e in found}
+        if not dry_run:
+            for entry in dropped + downstream:
+                for path in (Path(entry["name"]), self.manifest_path(Path(entry["name"]))):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+            for key in sorted(keys):
+                meta = self.read_meta(key)
+                for path in (self.object_path(key), self.meta_path(key)):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                self.log_event(event, key, meta.stage if meta else "",
+                               ",".join(e["name"] for e in dropped if e["key"] == key))
+        return Forgotten(sorted(keys), sorted(e["name"] for e in dropped), sorted(e["name"] for e in downstream))
+
+    def _manifest_entries(self) -> list[dict[str, Any]]:
+        return [json.loads(path.read_text()) for path in sorted(self.manifest.rglob("*.json"))]
+
     # -- verification --------------------------------------------------------------------------------------
     def verify(self, repair: bool = False) -> list[Problem]:
-        """Re-hash every object and every readable name in the manifest; optionally delete what is bad."""
+        """Re-hash every object and every readable name in the manifest. With ``repair``: a result file that was
+        edited, or is a hard link, is rewritten as a copy of its intact object; the entry of a deleted one is
+        removed; a bad object is rewritten from an intact copy under a readable name; an object that cannot be
+        restored is dropped with the results made from it (``_drop``), so that the next run recomputes it."""
         problems: list[Problem] = []
         bad_keys: set[str] = set()
         for meta_file in sorted(self.objects.glob("*/*.meta.json")):
@@ -313,32 +418,73 @@ class Store:
             elif (actual := sha256_file(path)) != meta.sha256:
                 problems.append(Problem("corrupt_object", str(path), f"sha256 {actual} != recorded {meta.sha256}"))
                 bad_keys.add(key)
-        bad_readables: list[Path] = []
-        for entry_file in sorted(self.manifest.rglob("*.json")):
-            entry = json.loads(entry_file.read_text())
+        entries = self._manifest_entries()
+        to_rewrite: list[dict[str, Any]] = []  # result files to rewrite from their object
+        stale: list[dict[str, Any]] = []  # entries of files deleted since (e.g. a removed model's results)
+        intact: dict[str, Path] = {}  # a bad object's key -> a result file that still holds its bytes
+        for entry in entries:
             readable = Path(entry["name"])
             if not readable.exists():
                 problems.append(Problem("missing_readable", entry["name"], "listed in the manifest, not on disk"))
-                continue
-            if entry["key"] in bad_keys:
-                bad_readables.append(readable)
+                stale.append(entry)
                 continue
             actual = sha256_file(readable)
             if actual != entry["sha256"]:
                 problems.append(Problem("corrupt_readable", entry["name"], f"sha256 {actual} != {entry['sha256']}"))
-                bad_readables.append(readable)
-                bad_keys.add(entry["key"])  # a hard link shares its bytes with the object
+                to_rewrite.append(entry)  # a copy: its object is checked above, on its own
+            elif _same_file(readable, self.object_path(entry["key"])):
+                # Written by an older version, which linked names to objects: an edit would change the object.
+                problems.append(Problem("linked_readable", entry["name"], "a hard link to its object, not a copy"))
+                to_rewrite.append(entry)
+            else:
+                intact.setdefault(entry["key"], readable)
         if repair:
-            for key in bad_keys:
-                for path in (self.object_path(key), self.meta_path(key)):
-                    with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
-            for readable in bad_readables:
+            for entry in stale:  # the entry goes, the object stays (a later run that needs the file reuses it)
                 with contextlib.suppress(FileNotFoundError):
-                    readable.unlink()
-                with contextlib.suppress(FileNotFoundError):
-                    self.manifest_path(readable).unlink()  # the next run rebuilds the name and its entry
+                    self.manifest_path(Path(entry["name"])).unlink()
+            lost = set()
+            for key in sorted(bad_keys):
+                meta = self.read_meta(key)
+                if meta is not None and key in intact and sha256_file(intact[key]) == meta.sha256:
+                    self._restore_object(key, intact[key])
+                else:
+                    lost.add(key)
+            for entry in to_rewrite:
+                if entry["key"] not in lost and self.fetch(entry["key"]) is None:
+                    lost.add(entry["key"])  # no object left at all (neither bytes nor meta) to rewrite it from
+                if entry["key"] not in lost:
+                    self.materialize(entry["key"], Path(entry["name"]), entry["stage"], entry["inputs"])
+            if lost:
+                self._drop(lost, self._manifest_entries(), "dropped_corrupt")
         return problems
+
+    def _restore_object(self, key: str, copy: Path) -> None:
+        target = self.object_path(key)
+        tmp = target.with_name(f".{key}.{os.getpid()}.tmp")
+        _copy_file(copy, tmp)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, target)
+        meta = self.read_meta(key)
+        self.log_event("restored", key, meta.stage if meta else "", _relative_name(copy))
+
+
+def _copy_file(source: Path, target: Path) -> None:
+    """``target`` as a file of its own with ``source``'s bytes: a reflink (copy-on-write, no extra space) where the
+    file system has them, else a plain copy. Never a hard link: the object's inode stays the store's alone."""
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        try:
+            fcntl.ioctl(dst.fileno(), FICLONE, src.fileno())
+            return
+        except OSError:  # no reflinks here (ext4, tmpfs, overlayfs, another file system, not Linux)
+            pass
+        shutil.copyfileobj(src, dst, HASH_CHUNK)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _output_keys(stage_key: str, names: Iterable[str]) -> dict[str, str]:

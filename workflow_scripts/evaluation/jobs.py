@@ -37,11 +37,16 @@ def load_answer(answers_parquet: Path, level: int, problem_id: int) -> dict[str,
 def failed_without_running(answer: dict[str, Any], device: str) -> dict[str, Any]:
     """The verdict of an answer that has no code to run."""
     status = Status.MISSING_COMPLETION if answer["extract_status"] == "missing_completion" else Status.NO_CODE
+    if status is Status.MISSING_COMPLETION:
+        error = f"completion status: {answer['completion_status']}"
+        if answer.get("completion_error"):  # e.g. the cached file that is not UTF-8 text
+            error += f" ({answer['completion_error']})"
+    else:
+        error = "no fenced code block in the completion"
     return {
         "status": status.value, "compiled": False, "correct": False, "runtime_ms": None, "runtime_stats": None,
         "max_abs_diff": None, "triton_launches": None, "flags": [], "device": device, "timing_mode": None,
-        "error": f"completion status: {answer['completion_status']}" if status is Status.MISSING_COMPLETION
-        else "no fenced code block in the completion",
+        "error": error,
     }
 
 

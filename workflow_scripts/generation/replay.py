@@ -16,6 +16,7 @@ import io
 import json
 import re
 import tokenize
+from collections.abc import Collection
 from pathlib import Path
 
 import pandas as pd
@@ -29,13 +30,20 @@ CACHED_FILE = re.compile(r"^level(\d+)_(\d+)\.txt$")
 META_FILE = "meta.json"
 
 
-def cached_folder_problems(folder: Path | str) -> list[str]:
+def cached_folder_problems(folder: Path | str, chosen: Collection[tuple[int, int]] | None = None,
+                           suite: Collection[tuple[int, int]] | None = None) -> list[str]:
     """What is wrong with a folder of cached completions, each naming the path (empty: nothing). Checked when the
-    workflow is parsed, so a misnamed file stops the run instead of turning its problem into missing_completion."""
+    workflow is parsed, so a misnamed file stops the run instead of turning its problem into missing_completion.
+
+    With the run's problems (``chosen``, (level, id) pairs) and every problem of the suite's configured levels
+    (``suite``), also: a file for a configured level that names no problem of the suite (e.g. 0-based ids), and a
+    folder that holds none of the chosen problems (the model would silently be all missing_completion)."""
     folder = Path(folder)
     if not folder.is_dir():
         return [f"completions folder {folder} does not exist"]
     problems = []
+    found: set[tuple[int, int]] = set()
+    suite_levels = {level for level, _ in suite or ()}
     for path in sorted(folder.iterdir()):
         if path.name.startswith("."):
             continue  # editor and OS litter
@@ -47,8 +55,17 @@ def cached_folder_problems(folder: Path | str) -> list[str]:
                 continue
             if not isinstance(meta, dict):
                 problems.append(f"{path} is not a JSON object of {{'level<L>_<id>': {{'completion_tokens': N}}}}")
-        elif not (path.is_file() and CACHED_FILE.match(path.name)):
+        elif not (path.is_file() and (match := CACHED_FILE.match(path.name))):
             problems.append(f"{path} is not named level<L>_<id>.txt (nor {META_FILE})")
+        else:
+            level, problem_id = int(match.group(1)), int(match.group(2))
+            found.add((level, problem_id))
+            if suite is not None and level in suite_levels and (level, problem_id) not in suite:
+                problems.append(f"{path} names no problem of the suite (level {level} has no problem {problem_id})")
+    if chosen and not problems and not found & set(chosen):
+        example = problem_key(*min(chosen))
+        problems.append(f"completions folder {folder} holds no completion for any of the {len(chosen)} problems of "
+                        f"this run (files level<L>_<id>.txt, e.g. {example}.txt): every row would be missing_completion")
     return problems
 
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import pandas as pd
 
-from workflow_scripts.core.hashing import sha256_file
 from workflow_scripts.core.layout import ResultsLayout, problem_key
 from workflow_scripts.core.store import Store
 
@@ -37,8 +36,9 @@ class RowInputs:
             files[f"baseline:{problem_key(level, pid)}"] = Path(layout.baseline(level, pid))
         return cls(problems, list(models), files)
 
-    def hashes(self) -> dict[str, str]:
-        return {role: sha256_file(path) for role, path in self.files.items()}
+    def hashes(self, store: Store) -> dict[str, str]:
+        """Each file's sha256, checked against the store's manifest: an edited result file stops the run here."""
+        return {role: store.check_result(path) for role, path in self.files.items()}
 
     def load(self, store: Store) -> tuple[dict, dict, dict, dict]:
         """answers, static, evaluations and baselines, as collect_rows takes them."""

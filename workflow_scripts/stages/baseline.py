@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
 
     computed = store_measurement(args.store, args.out, STAGE, code_version(__spec__.name), config, inputs,
                                  args.environment, lambda: measure_baselines(args.problem, config).to_dict())
-    print(f"baseline {'computed' if computed else 'reused from the store'}: {args.out}")
+    print(f"baseline {'computed' if computed else 'reused from the store'}: {args.out}"
+          + ("" if computed else f" (to measure it anew: python -m workflow_scripts forget {args.out})"))
     return 0
 
 

@@ -39,7 +39,7 @@ def run(argv: list[str] | None, prog: str, doc: str | None) -> int:
         write_parquet(out["flags"], flag_table(rows), "flags")
 
     store.build({"rows": args.out, "flags": args.flags_out}, STAGE, code_version(__spec__.name), vars(params),
-                inputs.hashes(), compute)
+                inputs.hashes(store), compute)
     return 0
 
 

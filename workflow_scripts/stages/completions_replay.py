@@ -36,9 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", type=Path, required=True)
     args, params = parse_stage_args(parser, Params, argv)
 
+    store = Store(args.store)
+    inputs = {"problems": store.check_result(args.problems), "prompts": store.check_result(args.prompts)}
     problems = pd.read_parquet(args.problems)
     prompt_hashes = {problem_key(p["level"], p["problem_id"]): p["prompt_sha256"] for p in read_jsonl(args.prompts)}
-    inputs = {"problems": sha256_file(args.problems), "prompts": sha256_file(args.prompts)}
     source = Path(args.source)
     if params.kind == "cached":
         if not args.source or not source.is_dir():
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             records = reference_completions(params.model, args.suite, problems)
         write_completions_jsonl(out["jsonl"], records)
 
-    Store(args.store).build({"jsonl": args.out}, STAGE, code_version(__spec__.name), vars(params), inputs, compute)
+    store.build({"jsonl": args.out}, STAGE, code_version(__spec__.name), vars(params), inputs, compute)
     return 0
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.core.hashing import sha256_file
+from workflow_scripts.core.hashing import sha256_file, sha256_text
 from workflow_scripts.core.io import locked_file
 from workflow_scripts.core.params import parse_params, parse_stage_args, stage_parser
 from workflow_scripts.core.store import Store, code_version
@@ -87,11 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_params(EvalConfig, run_settings(params.evaluation, args.lock_dir), source="--params evaluation")
     problem_sha = sha256_file(args.problem)
     environment = environment_key(args.environment)
+    store = Store(args.store)
+    for path in answers_files.values():
+        store.check_result(path)  # an edited answers table stops the job, naming it
     answers = [_answer(model, load_answer(path, params.level, params.problem_id), outputs[model], config,
                        problem_sha, environment) for model, path in answers_files.items()]
     companions = []
     for model, path in _model_paths(args.companions, "--companions").items():
-        row = _ready_answer(path, params)
+        row = _ready_answer(store, path, params)
         if model not in answers_files and row is not None:
             companions.append(_answer(model, row, Path(f"{model}.json"), config, problem_sha, environment))
     code = code_version(__spec__.name)  # once: it hashes the source of every module the stage uses
@@ -100,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         for answer in answers:
             computed = store_measurement(args.store, answer.out, STAGE, code, answer.config, answer.inputs,
                                          args.environment, lambda answer=answer: results[answer.key])
-            print(f"{answer.model}: evaluation {'computed' if computed else 'reused from the store'}: {answer.out}")
+            print(f"{answer.model}: evaluation {'computed' if computed else 'reused from the store'}: {answer.out}"
+                  + ("" if computed else f" (to evaluate it anew: python -m workflow_scripts forget {answer.out})"))
         for answer in companions:
             if answer.key in results:
                 store_measurement(args.store, answer.out, STAGE, code, answer.config, answer.inputs,
@@ -109,13 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _ready_answer(path: Path, params: Params) -> dict[str, Any] | None:
-    """A companion's answer when its table is already written and readable, else None (its own job evaluates it)."""
+def _ready_answer(store: Store, path: Path, params: Params) -> dict[str, Any] | None:
+    """A companion's answer when its table is already written, readable and as the store wrote it, else None (its
+    own job evaluates it, or refuses it)."""
     if not path.is_file():
         return None
     try:
+        store.check_result(path)
         return load_answer(path, params.level, params.problem_id)
-    except (SystemExit, OSError, ValueError) as e:  # e.g. a table still being written, or without this problem
+    except (SystemExit, OSError, ValueError) as e:  # e.g. a table still being written, edited, or without this problem
         print(f"note: {path} not evaluated along: {e}", file=sys.stderr)
         return None
 
@@ -132,8 +138,9 @@ def _answer(model: str, row: dict[str, Any], out: Path, config: EvalConfig, prob
         config = replace(config, require_triton=False)
     inputs = {
         "problem": problem_sha,
-        # Without code, why there is none determines the verdict (and its message).
-        "code": row["code_sha256"] or f"none:{row['extract_status']}:{row['completion_status']}",
+        # Without code, why there is none determines the verdict (and its message, which may name the file).
+        "code": row["code_sha256"] or f"none:{row['extract_status']}:{row['completion_status']}"
+        + (f":{sha256_text(row['completion_error'])}" if row.get("completion_error") else ""),
         "environment": environment,
     }
     return Answer(model, row, out, config, inputs)

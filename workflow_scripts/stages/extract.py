@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 
 from workflow_scripts.analysis.tables import extract_answers
-from workflow_scripts.core.hashing import sha256_file
 from workflow_scripts.core.io import read_jsonl, write_parquet
 from workflow_scripts.core.params import parse_stage_args, stage_parser
 from workflow_scripts.core.store import Store, code_version
@@ -34,14 +33,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--store", type=Path, required=True)
     args, params = parse_stage_args(parser, Params, argv)
-    inputs = {"completions": sha256_file(args.completions), "problems": sha256_file(args.problems)}
+    store = Store(args.store)
+    # Replayed completions are store results; vLLM and CLI models write theirs from the completion cache.
+    inputs = {"completions": store.check_result(args.completions, required=False),
+              "problems": store.check_result(args.problems)}
 
     def compute(out: dict[str, Path]) -> None:
         frame = extract_answers(read_jsonl(args.completions), pd.read_parquet(args.problems), params.require_triton)
         frame["model"] = params.model
         write_parquet(out["parquet"], frame, "answers")
 
-    Store(args.store).build({"parquet": args.out}, STAGE, code_version(__spec__.name), vars(params), inputs, compute)
+    store.build({"parquet": args.out}, STAGE, code_version(__spec__.name), vars(params), inputs, compute)
     return 0
 
 

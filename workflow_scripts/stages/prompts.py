@@ -38,14 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", type=Path, required=True)
     args, params = parse_stage_args(parser, Params, argv)
     prompt_dir = args.suite / "src" / "kernelbench" / "prompts"
-    inputs = {"problems": sha256_file(args.problems)}
+    store = Store(args.store)
+    inputs = {"problems": store.check_result(args.problems)}
     inputs.update({f"prompts:{p.relative_to(prompt_dir)}": sha256_file(p) for p in sorted(prompt_dir.rglob("*")) if p.is_file()})
 
     def compute(out: dict[str, Path]) -> None:
         problems = pd.read_parquet(args.problems)
         write_jsonl(out["jsonl"], render_suite_prompts(args.suite, problems, params.backend, params.option, params.precision))
 
-    Store(args.store).build({"jsonl": args.out}, STAGE, code_version(__spec__.name), vars(params), inputs, compute)
+    store.build({"jsonl": args.out}, STAGE, code_version(__spec__.name), vars(params), inputs, compute)
     return 0
 
 

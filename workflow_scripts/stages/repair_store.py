@@ -1,5 +1,6 @@
-"""Rule repair_store: verify the store, then delete corrupt objects and the readable names pointing to them, so
-that the next run rebuilds exactly those (--params '{"repair": true}')."""
+"""Rule repair_store: verify the store, then rewrite edited or hard-linked result files from their objects and
+corrupt objects from intact copies, and drop what cannot be restored (with the results made from it), so that the
+next run recomputes exactly that (--params '{"repair": true}'; Store.verify)."""
 
 from __future__ import annotations
 

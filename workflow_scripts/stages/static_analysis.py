@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 
 from workflow_scripts.analysis.tables import analyze_answers
-from workflow_scripts.core.hashing import sha256_file
 from workflow_scripts.core.io import write_parquet
 from workflow_scripts.core.params import parse_stage_args, stage_parser
 from workflow_scripts.core.store import Store, code_version
@@ -36,8 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     def compute(out: dict[str, Path]) -> None:
         write_parquet(out["parquet"], analyze_answers(pd.read_parquet(args.answers)), "static")
 
-    Store(args.store).build({"parquet": args.out}, STAGE, code_version(__spec__.name), vars(params),
-                            {"answers": sha256_file(args.answers)}, compute)
+    store = Store(args.store)
+    store.build({"parquet": args.out}, STAGE, code_version(__spec__.name), vars(params),
+                {"answers": store.check_result(args.answers)}, compute)
     return 0
 
 

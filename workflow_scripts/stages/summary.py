@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", type=Path, required=True)
     args, params = parse_stage_args(parser, Params, argv)
     layout = ResultsLayout(args.results)
+    store = Store(args.store)
+    inputs = {"rows": store.check_result(args.rows), "environment": sha256_file(args.environment)}
     rows = pd.read_parquet(args.rows)
     in_rows = list(dict.fromkeys(rows["model"]))
     if sorted(in_rows) != sorted(params.model_order):
@@ -76,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"figures did not produce {name} (made: {sorted(made)})")
             made[name].replace(out[name])
 
-    inputs = {"rows": sha256_file(args.rows), "environment": sha256_file(args.environment)}
-    Store(args.store).build(outputs, STAGE, code_version(__spec__.name), settings, inputs, compute)
+    store.build(outputs, STAGE, code_version(__spec__.name), settings, inputs, compute)
     print(outputs["markdown"].read_text())
     return 0
 

@@ -13,7 +13,7 @@ from workflow_scripts.core.store import Store
 
 @dataclass(frozen=True)
 class Params:
-    repair: bool = False  # delete corrupt objects and their readable names, so that the next run rebuilds them
+    repair: bool = False  # rewrite what an intact copy allows, drop the rest so that the next run rebuilds it
 
 
 def run(argv: list[str] | None, prog: str, doc: str | None) -> int:

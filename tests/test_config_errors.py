@@ -1,0 +1,215 @@
+"""Configuration errors fail loudly and precisely: one short message naming the file, the line and the key, from the
+functions rules/common.smk calls (unit tests) and from the Snakemake CLI in a subprocess (end to end), including on
+a workflow whose results already exist (where Snakemake would swallow an input function's error)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from workflow_scripts.core.configuration import ConfigError, check_yaml_syntax, schema_error
+from workflow_scripts.devtools.workspace import copy_workflow
+from workflow_scripts.generation.replay import cached_folder_problems
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "schemas" / "config.schema.yaml"
+DEMO_CONFIG = (ROOT / "config.yaml").read_text()
+
+
+def line_of(text: str, fragment: str) -> int:
+    """The 1-based line of the first line of ``text`` that contains ``fragment``."""
+    return next(number for number, line in enumerate(text.splitlines(), 1) if fragment in line)
+
+
+def error_lines(done) -> list[str]:
+    """Snakemake's output without its banner line about the profile."""
+    return [line for line in (done.stdout + done.stderr).splitlines()
+            if line.strip() and not line.startswith("Using workflow specific profile")]
+
+
+# -- unit: the functions rules/common.smk calls ----------------------------------------------------------------------
+
+
+def test_yaml_syntax_error_names_the_file_line_and_where_the_construct_began(tmp_path: Path) -> None:
+    broken = DEMO_CONFIG.replace("levels: [1, 2]", "levels: [1, 2", 1)
+    (tmp_path / "config.yaml").write_text(broken)
+    with pytest.raises(ConfigError) as error:
+        check_yaml_syntax(tmp_path / "config.yaml")
+    message = str(error.value)
+    assert re.search(r"config\.yaml, line \d+, column \d+: YAML syntax error: expected ',' or '\]'", message)
+    assert f"began at line {line_of(broken, 'levels: [1, 2')}, column" in message
+    (tmp_path / "tab.yaml").write_text("suite:\n\tpath: x\n")
+    with pytest.raises(ConfigError, match=r"tab\.yaml, line 2, column 1: YAML syntax error: found character '\\t'"):
+        check_yaml_syntax(tmp_path / "tab.yaml")
+    check_yaml_syntax(ROOT / "config.yaml")  # the shipped configurations are sound
+    check_yaml_syntax(ROOT / "config" / "study.yaml")
+
+
+def test_a_key_written_twice_is_an_error_naming_both_lines(tmp_path: Path) -> None:
+    # YAML keeps the last of two equal keys silently: the first "expert" model would vanish from the study.
+    doubled = DEMO_CONFIG.replace("  twin:\n", "  expert:\n    kind: reference\n  twin:\n", 1)
+    (tmp_path / "doubled.yaml").write_text(doubled)
+    first, second = (n for n, line in enumerate(doubled.splitlines(), 1) if line == "  expert:")
+    with pytest.raises(ConfigError, match=rf"doubled\.yaml, line {second}: key 'expert' is written twice in one "
+                                          rf"mapping \(first at line {first}\)"):
+        check_yaml_syntax(tmp_path / "doubled.yaml")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "fragment", "expected"),
+    [
+        ("timeout_s: 30 ", "timeout_s: soon ", "timeout_s: soon", "evaluation.timeout_s: expected number, got 'soon'"),
+        ("kind: reference", "kind: magic", "kind: magic",
+         "models.calibration.kind: expected one of cached, reference, vllm, cli; got 'magic'"),
+        ("    label: \"Expert (pure Triton, fused)\"", "    labl: x", "labl: x",
+         "models.expert: unknown key 'labl' (did you mean 'label'?); allowed: adapter,"),
+        ("results_dir: results", "results_dir: results\ncolour: blue", "colour: blue",
+         "(top level): unknown key 'colour'; allowed: baselines, evaluation,"),
+        ("    completions: demo/completions/weak\n", "", "  weak:", "models.weak: missing key 'completions'"),
+        ("levels: [1, 2]", "levels: [1, 7]", "levels: [1, 7]", "suite.levels.1: 7 is greater than the maximum of 4"),
+    ],
+)
+def test_a_schema_error_is_one_line_with_file_line_key_and_expectation(tmp_path: Path, old: str, new: str,
+                                                                       fragment: str, expected: str) -> None:
+    assert old in DEMO_CONFIG
+    text = DEMO_CONFIG.replace(old, new, 1)
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    message = schema_error(yaml.safe_load(text), SCHEMA, [path])
+    assert message is not None and "\n" not in message
+    assert message.startswith(f"{path}, line {line_of(text, fragment)}: {expected}")
+    assert schema_error(yaml.safe_load(DEMO_CONFIG), SCHEMA, [ROOT / "config.yaml"]) is None
+
+
+def test_a_value_from_the_command_line_is_not_blamed_on_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(DEMO_CONFIG)
+    config = yaml.safe_load(DEMO_CONFIG)
+    config["evaluation"]["timeout_s"] = "soon"  # as --config evaluation='{timeout_s: soon}' merges it
+    message = schema_error(config, SCHEMA, [path])
+    assert message is not None
+    assert message.startswith(f"{path} (not written there: a --config value?): evaluation.timeout_s: expected number")
+
+
+def test_cached_folder_with_none_of_the_run_problems_or_ids_the_suite_lacks(tmp_path: Path) -> None:
+    suite = {(1, i) for i in range(1, 9)} | {(2, i) for i in range(1, 6)}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "meta.json").write_text("{}")
+    assert cached_folder_problems(empty) == []  # without the run's problems, nothing to compare with
+    problems = cached_folder_problems(empty, {(1, 1), (1, 2)}, suite)
+    assert problems == [f"completions folder {empty} holds no completion for any of the 2 problems of this run "
+                        "(files level<L>_<id>.txt, e.g. level1_1.txt): every row would be missing_completion"]
+    zero_based = tmp_path / "zero_based"
+    zero_based.mkdir()
+    for problem_id in range(0, 8):
+        (zero_based / f"level1_{problem_id}.txt").write_text("x")
+    (zero_based / "level3_1.txt").write_text("a level this run does not use: not checked")
+    assert cached_folder_problems(zero_based, {(1, 1)}, suite) == [
+        f"{zero_based / 'level1_0.txt'} names no problem of the suite (level 1 has no problem 0)"]
+
+
+# -- end to end: the Snakemake CLI ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the workflow without results, for dry runs that must fail at parse time."""
+    return copy_workflow(tmp_path_factory.mktemp("config_errors"))
+
+
+@pytest.mark.slow
+def test_cli_yaml_syntax_error_in_config_yaml_names_file_and_line(workflow: Path, snakemake_cli) -> None:
+    original = (workflow / "config.yaml").read_text()
+    broken = original.replace("levels: [1, 2]", "levels: [1, 2", 1)
+    (workflow / "config.yaml").write_text(broken)
+    try:
+        done = snakemake_cli(workflow, "-n", timeout=300)
+    finally:
+        (workflow / "config.yaml").write_text(original)
+    assert done.returncode != 0
+    output = "\n".join(error_lines(done))
+    assert re.search(r"config\.yaml, line \d+, column \d+: YAML syntax error", output), output
+    assert f"began at line {line_of(broken, 'levels: [1, 2')}" in output
+    assert len(error_lines(done)) <= 4, output
+
+
+@pytest.mark.slow
+def test_cli_model_written_twice_in_a_configfile_names_file_and_line(workflow: Path, snakemake_cli) -> None:
+    doubled = DEMO_CONFIG.replace("  twin:\n", "  expert:\n    kind: reference\n  twin:\n", 1)
+    (workflow / "doubled.yaml").write_text(doubled)
+    done = snakemake_cli(workflow, "-n", "--configfile", "doubled.yaml", timeout=300)
+    assert done.returncode != 0
+    second = [n for n, line in enumerate(doubled.splitlines(), 1) if line == "  expert:"][1]
+    assert f"doubled.yaml, line {second}: key 'expert' is written twice" in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("timeout_s: 30 ", "timeout_s: soon ", "evaluation.timeout_s: expected number, got 'soon'"),
+        ("    label: \"Expert (pure Triton, fused)\"", "    colour: blue",
+         "models.expert: unknown key 'colour'; allowed:"),
+        ("kind: reference", "kind: magic", "models.calibration.kind: expected one of"),
+    ],
+)
+def test_cli_schema_error_is_short_and_names_file_line_and_key(workflow: Path, snakemake_cli, old: str, new: str,
+                                                               expected: str) -> None:
+    text = DEMO_CONFIG.replace(old, new, 1)
+    (workflow / "bad.yaml").write_text(text)
+    done = snakemake_cli(workflow, "-n", "--configfile", "bad.yaml", timeout=300)
+    assert done.returncode != 0
+    lines = error_lines(done)
+    assert len(lines) <= 4, "\n".join(lines)  # was ~95 lines: Snakemake printed the sub-schema and the instance
+    assert any(re.match(rf"bad\.yaml, line {line_of(text, new.strip().splitlines()[-1])}: {re.escape(expected)}",
+                        line) for line in lines), "\n".join(lines)
+
+
+def broken_models(run: SmallRun, name: str, folder: Path | str) -> str:
+    """The small run's configuration with garbled's completions folder replaced; returns the configfile name."""
+    config = yaml.safe_load((run.work / run.configfile).read_text())
+    config["models"]["garbled"]["completions"] = str(folder)
+    (run.work / f"{name}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return f"{name}.yaml"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["missing_folder", "misnamed", "empty", "zero_based"])
+def test_cli_a_bad_completions_folder_stops_a_run_whose_results_exist(small_run: SmallRun, case: str) -> None:
+    assert (small_run.work / "results/evaluations.parquet").exists()  # the rows exist: nothing may be swallowed
+    folder = small_run.work / f"answers_{case}"
+    if case != "missing_folder":
+        folder.mkdir(exist_ok=True)
+    if case == "misnamed":
+        (folder / "1_1.txt").write_text("```python\nx = 1\n```\n")  # KernelBench's file stem, not level1_1.txt
+    if case == "zero_based":
+        for problem_id in (0, 1):
+            (folder / f"level1_{problem_id}.txt").write_text("```python\nx = 1\n```\n")
+    expected = {
+        "missing_folder": f"completions folder {folder} does not exist",
+        "misnamed": f"{folder / '1_1.txt'} is not named level<L>_<id>.txt",
+        "empty": f"completions folder {folder} holds no completion for any of the 2 problems of this run",
+        "zero_based": f"{folder / 'level1_0.txt'} names no problem of the suite",
+    }[case]
+    configfile = broken_models(small_run, case, folder)
+    done = small_run.snakemake("-n", timeout=300, configfile=configfile)
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    line = line_of((small_run.work / configfile).read_text(), f"completions: {folder}")
+    assert f"{configfile}, line {line}: model garbled: {expected}" in output, output
+
+
+@pytest.mark.slow
+def test_cli_a_non_utf8_completion_costs_only_its_own_row_naming_the_file(small_run: SmallRun) -> None:
+    rows = pd.read_parquet(small_run.work / "results/evaluations.parquet").set_index(["model", "problem_id"])
+    assert len(rows) == 3 * 2  # every model x problem has its row
+    garbled = rows.loc[("garbled", 2)]
+    assert garbled["status"] == "missing_completion"
+    assert "garbled/level1_2.txt is not UTF-8 text" in garbled["error"]
+    assert rows.loc[("garbled", 1), "status"] == "correct"  # the model's other answer is judged as usual
+    assert (rows.loc[[("expert", 1), ("expert", 2), ("twin", 1), ("twin", 2)], "status"] == "correct").all()
