@@ -43,6 +43,9 @@ def snakemake_cli():
     return snakemake
 
 
+SMALL_RESULTS = "results/small"  # the small run's results folder (relative to its workflow copy)
+
+
 @dataclass(frozen=True)
 class SmallRun:
     """A finished run of a small configuration on a copy of the workflow (tests/conftest.py small_run)."""
@@ -56,7 +59,7 @@ class SmallRun:
         return snakemake(self.work, *args, "--configfile", configfile or self.configfile, timeout=timeout)
 
     def events(self) -> list[dict]:
-        path = self.work / "results" / ".store" / "events.jsonl"
+        path = self.work / SMALL_RESULTS / ".store" / "events.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines()]
 
 
@@ -81,6 +84,7 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> SmallRun:
     # torch.compile's C++ build takes minutes per problem on a shared CPU; these tests read only eager numbers, and
     # an unknown mode fails at once (the baseline records compile_status "error: ...").
     config["baselines"]["compile_mode"] = "no-compile-in-tests"
+    config.update(results_dir=SMALL_RESULTS, store=f"{SMALL_RESULTS}/.store")  # its own folder, as every configuration
     (work / "small.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     run = SmallRun(work, "small.yaml")
     done = run.snakemake("--cores", "2")

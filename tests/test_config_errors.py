@@ -67,7 +67,7 @@ def test_a_key_written_twice_is_an_error_naming_both_lines(tmp_path: Path) -> No
          "models.calibration.kind: expected one of cached, reference, vllm, cli; got 'magic'"),
         ("    label: \"Expert (pure Triton, fused)\"", "    labl: x", "labl: x",
          "models.expert: unknown key 'labl' (did you mean 'label'?); allowed: adapter,"),
-        ("results_dir: results", "results_dir: results\ncolour: blue", "colour: blue",
+        ("results_dir: results/demo", "results_dir: results/demo\ncolour: blue", "colour: blue",
          "(top level): unknown key 'colour'; allowed: baselines, evaluation,"),
         ("    completions: demo/completions/weak\n", "", "  weak:", "models.weak: missing key 'completions'"),
         ("levels: [1, 2]", "levels: [1, 7]", "levels: [1, 7]", "suite.levels.1: 7 is greater than the maximum of 4"),
@@ -181,7 +181,7 @@ def broken_models(run: SmallRun, name: str, folder: Path | str) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing_folder", "misnamed", "empty", "zero_based"])
 def test_cli_a_bad_completions_folder_stops_a_run_whose_results_exist(small_run: SmallRun, case: str) -> None:
-    assert (small_run.work / "results/evaluations.parquet").exists()  # the rows exist: nothing may be swallowed
+    assert (small_run.work / "results/small/evaluations.parquet").exists()  # the rows exist: nothing may be swallowed
     folder = small_run.work / f"answers_{case}"
     if case != "missing_folder":
         folder.mkdir(exist_ok=True)
@@ -206,7 +206,7 @@ def test_cli_a_bad_completions_folder_stops_a_run_whose_results_exist(small_run:
 
 @pytest.mark.slow
 def test_cli_a_non_utf8_completion_costs_only_its_own_row_naming_the_file(small_run: SmallRun) -> None:
-    rows = pd.read_parquet(small_run.work / "results/evaluations.parquet").set_index(["model", "problem_id"])
+    rows = pd.read_parquet(small_run.work / "results/small/evaluations.parquet").set_index(["model", "problem_id"])
     assert len(rows) == 3 * 2  # every model x problem has its row
     garbled = rows.loc[("garbled", 2)]
     assert garbled["status"] == "missing_completion"

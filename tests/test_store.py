@@ -307,19 +307,19 @@ def computed(run, stage: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_an_edited_baseline_never_reaches_the_published_numbers(small_run) -> None:
-    results = small_run.work / "results"
+    results = small_run.work / "results/small"
     baseline = results / "baselines/level1_1.json"
     published = {name: (results / name).read_bytes() for name in ("evaluations.parquet", "summary.json")}
     original = baseline.read_bytes()
     store = Store(results / ".store")
-    assert not os.path.samefile(baseline, object_of(store, "results/baselines/level1_1.json"))  # a copy
+    assert not os.path.samefile(baseline, object_of(store, "results/small/baselines/level1_1.json"))  # a copy
     edited = json.loads(original)
     edited["eager_ms"] *= 250  # the expert's eager speedup on level1_1 would grow 250-fold
     baseline.write_text(json.dumps(edited))
 
     rerun = small_run.snakemake("--cores", "2")
     assert rerun.returncode != 0
-    assert "results/baselines/level1_1.json was changed after the store wrote it" in rerun.stdout + rerun.stderr
+    assert "results/small/baselines/level1_1.json was changed after the store wrote it" in rerun.stdout + rerun.stderr
     # Nothing was folded in: the failed collect job's rows are gone (Snakemake removes a failed job's outputs),
     # never rewritten with the edited number; the summary was not touched.
     assert not (results / "evaluations.parquet").exists()
@@ -338,7 +338,7 @@ def test_an_edited_baseline_never_reaches_the_published_numbers(small_run) -> No
 
 @pytest.mark.slow
 def test_forget_measures_anew_and_a_forced_rerun_reuses(small_run) -> None:
-    results = small_run.work / "results"
+    results = small_run.work / "results/small"
     expert, twin = results / "evaluations/expert/level1_1.json", results / "evaluations/twin/level1_1.json"
     baseline = results / "baselines/level1_2.json"
     before = {path: path.read_bytes() for path in (expert, twin, baseline)}
@@ -354,11 +354,11 @@ def test_forget_measures_anew_and_a_forced_rerun_reuses(small_run) -> None:
 
     forget = subprocess.run(
         [sys.executable, "-m", "workflow_scripts", "forget", "--configfile", small_run.configfile,
-         "results/evaluations/expert/level1_1.json", "results/baselines/level1_2.json"],
+         "results/small/evaluations/expert/level1_1.json", "results/small/baselines/level1_2.json"],
         cwd=small_run.work, capture_output=True, text=True, timeout=120,
     )
     assert forget.returncode == 0, forget.stderr
-    assert "results/evaluations/twin/level1_1.json" in forget.stdout  # the same answer: the same object
+    assert "results/small/evaluations/twin/level1_1.json" in forget.stdout  # the same answer: the same object
     assert not expert.exists() and not twin.exists() and not baseline.exists()
     assert [e["event"] for e in small_run.events()[-2:]] == ["forgotten", "forgotten"]
 

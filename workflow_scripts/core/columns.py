@@ -122,6 +122,8 @@ TABLES: dict[str, Table] = {
         "code": Column("the extracted code: the completion's first fenced block, as KernelBench takes it"),
         "code_sha256": CODE_SHA256,
         "require_triton": REQUIRE_TRITON,
+        "completion_error": Column("why the completion failed or is missing, naming its file where there is one (e.g. "
+                                   "a cached completion that is not UTF-8 text); null when it is ok"),
     }),
     "static": Table("one model's static analysis: one row per problem (<results>/static/<model>.parquet); "
                     "null where the answer has no code", {

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# An evaluation's and a baseline's ``timing_mode``, per device (the timing code is evaluation/timing.py). Here, so
+# that readers of the records (rows, figures) know the vocabulary without depending on the evaluator's code.
+TIMING_MODES: dict[str, str] = {"cuda": "cuda_events", "cpu": "cpu_wall_interpreter"}
+
 
 @dataclass
 class AnswerRecord:

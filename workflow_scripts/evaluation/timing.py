@@ -47,7 +47,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Sequence
 
-TIMING_MODES: dict[str, str] = {"cuda": "cuda_events", "cpu": "cpu_wall_interpreter"}
+from workflow_scripts.core.records import TIMING_MODES  # noqa: F401 - the records' vocabulary (timing.TIMING_MODES)
+
 # Device cycles per microsecond of launch headroom: the SM clock's top (1.98 GHz on an H200) rounded up, so the wait
 # is at least the configured time (longer at lower clocks, which costs nothing: it is outside the window).
 HEADROOM_CYCLES_PER_US = 2000

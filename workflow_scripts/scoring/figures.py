@@ -46,7 +46,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from workflow_scripts.core.layout import BOOTSTRAP_FIGURE, CORRECT_FIGURE, FAST_P_FIGURE, STRATEGY_FIGURE  # noqa: E402
-from workflow_scripts.evaluation.timing import TIMING_MODES  # noqa: E402
+from workflow_scripts.core.records import TIMING_MODES  # noqa: E402
 from workflow_scripts.scoring.metrics import THRESHOLDS, fast_counts  # noqa: E402
 from workflow_scripts.scoring.summary import (  # noqa: E402
     BOOTSTRAP_METRICS, Outcomes, bootstrap_reference, normalize_rows, outcomes_by_model,
