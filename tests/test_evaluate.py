@@ -333,3 +333,25 @@ def test_max_abs_diff_in_chunks_equals_the_whole(monkeypatch: pytest.MonkeyPatch
     assert protocol.max_abs_diff(*ints) == 7.0
     verdict, diff, _ = protocol.compare_outputs([a], [a.clone()], 1e-4, 1e-4)
     assert verdict == "ok" and diff == 0.0
+
+
+# -- memory areas handed to an answer's process ------------------------------------------------------------------
+
+
+def test_an_answers_writable_area_cannot_be_resized_or_sealed_by_its_process() -> None:
+    """The answer's process holds the descriptors of its writable areas (secret inputs, outputs): it may write them,
+    but not shrink them under the trusted side's mapping (a SIGBUS in the evaluator), grow them, or seal them."""
+    import fcntl
+
+    from workflow_scripts.evaluation.transport import Area
+
+    area = Area("output", 4096)
+    area.fix_seals()
+    os.pwrite(area.fd, b"written by the answer", 0)  # still writable
+    for size in (0, 1 << 20):
+        with pytest.raises(PermissionError):
+            os.ftruncate(area.fd, size)
+    with pytest.raises(PermissionError):
+        fcntl.fcntl(area.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)
+    assert os.fstat(area.fd).st_size == 4096
+    area.close()

@@ -360,3 +360,24 @@ def test_a_hostile_frame_is_the_answers_failure(kind: str, tmp_path: Path, monke
     assert res.status in (Status.CRASH.value, Status.REJECTED_RUNTIME.value), (res.status, res.error)
     assert "result_channel_forged" in res.flags and "result channel" in res.error
     assert peak < 64 << 20, f"the evaluator allocated {peak >> 20} MiB for a hostile frame"
+
+
+def test_a_setup_error_sent_while_the_answer_loads_is_the_answers_failure(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer that holds the nonce and reports a harness setup error while its module loads gets load_error; the
+    evaluator no longer raises InfrastructureError (exit non-zero, no result for any answer)."""
+    monkeypatch.setattr(sandbox, "CHILD_MODULE", "tests.fixtures.forging_child")
+    ans = tmp_path / "setup_error.py"
+    ans.write_text("setup_error\n")
+    res = evaluate_answer(ADD, ans, EvalConfig(device="cpu", time_answer=False, run_static=False, timeout_s=60))
+    assert res.status == Status.LOAD_ERROR.value and "while the answer was loading" in res.error, (res.status,
+                                                                                                     res.error)
+
+
+def test_an_answer_that_shrinks_its_areas_still_gets_a_verdict(tmp_path: Path) -> None:
+    """The answer truncates the memory areas it was handed; before their sizes were sealed, the evaluator's next
+    write into the secret inputs' area was a SIGBUS that killed it (no result at all)."""
+    res = evaluate_answer(ADD, ANS / "sandbox/truncate_areas.py",
+                          EvalConfig(device="cpu", time_answer=False, run_static=False))
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+    assert [t["kind"] for t in res.trials] == ["seeded"] * 5 + ["hidden"]

@@ -369,9 +369,18 @@ class _Evaluation:
             t_load = time.monotonic()
             ans.send("load")
             m = ans.recv(self.deadline)
+            answer_running = m.type == "loading"  # from here on the answer's code runs in that process
+            if answer_running:
+                m = ans.recv(self.deadline)
             self._merge(m)
-            if m.type == "setup_error":
+            if m.type == "setup_error" and not answer_running:
                 raise InfrastructureError(f"answer child setup failed: {m.header.get('error')}")
+            if m.type == "setup_error":
+                # Sent while the answer's module ran: the answer's doing (a message it sent with the nonce, or the
+                # harness choking on what it did), never the evaluator's failure.
+                self.pre_import_status = Status.LOAD_ERROR
+                self.error = f"setup error while the answer was loading: {_text(m.header.get('error'), 2000)}"
+                return
             if m.type in ("load_error", "no_model_new"):
                 self.pre_import_status = Status.LOAD_ERROR if m.type == "load_error" else Status.NO_MODEL_NEW
                 self.error = _text(m.header.get("error"))
@@ -778,6 +787,8 @@ class ProblemEvaluator:
             shutil.copytree(self.triton_template, work / ".triton")
         secret = Area("secret", ref.input_bytes)
         output = Area("output", ref.output_capacity())
+        secret.fix_seals()
+        output.fix_seals()
         areas = {name: a.spec() for name, a in ref.areas.items()}
         areas.update(secret=secret.spec(), output=output.spec())
         init = {"answer": "answer.py", "seed": cfg.seed, "tf32": cfg.tf32, "timing": cfg.timing_protocol().to_dict(),

@@ -329,6 +329,7 @@ def _run_answer(c: _Child, init: dict[str, Any]) -> None:
         os._exit(0)
 
     # ---- load the answer: everything from here on may be hostile ----
+    sender.send({"type": "loading"})  # the parent: any setup error from now on is the answer's doing
     try:
         ans = c.load_module(_inbox_path(init, init["answer"]), "kb_answer")
     except Exception:  # noqa: BLE001 - includes SyntaxError
