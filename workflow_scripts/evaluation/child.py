@@ -89,7 +89,8 @@ import time
 from typing import Any, Callable
 
 from workflow_scripts.evaluation.channel import Sender
-from workflow_scripts.evaluation.integrity import HARNESS_MODULES, PACKAGE, Guard, LaunchCounter, TamperCheck
+from workflow_scripts.evaluation.integrity import (HARNESS_MODULES, PACKAGE, Guard, LaunchCounter, TamperCheck,
+                                                  code_getters, pin_methods)
 from workflow_scripts.evaluation.sandbox import apply_rlimits
 from workflow_scripts.evaluation.transport import dtype_name
 
@@ -283,26 +284,33 @@ def _run_answer(c: _Child, init: dict[str, Any]) -> None:
     sender = c.sender
     require_triton = bool(init.get("require_triton", True))
     launch = LaunchCounter()
-    guard = Guard(sender, init["workdir"], _inbox_path(init, init["answer"]), allowed_spawn_pkgs=("triton",))
+    env = os.environ
+    guard = Guard(sender, init["workdir"], _inbox_path(init, init["answer"]), allowed_spawn_pkgs=("triton",),
+                  generated_dirs=tuple(env[k] for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR") if k in env))
+    launch.attach(guard)  # launches are counted from the audit events the guard receives
+    # The harness's own objects call their methods through their instance dicts (see integrity.pin_methods).
+    pin_methods(c)
+    pin_methods(c.clock)
     threads_before = {t.ident for t in threading.enumerate()}
     sys.addaudithook(guard.hook)  # cannot be removed from Python code
     guard.enforcing = True
     # Identity snapshot: taken now, before the answer exists in this process. The harness's module globals (this
-    # module runs as __main__), the timer's, the clock's and the child's state.
-    watched: dict[str, Any] = {"harness.child": sys.modules[__name__]}
-    watched.update((f"harness.{name}", sys.modules[f"{PACKAGE}.{name}"]) for name in HARNESS_MODULES
-                   if name != "timing")
-    watched.update({"timing": c.timing, "clock": c.clock, "child": c})
+    # module runs as __main__), the timer's, the clock's, the child's, the guard's and the counter's state, and
+    # every class and function the harness's modules define.
+    modules: dict[str, Any] = {"harness.child": sys.modules[__name__]}
+    modules.update((f"harness.{name}", sys.modules[f"{PACKAGE}.{name}"]) for name in HARNESS_MODULES)
+    watched: dict[str, Any] = {k: m for k, m in modules.items() if k != "harness.timing"}
+    watched.update({"timing": c.timing, "clock": c.clock, "child": c, "sender": sender, "guard": guard})
     extra: dict[str, Callable[[], Any]] = {}
     for prefix, obj in watched.items():
         for k in list(vars(obj)):
-            extra[f"{prefix}.{k}"] = (lambda obj=obj, k=k: vars(obj).get(k))
-    for k in list(vars(guard)):
-        if k not in ("busy", "seen", "_rp_cache"):
-            extra[f"guard.{k}"] = (lambda k=k: vars(guard).get(k))
-    for k in ("hook", "_check", "_origin", "_direct_caller_is_answer", "_outside", "_other_proc", "_violation",
-              "_realpath"):
-        extra[f"guard.class.{k}"] = (lambda k=k: Guard.__dict__.get(k))
+            if not (obj is sender and k == "_seq"):  # the message count
+                extra[f"{prefix}.{k}"] = (lambda obj=obj, k=k: vars(obj).get(k))
+    for k in list(vars(launch)):
+        if k not in ("count", "_programs", "empty_grid", "bare"):  # what counting itself changes
+            extra[f"launch.{k}"] = (lambda k=k: vars(launch).get(k))
+    extra.update(code_getters(modules))
+    extra["state:guard.path_cache_poisoned"] = guard.cache_poisoned
     tamper = TamperCheck(torch, extra, launch)
     flags: list[str] = []
 
