@@ -7,6 +7,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -61,6 +62,7 @@ def test_user_and_network_namespaces() -> None:
     assert res.protocol["network_isolation"] is True
     iso = res.protocol["isolation"]
     assert iso["tool"] in ("bwrap", "unshare") and iso["pid_namespace"] and iso["network"] and iso["readonly_root"]
+    assert iso["ipc_namespace"]
     assert iso["private_tmp"] == {"bytes": 2048 << 20, "inodes": 32768} and not iso["capabilities"]
 
 
@@ -293,21 +295,44 @@ def sandboxed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     token = secrets.token_hex(6)
     early, late = REPO / f".kb_sandbox_early_{token}", tmp / "late.txt"
     repo_db = REPO / f".kb_sandbox_write_{token}.db"
+    # Places an answer must not write to: the repository, the store, the host's /tmp, /var/tmp and /dev/shm.
+    store = REPO / "results" / ".store"
+    write_dirs = [str(d) for d in (REPO, store if store.is_dir() else REPO / "results", Path("/tmp"),
+                                   Path("/var/tmp"), Path("/dev/shm")) if d.is_dir()]
+    existing = REPO / f".kb_sandbox_existing_{token}"
+    existing.write_text("unchanged\n")
+    listener = socket.create_server(("127.0.0.1", 0))
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    abstract.bind(f"\0kbsandbox{token}")
+    abstract.listen()
+    shm_key = secrets.randbelow(1 << 30) + 1
     answers = {
         "spawn": _from_template(tmp, "spawn_survivor.py", EARLY=str(early), LATE=str(late), MARKER=f"kbmark{token}"),
         "write_repo": _from_template(tmp, "write_repo.py", TARGET=str(repo_db)),
         "many_files": _from_template(tmp, "many_files.py"),
         "see_evaluator": _from_template(tmp, "see_evaluator.py", HOST_PID=str(os.getpid())),
+        "write_c_level": _from_template(tmp, "write_c_level.py", DIRS=json.dumps(write_dirs), EXISTING=str(existing)),
+        "double_fork": _from_template(tmp, "survive_double_fork.py", MARKER=f"kbmark{token}"),
+        "reach_evaluator": _from_template(tmp, "reach_evaluator.py", HOST_PID=str(os.getpid()),
+                                          HOST_PGID=str(os.getpgid(0)), PORT=str(listener.getsockname()[1]),
+                                          ABSTRACT=f"kbsandbox{token}", SHM_KEY=str(shm_key)),
+        "writable_mounts": _from_template(tmp, "writable_mounts.py"),
     }
     cfg = EvalConfig(device="cpu", time_answer=False, run_static=False, isolation=request.param)
     try:
         t0 = time.monotonic()
         results = dict(zip(answers, evaluate_answers(ADD, list(answers.values()), cfg)))
         yield {"results": results, "early": early, "late": late, "repo_db": repo_db, "marker": f"kbmark{token}",
-               "returned_after_s": time.monotonic() - t0}
+               "returned_after_s": time.monotonic() - t0, "write_dirs": write_dirs, "existing": existing,
+               "listener": listener, "abstract": abstract, "shm_key": shm_key}
     finally:
-        for p in (early, repo_db):
+        for p in (early, repo_db, existing):
             p.unlink(missing_ok=True)
+        for d in write_dirs:
+            for p in Path(d).glob("kb_escape_*"):
+                p.unlink(missing_ok=True)
+        listener.close()
+        abstract.close()
         for pid in _processes_with(f"kbmark{token}"):  # only on failure: a survivor of this test
             os.kill(pid, 9)
 
@@ -341,6 +366,46 @@ def test_the_evaluator_is_not_visible_in_proc(sandboxed: dict) -> None:
     res = sandboxed["results"]["see_evaluator"]
     assert res.status == Status.CORRECT.value, (res.status, res.error)
     assert res.protocol["isolation"]["pid_namespace"] is True
+
+
+def test_no_write_outside_the_private_tmp_through_code_the_monitor_does_not_see(sandboxed: dict) -> None:
+    """torch.from_file(shared=True), UntypedStorage.from_file, torch's C++ file writer, sqlite3, mkfifo, a shell
+    and a nested user + mount namespace, into the repository, the store, /tmp, /var/tmp and /dev/shm, and an existing
+    repository file overwritten through a shared mapping: every one fails (the read-only root), checked on the host
+    too."""
+    res = sandboxed["results"]["write_c_level"]
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+    assert not [p for d in sandboxed["write_dirs"] for p in Path(d).glob("kb_escape_*")]
+    assert sandboxed["existing"].read_text() == "unchanged\n"
+
+
+def test_no_process_outlives_the_evaluation_by_double_fork_setsid_nohup_or_a_nested_pid_namespace(
+        sandboxed: dict) -> None:
+    res = sandboxed["results"]["double_fork"]
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+    deadline = time.monotonic() + 3.0
+    while _processes_with(sandboxed["marker"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(sandboxed["marker"]) == [], "a process the answer started outlived its evaluation"
+
+
+def test_the_evaluator_cannot_be_signalled_traced_read_or_reached_over_sockets(sandboxed: dict) -> None:
+    """From an unmonitored interpreter it starts, the answer cannot signal the evaluator or its process group, attach
+    to it, read its memory, connect to its TCP or abstract unix sockets, nor leave a SysV segment in the host's IPC
+    namespace."""
+    res = sandboxed["results"]["reach_evaluator"]
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+    sandboxed["listener"].settimeout(0.1)
+    with pytest.raises(TimeoutError):
+        sandboxed["listener"].accept()
+    segments = Path("/proc/sysvipc/shm").read_text().split("\n")[1:]
+    assert not [line for line in segments if line.split() and int(line.split()[0]) == sandboxed["shm_key"]], (
+        "the answer's SysV segment outlived it in the host's IPC namespace")
+
+
+def test_no_writable_host_mount_or_host_directory_descriptor(sandboxed: dict) -> None:
+    res = sandboxed["results"]["writable_mounts"]
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
 
 
 @pytest.mark.parametrize("kind", ["nested", "huge_size", "huge_number"])

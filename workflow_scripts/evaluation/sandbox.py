@@ -163,6 +163,7 @@ class Isolation:
     binary: str | None = None  # the bubblewrap (or unshare) binary used
     pid_namespace: bool = False  # the child's own PID namespace: nothing it starts outlives it; no host process visible
     user_namespace: bool = False
+    ipc_namespace: bool = False  # SysV IPC and POSIX message queues of its own (they die with it)
     uid: int | None = None  # inside
     host_uid: int | None = None  # the evaluator's (what the child's files are owned as on the host)
     capabilities: bool = True  # any effective capability left in the child
@@ -227,8 +228,10 @@ def sandbox_command(tool: str, workdir: Path, limits: Limits, device: str, bwrap
         # keeps no capability (it cannot undo the read-only remounts).
         outer = [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
         drop = [setpriv, "--bounding-set", "-all", "--inh-caps", "-all", "--no-new-privs", "--"] if setpriv else []
-        return (outer + [unshare, "--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child",
-                         "--mount-proc", "--"] + stage1 + drop)
+        # --ipc: SysV segments and POSIX message queues die with the child (in the host's IPC namespace a segment
+        # outlives its process); --uts: its own hostname.
+        return (outer + [unshare, "--user", "--map-root-user", "--mount", "--net", "--ipc", "--uts", "--pid", "--fork",
+                         "--kill-child", "--mount-proc", "--"] + stage1 + drop)
     raise ValueError(f"unknown sandbox tool {tool!r}")
 
 
@@ -260,6 +263,7 @@ dev = set(os.listdir("/dev"))
 print(json.dumps({
     "pid_namespace": ns_id("pid") != ns["pid"] and not os.path.exists("/proc/%d" % host_pid),
     "user_namespace": ns_id("user") != ns["user"],
+    "ipc_namespace": ns_id("ipc") != ns["ipc"],
     "uid": os.getuid(), "capabilities": cap != 0,
     "readonly_root": not any(tries_write(d) for d in (repo, sys.prefix, "/", "/tmp", outer)),
     "private_tmp": {"bytes": sv.f_blocks * sv.f_frsize, "inodes": sv.f_files} if private else None,
@@ -278,7 +282,7 @@ def _probe(tool: str, limits: Limits, device: str, bwrap: str | None) -> tuple[d
     try:
         work = base / "work"
         work.mkdir()
-        ns = {k: os.readlink(f"/proc/self/ns/{k}") for k in ("pid", "user", "net")}
+        ns = {k: os.readlink(f"/proc/self/ns/{k}") for k in ("pid", "user", "net", "ipc")}
         cmd = sandbox_command(tool, work, limits, device, bwrap) + [
             sys.executable, "-I", "-c", _PROBE, str(os.getpid()), str(base), json.dumps(ns), str(REPO_ROOT)]
         try:
@@ -297,10 +301,11 @@ def _probe(tool: str, limits: Limits, device: str, bwrap: str | None) -> tuple[d
 
 def _measured(tool: str, binary: str | None, m: dict[str, Any], notes: list[str]) -> Isolation:
     iso = Isolation(tool=tool, level="none", binary=binary, host_uid=os.geteuid(), warnings=tuple(notes), **m)
-    full = (iso.pid_namespace and iso.user_namespace and iso.uid != 0 and not iso.capabilities
+    full = (iso.pid_namespace and iso.user_namespace and iso.ipc_namespace and iso.uid != 0 and not iso.capabilities
             and iso.readonly_root and iso.private_tmp is not None and iso.network and iso.devices == "minimal")
     level = "full" if (tool == "bwrap" and full) else "weaker"
-    missing = [k for k in ("pid_namespace", "user_namespace", "readonly_root", "network") if not m.get(k)]
+    missing = [k for k in ("pid_namespace", "user_namespace", "ipc_namespace", "readonly_root", "network")
+               if not m.get(k)]
     missing += ["capabilities"] if iso.capabilities else []
     missing += ["private_tmp"] if iso.private_tmp is None else []
     if missing:
