@@ -59,6 +59,7 @@ class Case:
 HONEST = [
     Case("honest/add_triton.py", ADD, (Status.CORRECT,), static=True),
     Case("honest/add_triton_dynamo_disabled.py", ADD, (Status.CORRECT,), static=True),
+    Case("honest/add_triton_module_from_source.py", ADD, (Status.CORRECT,), static=True),
     Case("honest/add_hybrid.py", ADD, (Status.CORRECT,), static=True),
     Case("honest/add_autotune_stdlib.py", ADD, (Status.CORRECT,), static=True),
     Case("honest/rowsum_triton.py", ROWSUM, (Status.CORRECT,), static=True),
@@ -117,6 +118,7 @@ CHEATS = [
     Case("cheats/add_eval_frame_hook.py", ADD, (RR,), ("harness_tampered:state:eval_frame_callback",)),
     Case("cheats/add_closure_counter.py", ADD, (Status.NO_TRITON_LAUNCH,)),
     Case("cheats/add_disguised_code.py", ADD, (Status.LOAD_ERROR,), ("harness_tampered:disguised_code",)),
+    Case("cheats/add_disguised_loader.py", ADD, (Status.LOAD_ERROR,), ("harness_tampered:disguised_code",)),
     Case("cheats/add_code_of_no_file.py", ADD, (Status.LOAD_ERROR,), ("gc_introspection",)),
 ]
 

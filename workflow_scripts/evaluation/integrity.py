@@ -306,6 +306,7 @@ class Guard:
             if isinstance(filename, str) and not filename.startswith("<"):
                 rp = self._realpath(filename)
                 if (rp != self.answer_file and (rp.startswith(self.site_dirs) or self._transparent(rp))
+                        and not (event == "compile" and _is_file_source(args[0], rp))
                         and self._origin() == "answer"):
                     self._violation("harness_tampered:disguised_code", f"{event} as {filename[:200]}")
             return
@@ -317,6 +318,20 @@ class Guard:
             if self._origin() == "answer":
                 self._violation("signal_sent", f"{event}{args}")
             return
+
+
+def _is_file_source(source: Any, path: str) -> bool:
+    """True if ``source`` is exactly the text of the file ``path`` (an import compiling a module from its own file,
+    where no cached bytecode exists), so the name it is compiled under is its own."""
+    if isinstance(source, str):
+        source = source.encode()
+    if not isinstance(source, (bytes, bytearray, memoryview)):
+        return False  # an AST: nothing to compare
+    try:
+        with open(path, "rb") as f:
+            return f.read() == bytes(source)
+    except OSError:
+        return False
 
 
 def _empty_grid(grid: Any) -> bool:
