@@ -317,6 +317,8 @@ def sandboxed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
                                           HOST_PGID=str(os.getpgid(0)), PORT=str(listener.getsockname()[1]),
                                           ABSTRACT=f"kbsandbox{token}", SHM_KEY=str(shm_key)),
         "writable_mounts": _from_template(tmp, "writable_mounts.py"),
+        "find_problem": _from_template(tmp, "find_problem_source.py", PROBLEM=str(ADD)),
+        "reference_from_disk": ANS / "sandbox" / "reference_from_disk.py",
     }
     cfg = EvalConfig(device="cpu", time_answer=False, run_static=False, isolation=request.param)
     try:
@@ -401,6 +403,30 @@ def test_the_evaluator_cannot_be_signalled_traced_read_or_reached_over_sockets(s
     segments = Path("/proc/sysvipc/shm").read_text().split("\n")[1:]
     assert not [line for line in segments if line.split() and int(line.split()[0]) == sandboxed["shm_key"]], (
         "the answer's SysV segment outlived it in the host's IPC namespace")
+
+
+def test_the_problems_sources_are_hidden_from_the_answer(sandboxed: dict) -> None:
+    """The problem's folder is empty in the answer's sandbox (recorded in the result), so the one file that rebuilds
+    the reference from the problem's source on disk and passed every problem (correct before) gets nothing."""
+    res = sandboxed["results"]["find_problem"]
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+    assert str(ADD.parent.resolve()) in res.protocol["hidden_from_answer"]
+    generic = sandboxed["results"]["reference_from_disk"]
+    assert generic.status != Status.CORRECT.value and not generic.correct, generic.status
+
+
+def test_what_is_hidden_never_includes_what_the_child_needs(tmp_path: Path) -> None:
+    from workflow_scripts.evaluation.sandbox import hideable, problem_sources
+
+    suite = tmp_path / "suite" / "KernelBench" / "level1"
+    suite.mkdir(parents=True)
+    problem = suite / "1_X.py"
+    problem.write_text("")
+    assert problem_sources(problem) == [tmp_path / "suite", suite]
+    assert hideable(problem_sources(problem), tmp_path / "work") == (str(tmp_path / "suite"), str(suite))
+    needed = [Path("/"), REPO, REPO / "workflow_scripts", Path(sys.prefix), tmp_path]  # tmp_path holds the work dir
+    assert hideable(needed, tmp_path / "work") == ()
+    assert hideable([REPO / "tests" / "cheats" / "problems"], tmp_path) == (str(REPO / "tests" / "cheats" / "problems"),)
 
 
 def test_no_writable_host_mount_or_host_directory_descriptor(sandboxed: dict) -> None:

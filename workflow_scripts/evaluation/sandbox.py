@@ -62,13 +62,20 @@ _ENV_PASSTHROUGH = (
 )
 
 # First stage, run as root of a fresh user namespace in a fresh mount namespace (nothing of it is visible to the
-# host). Arguments: work dir, tmpfs size, inode cap, level, gpu (1: bind /dev/nvidia*); then the command to exec. The host directory stays
+# host). Arguments: work dir, tmpfs size, inode cap, level, gpu (1: bind /dev/nvidia*), the directories to hide (one
+# per line: each gets an empty read-only tmpfs over it); then the command to exec. The host directory stays
 # reachable as "." after the tmpfs hides it: its files are copied in (the Triton cache template) and it is bound
-# read-only at in/ (the answer, copied there after the child started).
+# read-only at in/ (the answer, copied there after the child started). Under bubblewrap the hidden directories
+# stay hidden: its read-only bind of / takes this namespace's mounts with it.
 STAGE1 = r"""set -eu
-wd=$1 size=$2 inodes=$3 level=$4 gpu=$5
-shift 5
+wd=$1 size=$2 inodes=$3 level=$4 gpu=$5 hidden=$6
+shift 6
 cd "$wd"
+printf '%s\n' "$hidden" | while IFS= read -r p; do
+  [ -n "$p" ] && [ -d "$p" ] || continue
+  mount -t tmpfs -o size=4k,nr_inodes=16,mode=0555 kbhidden "$p"
+  mount -o remount,bind,ro "$p"
+done
 if [ "$level" = unshare ]; then
   mount -t tmpfs -o size=1m,nr_inodes=512,mode=0755 kbdev "$wd"
   for p in /dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty /dev/nvidia*; do
@@ -200,15 +207,17 @@ def _gpu_nodes() -> list[str]:
     return sorted(str(p) for p in d.glob("nvidia*")) if d.is_dir() else []
 
 
-def sandbox_command(tool: str, workdir: Path, limits: Limits, device: str, bwrap: str | None = None) -> list[str]:
+def sandbox_command(tool: str, workdir: Path, limits: Limits, device: str, bwrap: str | None = None,
+                    hidden: tuple[str, ...] = ()) -> list[str]:
     """The command prefix that runs a child inside the sandbox ``tool`` ("bwrap" | "unshare" | "none") with
-    ``workdir`` as its private temporary directory. The only place the sandbox's command line is built."""
+    ``workdir`` as its private temporary directory and the directories ``hidden`` (see ``hideable``) empty. The only
+    place the sandbox's command line is built."""
     if tool == "none":
         return []
     unshare = shutil.which("unshare") or "unshare"
     wd = str(workdir)
     stage1 = ["/bin/sh", "-c", STAGE1, "kbsandbox", wd, str(limits.tmp_bytes), str(limits.tmp_inodes), tool,
-              "1" if device == "cuda" else "0"]
+              "1" if device == "cuda" else "0", "\n".join(hidden)]
     if tool == "bwrap":
         assert bwrap is not None
         devs: list[str] = []
@@ -233,6 +242,42 @@ def sandbox_command(tool: str, workdir: Path, limits: Limits, device: str, bwrap
         return (outer + [unshare, "--user", "--map-root-user", "--mount", "--net", "--ipc", "--uts", "--pid", "--fork",
                          "--kill-child", "--mount-proc", "--"] + stage1 + drop)
     raise ValueError(f"unknown sandbox tool {tool!r}")
+
+
+def _needed_paths(workdir: Path) -> list[Path]:
+    """What a child cannot run without: the interpreter's installation, the harness's package, its own directory."""
+    import sysconfig
+
+    paths = [REPO_ROOT / "workflow_scripts", Path(workdir)]
+    paths += [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.executable)]
+    paths += [Path(p) for p in sysconfig.get_paths().values()]
+    return [p.resolve() for p in paths if p]
+
+
+def hideable(dirs: list[Path], workdir: Path) -> tuple[str, ...]:
+    """The directories of ``dirs`` that can be hidden from a child: existing ones that hold nothing it needs
+    (``_needed_paths``; never / itself)."""
+    needed = _needed_paths(workdir)
+    out: list[str] = []
+    for d in dirs:
+        try:
+            d = Path(d).resolve()
+        except OSError:
+            continue
+        if d.is_dir() and d != Path("/") and not any(n == d or d in n.parents for n in needed):
+            out.append(str(d))
+    return tuple(dict.fromkeys(out))
+
+
+def problem_sources(problem: Path) -> list[Path]:
+    """Where a problem's source (and its siblings', and their prompts') lies: the suite checkout when the problem
+    sits in KernelBench's layout (``<suite>/KernelBench/level<N>/<id>_<name>.py``), else the problem's own folder.
+    An answer that found its problem's file could rebuild the reference model under the same seed and return its
+    outputs: one file would pass every problem."""
+    folder = Path(problem).resolve().parent
+    if folder.name.startswith("level") and folder.name[5:].isdigit() and folder.parent.name == "KernelBench":
+        return [folder.parent.parent, folder]  # the folder alone where the checkout cannot be hidden
+    return [folder]
 
 
 # Run inside the sandbox by probe_isolation: what the child would find (argv: the host pid of the prober, the
@@ -374,6 +419,7 @@ class ChildProcess:
     extra_env: dict[str, str] = field(default_factory=dict)
     python: str = sys.executable
     bwrap: str | None = None  # a bubblewrap binary (default: $KB_BWRAP, then PATH)
+    hidden: tuple[str, ...] = ()  # directories the child finds empty (sandboxed levels; see hideable)
     proc: subprocess.Popen | None = None
     reader: ChannelReader | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -426,7 +472,7 @@ class ChildProcess:
         key = secrets.token_bytes(32)
         rfd, wfd = os.pipe()
         prefix = sandbox_command(self.sandbox.tool, self.workdir, self.limits, self.device,
-                                 self.sandbox.binary if self.sandbox.tool == "bwrap" else None)
+                                 self.sandbox.binary if self.sandbox.tool == "bwrap" else None, self.hidden)
         cmd = prefix + [self.python, "-B", "-s", "-m", CHILD_MODULE]
         out = open(self.logdir / f"{self.role}.log", "wb")
         try:
