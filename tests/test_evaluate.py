@@ -355,3 +355,65 @@ def test_an_answers_writable_area_cannot_be_resized_or_sealed_by_its_process() -
         fcntl.fcntl(area.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)
     assert os.fstat(area.fd).st_size == 4096
     area.close()
+
+
+# -- launch counting in compiled mode (the GPU's path), on the CPU ---------------------------------------------
+
+_COMPILED_COUNTING = r'''
+import json, os, sys
+import triton.knobs as knobs
+knobs.runtime.interpret = False  # the compiled-mode branch: Triton's launcher calls the launch-enter hook chain
+from triton.compiler.compiler import CompiledKernel
+from workflow_scripts.evaluation.channel import Sender
+from workflow_scripts.evaluation.integrity import Guard, LaunchCounter
+r, w = os.pipe()
+os.set_blocking(w, False)
+launch = LaunchCounter()
+assert not launch.interpret
+# What Triton's jit.py does per launch (metadata from the grid, then the launcher calls the hook chain), compiled
+# under Triton's own file name before the monitor runs.
+src = """
+def triton_launch(grid):
+    try:
+        CompiledKernel.launch_metadata(object(), grid, None)
+    except Exception:
+        pass  # no real kernel behind it: only the grid matters here
+    knobs.runtime.launch_enter_hook(None)
+"""
+ns = {"CompiledKernel": CompiledKernel, "knobs": knobs}
+exec(compile(src, os.path.join(launch.triton_dir, "runtime", "jit.py"), "exec"), ns)
+guard = Guard(Sender(w, b"k" * 32), os.getcwd(), "/nonexistent/answer.py", ("triton",))
+launch.attach(guard)
+sys.addaudithook(guard.hook)
+guard.enforcing = True
+counts = {}
+ns["triton_launch"]((4,)); counts["launch"] = launch.take()
+ns["triton_launch"]((0,)); counts["empty_grid"] = launch.take()
+knobs.runtime.launch_enter_hook(None); counts["hook_called_directly"] = launch.take()
+launch.bare = True
+ns["triton_launch"]((2, 1, 1)); knobs.runtime.launch_enter_hook(None); counts["bare"] = launch.take()
+launch.bare = False
+cells = [c.cell_contents for h in knobs.runtime.launch_enter_hook.calls for c in (h.__closure__ or ())]
+cells += [c.cell_contents for c in (CompiledKernel.launch_metadata.__closure__ or ())]
+counts["counter_in_closures"] = any(isinstance(x, LaunchCounter) for x in cells)
+counts["intact"] = launch.intact()
+print(json.dumps(counts))
+'''
+
+
+def test_compiled_mode_launches_are_counted_from_audit_events_only_when_triton_launches(tmp_path) -> None:
+    """The GPU's counting path, run on the CPU: a launch counts when Triton's own code made it over a non-empty grid,
+    not over an empty grid, not when the answer calls the hook chain itself; while timing (bare) every event counts;
+    and no wrapper installed into Triton holds the counter."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-c", _COMPILED_COUNTING], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=str(repo), TRITON_INTERPRET="0"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    counts = json.loads(p.stdout.strip().splitlines()[-1])
+    assert counts == {"launch": 1, "empty_grid": 0, "hook_called_directly": 0, "bare": 2,
+                      "counter_in_closures": False, "intact": True}, counts
