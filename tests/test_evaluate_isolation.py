@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from dataclasses import replace
@@ -378,6 +379,7 @@ def test_no_write_outside_the_private_tmp_through_code_the_monitor_does_not_see(
     res = sandboxed["results"]["write_c_level"]
     assert res.status == Status.CORRECT.value, (res.status, res.error)
     assert not [p for d in sandboxed["write_dirs"] for p in Path(d).glob("kb_escape_*")]
+    assert not list(Path(tempfile.gettempdir()).glob("kbeval-*/kb_escape_*"))  # beside the other answers' folders
     assert sandboxed["existing"].read_text() == "unchanged\n"
 
 

@@ -1,8 +1,9 @@
 # SANDBOX: write outside the private temporary directory through every path the in-process monitor does not see
 # (C and C++ code opens the files itself: no audit event), into each place an evaluation must not change: the
-# repository, the store, the host's /tmp, /var/tmp and /dev/shm; and overwrite an existing file of the repository
-# in place through a shared mapping. Correct output only if every write failed; else the forward raises with the
-# list of what got through. Template: the test fills in __DIRS__ (JSON list) and __EXISTING__.
+# repository, the store, the host's /tmp, /var/tmp and /dev/shm, and the evaluation's folder that holds the other
+# answers' folders; and overwrite an existing file of the repository in place through a shared mapping. Correct
+# output only if every write failed; else the forward raises with the list of what got through. Template: the test
+# fills in __DIRS__ (JSON list) and __EXISTING__.
 import json
 import os
 import sqlite3
@@ -79,7 +80,8 @@ WAYS = {"torch.from_file": from_file, "UntypedStorage.from_file": storage_from_f
 
 def escapes() -> list[str]:
     got = []
-    for d in DIRS:
+    # The folder above this process's own private one holds the other answers' folders of this evaluation.
+    for d in DIRS + [os.path.dirname(os.getcwd())]:
         for name, way in WAYS.items():
             path = os.path.join(d, f"kb_escape_{name.replace('.', '_')}_{os.getpid()}")
             try:
