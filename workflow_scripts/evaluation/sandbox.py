@@ -14,9 +14,12 @@ imported), inside the OS sandbox that ``sandbox_command`` builds (the one place 
   ``--die-with-parent`` and ``--new-session``. When the child exits or is killed, the PID namespace dies and every
   process the answer started dies with it.
 * ``unshare`` (a weaker level, for hosts without bubblewrap): ``unshare`` alone gives new user, mount, PID (with
-  ``--kill-child``) and network namespaces; ``STAGE1`` builds a ``/dev`` of the needed nodes, remounts every mount
-  read-only, mounts the capped tmpfs, and ``setpriv`` drops every capability (the child stays uid 0 of its user
+  ``--kill-child``), network, IPC and UTS namespaces; ``STAGE1`` builds a ``/dev`` of the needed nodes, remounts every
+  mount read-only, mounts the capped tmpfs, and ``setpriv`` drops every capability (the child stays uid 0 of its user
   namespace).
+
+At both levels ``STAGE1`` also hides the folders ``ChildProcess.hidden`` names (an answer's problem sources:
+``problem_sources``, filtered by ``hideable``) behind empty read-only tmpfs mounts.
 * ``none``: no sandbox (only the session, the scrubbed environment and the rlimits), said loudly.
 
 Which level is in force is measured once per process by running the same command line with a probe

@@ -37,6 +37,13 @@ names them, in order of first appearance):
   int/meta queries ``.size .shape .stride .numel .dim .data_ptr .item .is_contiguous ...``.
 - ``operator:<op>`` - arithmetic, matmul or comparison on a tensor: ``x + y``, ``x * 2``, ``x @ w``, ``-x``,
   ``x > 0``, ``x += b``, ``abs(x)``, ``max(x, y)``.
+- a torch function (or a layer, a lambda, the answer's own function) passed as a value to a call that may call it:
+  ``map``/``filter``/``sorted``/``min``/``max``, ``functools.reduce`` or any other library's function, torch's
+  higher-order functions (``torch.vmap``, ``torch.func.*``, ``torch.compile``, ``torch.utils.checkpoint``); it counts
+  as the op it is, and the answer's own callables are walked with the items they are called on. Functions kept in
+  a dict and looked up, parameter defaults (``def f(x, op=torch.relu)``) and class attributes keep their type; a
+  computed ``getattr`` on torch or a tensor names ``torch:torch.<computed>`` / ``method:Tensor.<computed>``;
+  ``importlib.import_module("torch")`` and ``__import__("torch")`` are torch.
 
 A forward-flow type inference decides what is a tensor. Tensors: ``forward``'s parameters (except ones annotated
 ``int``/``float``/``bool`` or with a numeric default), ``self.<attr>`` assigned an ``nn.Parameter``/buffer/tensor,
