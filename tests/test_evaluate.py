@@ -392,7 +392,9 @@ ns["triton_launch"]((0,)); counts["empty_grid"] = launch.take()
 knobs.runtime.launch_enter_hook(None); counts["hook_called_directly"] = launch.take()
 launch.bare = True
 ns["triton_launch"]((2, 1, 1)); knobs.runtime.launch_enter_hook(None); counts["bare"] = launch.take()
+ns["triton_launch"]((1, 0, 1)); counts["bare_empty_grid"] = launch.take()
 launch.bare = False
+ns["triton_launch"]((4,)); counts["after_timing"] = launch.take()
 cells = [c.cell_contents for h in knobs.runtime.launch_enter_hook.calls for c in (h.__closure__ or ())]
 cells += [c.cell_contents for c in (CompiledKernel.launch_metadata.__closure__ or ())]
 counts["counter_in_closures"] = any(isinstance(x, LaunchCounter) for x in cells)
@@ -403,8 +405,8 @@ print(json.dumps(counts))
 
 def test_compiled_mode_launches_are_counted_from_audit_events_only_when_triton_launches(tmp_path) -> None:
     """The GPU's counting path, run on the CPU: a launch counts when Triton's own code made it over a non-empty grid,
-    not over an empty grid, not when the answer calls the hook chain itself; while timing (bare) every event counts;
-    and no wrapper installed into Triton holds the counter."""
+    not over an empty grid, not when the answer calls the hook chain itself; while timing (bare) every hook call over a
+    non-empty grid counts, without an audit event; and no wrapper installed into Triton holds the counter."""
     import json
     import subprocess
     import sys
@@ -415,5 +417,5 @@ def test_compiled_mode_launches_are_counted_from_audit_events_only_when_triton_l
                        timeout=120, env=dict(os.environ, PYTHONPATH=str(repo), TRITON_INTERPRET="0"))
     assert p.returncode == 0, p.stderr[-3000:]
     counts = json.loads(p.stdout.strip().splitlines()[-1])
-    assert counts == {"launch": 1, "empty_grid": 0, "hook_called_directly": 0, "bare": 2,
-                      "counter_in_closures": False, "intact": True}, counts
+    assert counts == {"launch": 1, "empty_grid": 0, "hook_called_directly": 0, "bare": 2, "bare_empty_grid": 0,
+                      "after_timing": 1, "counter_in_closures": False, "intact": True}, counts

@@ -323,7 +323,7 @@ def _run_answer(c: _Child, init: dict[str, Any]) -> None:
             if not (obj is sender and k == "_seq"):  # the message count
                 extra[f"{prefix}.{k}"] = (lambda obj=obj, k=k: vars(obj).get(k))
     for k in list(vars(launch)):
-        if k not in ("count", "_programs", "empty_grid", "bare"):  # what counting itself changes
+        if k not in ("count", "_programs", "empty_grid", "_bare"):  # what counting itself changes
             extra[f"launch.{k}"] = (lambda k=k: vars(launch).get(k))
     extra.update(code_getters(modules))
     extra["state:guard.path_cache_poisoned"] = guard.cache_poisoned

@@ -238,17 +238,21 @@ class Guard:
             raise PermissionError(f"blocked by the evaluation harness: {flag} ({detail[:200]})")
 
     def hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if event in LAUNCH_EVENTS:  # first: one per Triton launch, timed calls included
+            if self.on_launch_event is not None and not self.busy and self.enforcing:
+                self.on_launch_event(event, args)
+            return
         if self.busy or event not in self.watched or not self.enforcing:
             return
         self.busy = True
         try:
-            if event in LAUNCH_EVENTS:
-                if self.on_launch_event is not None:
-                    self.on_launch_event(event, args)
-            else:
-                self._check(event, args)
+            self._check(event, args)
         finally:
             self.busy = False
+
+    def quiet(self) -> "_Quiet":
+        """A context in which the hook ignores events (the launch counter's own frame inspection)."""
+        return _Quiet(self)
 
     def _check(self, event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
@@ -320,6 +324,18 @@ class Guard:
             return
 
 
+class _Quiet:
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+        self.was = False
+
+    def __enter__(self) -> None:
+        self.was, self.guard.busy = self.guard.busy, True
+
+    def __exit__(self, *exc: object) -> None:
+        self.guard.busy = self.was
+
+
 def _is_file_source(source: Any, path: str) -> bool:
     """True if ``source`` is exactly the text of the file ``path`` (an import compiling a module from its own file,
     where no cached bytecode exists), so the name it is compiled under is its own."""
@@ -332,6 +348,18 @@ def _is_file_source(source: Any, path: str) -> bool:
             return f.read() == bytes(source)
     except OSError:
         return False
+
+
+class _NoContext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _no_context() -> _NoContext:
+    return _NoContext()
 
 
 def _empty_grid(grid: Any) -> bool:
@@ -352,15 +380,20 @@ class LaunchCounter:
     closures finds no counter to bump. A compiled-mode launch counts only when the hook's nearest caller outside
     the harness and the hook chain is Triton's own code (the answer calling the hook chain itself does not count),
     an interpreted one only when a program of its grid ran (its grid-index call coming from Triton's interpreter),
-    and a launch over an empty grid (no program runs) never counts. While ``bare`` is set (the timed calls), events
-    are only counted: inspecting the caller's frame costs microseconds per launch (and an audit event), which must
-    not land in a timing window."""
+    and a launch over an empty grid (no program runs) never counts. While ``bare`` is set (the timed calls), nothing
+    is inspected: the compiled-mode wrappers count in a list they hold (an audit event costs about a microsecond per
+    launch, inspecting the caller's frame more, and neither may land in a timing window), so the timed calls' counts
+    are the answer's to change, as before; the correctness calls' counts are not."""
 
     def __init__(self) -> None:
         import triton
 
         self.count = 0
-        self.bare = False
+        # Compiled mode while timing (bare): [bare, launches, empty grid pending], held by the installed wrappers
+        # themselves, so that a timed launch costs one Python call, not an audit event (0.3 us against 1.2 us per
+        # launch measured on the CPU). Reachable by the answer: it can only change the timed calls' counts.
+        self._fast: list[Any] = [False, 0, False]
+        self._bare = False
         self.empty_grid = False  # the launch being made has an empty grid (compiled mode; see below)
         self._programs = 0  # interpreter: programs run so far (grid-index calls from Triton's interpreter)
         self._calls: list[int] = []  # interpreter: grid calls under way (the programs count when each started)
@@ -377,6 +410,7 @@ class LaunchCounter:
         self._known: dict[str, str] = {}  # co_filename -> skip | triton | other (cached: this runs per launch)
         self.chain: Any = None
         self.hook: Any = None
+        self._quiet: Callable[[], Any] = _no_context  # Guard.quiet once attached
         self._install(knobs)
         self.installed = tuple(self.installed)
         self._installed_cells = tuple(self._cells())
@@ -413,14 +447,23 @@ class LaunchCounter:
 
         launch_metadata = CompiledKernel.launch_metadata
         empty = _empty_grid
+        fast = self._fast
 
         def grid_noted(self_: Any, grid: Any, *args: Any, **kwargs: Any) -> Any:
             if empty(grid):
-                audit(GRID_EVENT)
+                if fast[0]:
+                    fast[2] = True
+                else:
+                    audit(GRID_EVENT)
             return launch_metadata(self_, grid, *args, **kwargs)
 
         def on_launch(*_args: Any, **_kw: Any) -> None:
-            audit(LAUNCH_EVENT)
+            if not fast[0]:
+                audit(LAUNCH_EVENT)
+            elif fast[2]:
+                fast[2] = False
+            else:
+                fast[1] += 1
 
         CompiledKernel.launch_metadata = grid_noted
         self.installed.append((CompiledKernel, "launch_metadata", grid_noted))
@@ -449,6 +492,7 @@ class LaunchCounter:
 
     def attach(self, guard: "Guard") -> None:
         """Receive the launch events through ``guard`` (the process's audit hook)."""
+        self._quiet = guard.quiet
         guard.on_launch_event = self.on_event
 
     def _from_triton(self) -> bool:
@@ -472,21 +516,38 @@ class LaunchCounter:
         if event == LAUNCH_EVENT:
             if self.empty_grid:
                 self.empty_grid = False
-            elif self.bare or self._from_triton():
+            elif self.bare:
                 self.count += 1
+            else:
+                with self._quiet():  # its frame inspection raises audit events of its own
+                    if self._from_triton():
+                        self.count += 1
         elif event == GRID_EVENT:
             self.empty_grid = True
         elif event == PROGRAM_EVENT:
-            if self.bare or self._from_triton():
+            if self.bare:
                 self._programs += 1
+            else:
+                with self._quiet():
+                    if self._from_triton():
+                        self._programs += 1
         elif event == LAUNCH_BEGIN_EVENT:
             self._calls.append(self._programs)
         elif event == LAUNCH_END_EVENT and self._calls:
             if self._programs > self._calls.pop():  # an empty grid runs no program: not a launch
                 self.count += 1
 
+    @property
+    def bare(self) -> bool:
+        return self._bare
+
+    @bare.setter
+    def bare(self, value: bool) -> None:
+        self._bare = self._fast[0] = bool(value)
+
     def take(self) -> int:
-        n, self.count = self.count, 0
+        n, self.count = self.count + self._fast[1], 0
+        self._fast[1] = 0
         return n
 
     def _cells(self) -> list[tuple[Any, ...]]:
