@@ -58,6 +58,8 @@ class Case:
 
 HONEST = [
     Case("honest/add_triton.py", ADD, (Status.CORRECT,), static=True),
+    Case("honest/add_triton_dynamo_disabled.py", ADD, (Status.CORRECT,), static=True),
+    Case("honest/add_triton_module_from_source.py", ADD, (Status.CORRECT,), static=True),
     Case("honest/add_hybrid.py", ADD, (Status.CORRECT,), static=True),
     Case("honest/add_autotune_stdlib.py", ADD, (Status.CORRECT,), static=True),
     Case("honest/rowsum_triton.py", ROWSUM, (Status.CORRECT,), static=True),
@@ -103,6 +105,23 @@ CHEATS = [
     Case("cheats/add_settrace.py", ADD, (RR,), ("tracing",)),
     Case("cheats/add_read_parent_proc.py", ADD, (RR,), ("proc_access",)),
     Case("cheats/add_read_proc_dotdot.py", ADD, (RR,), ("proc_access",)),
+    # The harness's own objects (issue 11): patched classes and code, a filtered channel, frames through lesser-known
+    # APIs, the monitor switched off, the launch counter bumped; each credited correct on the code before the fix.
+    Case("cheats/reference_from_sys_modules.py", ADD, (Status.MISMATCH,)),
+    Case("cheats/add_patch_harness_class.py", ADD, (RR,), ("harness_tampered:harness.integrity.LaunchCounter.take",)),
+    Case("cheats/add_patch_clock.py", ADD, (RR,), ("harness_tampered:harness.timing.Clock.time_callable",)),
+    Case("cheats/add_patch_harness_code.py", ADD, (RR,), ("harness_tampered:workflow_scripts.evaluation.integrity",)),
+    Case("cheats/add_filter_flags.py", ADD, (RR,), ("harness_tampered:harness.channel.Sender.send",)),
+    Case("cheats/add_walk_stack.py", ADD, (RR,), ("frame_inspection",)),
+    Case("cheats/add_walk_tb.py", ADD, (RR,), ("frame_inspection",)),
+    Case("cheats/add_logging_frame.py", ADD, (RR,), ("frame_inspection",)),
+    Case("cheats/add_signal_frame.py", ADD, (RR,), ("harness_tampered:state:signal.SIGALRM",)),
+    Case("cheats/add_signal_silence_guard.py", ADD, (RR,), ("harness_tampered:guard.busy",)),
+    Case("cheats/add_eval_frame_hook.py", ADD, (RR,), ("harness_tampered:state:eval_frame_callback",)),
+    Case("cheats/add_closure_counter.py", ADD, (Status.NO_TRITON_LAUNCH,)),
+    Case("cheats/add_disguised_code.py", ADD, (Status.LOAD_ERROR,), ("harness_tampered:disguised_code",)),
+    Case("cheats/add_disguised_loader.py", ADD, (Status.LOAD_ERROR,), ("harness_tampered:disguised_code",)),
+    Case("cheats/add_code_of_no_file.py", ADD, (Status.LOAD_ERROR,), ("gc_introspection",)),
 ]
 
 FAILURES = [
@@ -240,3 +259,12 @@ def test_static_analysis_with_runtime(case: Case, results: dict[str, EvalResult]
     if report is None and not flags:
         pytest.skip("workflow_scripts.analysis.static is not available")
     assert reject is not None or results[case.answer].status != Status.CORRECT.value
+
+
+def test_the_one_file_for_every_problem_finds_no_problem_module(tmp_path: Path) -> None:
+    """reference_from_sys_modules on a problem with parameters (Linear+ReLU): in the answer's process there is no
+    problem module to rebuild the reference from (it passed every problem when the problem was loaded there)."""
+    res = evaluate_answer(LINEAR, ANSWERS / "cheats/reference_from_sys_modules.py",
+                          EvalConfig(device="cuda" if ON_GPU else "cpu", run_static=False, time_answer=False,
+                                     lock_dir=str(tmp_path)))
+    assert res.status in (Status.MISMATCH.value, Status.SHAPE_MISMATCH.value), (res.status, res.error)

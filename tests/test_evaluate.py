@@ -335,3 +335,89 @@ def test_max_abs_diff_in_chunks_equals_the_whole(monkeypatch: pytest.MonkeyPatch
     assert protocol.max_abs_diff(*ints) == 7.0
     verdict, diff, _ = protocol.compare_outputs([a], [a.clone()], 1e-4, 1e-4)
     assert verdict == "ok" and diff == 0.0
+
+
+# -- memory areas handed to an answer's process ------------------------------------------------------------------
+
+
+def test_an_answers_writable_area_cannot_be_resized_or_sealed_by_its_process() -> None:
+    """The answer's process holds the descriptors of its writable areas (secret inputs, outputs): it may write them,
+    but not shrink them under the trusted side's mapping (a SIGBUS in the evaluator), grow them, or seal them."""
+    import fcntl
+
+    from workflow_scripts.evaluation.transport import Area
+
+    area = Area("output", 4096)
+    area.fix_seals()
+    os.pwrite(area.fd, b"written by the answer", 0)  # still writable
+    for size in (0, 1 << 20):
+        with pytest.raises(PermissionError):
+            os.ftruncate(area.fd, size)
+    with pytest.raises(PermissionError):
+        fcntl.fcntl(area.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)
+    assert os.fstat(area.fd).st_size == 4096
+    area.close()
+
+
+# -- launch counting in compiled mode (the GPU's path), on the CPU ---------------------------------------------
+
+_COMPILED_COUNTING = r'''
+import json, os, sys
+import triton.knobs as knobs
+knobs.runtime.interpret = False  # the compiled-mode branch: Triton's launcher calls the launch-enter hook chain
+from triton.compiler.compiler import CompiledKernel
+from workflow_scripts.evaluation.channel import Sender
+from workflow_scripts.evaluation.integrity import Guard, LaunchCounter
+r, w = os.pipe()
+os.set_blocking(w, False)
+launch = LaunchCounter()
+assert not launch.interpret
+# What Triton's jit.py does per launch (metadata from the grid, then the launcher calls the hook chain), compiled
+# under Triton's own file name before the monitor runs.
+src = """
+def triton_launch(grid):
+    try:
+        CompiledKernel.launch_metadata(object(), grid, None)
+    except Exception:
+        pass  # no real kernel behind it: only the grid matters here
+    knobs.runtime.launch_enter_hook(None)
+"""
+ns = {"CompiledKernel": CompiledKernel, "knobs": knobs}
+exec(compile(src, os.path.join(launch.triton_dir, "runtime", "jit.py"), "exec"), ns)
+guard = Guard(Sender(w, b"k" * 32), os.getcwd(), "/nonexistent/answer.py", ("triton",))
+launch.attach(guard)
+sys.addaudithook(guard.hook)
+guard.enforcing = True
+counts = {}
+ns["triton_launch"]((4,)); counts["launch"] = launch.take()
+ns["triton_launch"]((0,)); counts["empty_grid"] = launch.take()
+knobs.runtime.launch_enter_hook(None); counts["hook_called_directly"] = launch.take()
+launch.bare = True
+ns["triton_launch"]((2, 1, 1)); knobs.runtime.launch_enter_hook(None); counts["bare"] = launch.take()
+ns["triton_launch"]((1, 0, 1)); counts["bare_empty_grid"] = launch.take()
+launch.bare = False
+ns["triton_launch"]((4,)); counts["after_timing"] = launch.take()
+cells = [c.cell_contents for h in knobs.runtime.launch_enter_hook.calls for c in (h.__closure__ or ())]
+cells += [c.cell_contents for c in (CompiledKernel.launch_metadata.__closure__ or ())]
+counts["counter_in_closures"] = any(isinstance(x, LaunchCounter) for x in cells)
+counts["intact"] = launch.intact()
+print(json.dumps(counts))
+'''
+
+
+def test_compiled_mode_launches_are_counted_from_audit_events_only_when_triton_launches(tmp_path) -> None:
+    """The GPU's counting path, run on the CPU: a launch counts when Triton's own code made it over a non-empty grid,
+    not over an empty grid, not when the answer calls the hook chain itself; while timing (bare) every hook call over a
+    non-empty grid counts, without an audit event; and no wrapper installed into Triton holds the counter."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-c", _COMPILED_COUNTING], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=str(repo), TRITON_INTERPRET="0"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    counts = json.loads(p.stdout.strip().splitlines()[-1])
+    assert counts == {"launch": 1, "empty_grid": 0, "hook_called_directly": 0, "bare": 2, "bare_empty_grid": 0,
+                      "after_timing": 1, "counter_in_closures": False, "intact": True}, counts

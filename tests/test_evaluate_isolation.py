@@ -7,8 +7,10 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from dataclasses import replace
@@ -61,6 +63,7 @@ def test_user_and_network_namespaces() -> None:
     assert res.protocol["network_isolation"] is True
     iso = res.protocol["isolation"]
     assert iso["tool"] in ("bwrap", "unshare") and iso["pid_namespace"] and iso["network"] and iso["readonly_root"]
+    assert iso["ipc_namespace"]
     assert iso["private_tmp"] == {"bytes": 2048 << 20, "inodes": 32768} and not iso["capabilities"]
 
 
@@ -293,21 +296,46 @@ def sandboxed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     token = secrets.token_hex(6)
     early, late = REPO / f".kb_sandbox_early_{token}", tmp / "late.txt"
     repo_db = REPO / f".kb_sandbox_write_{token}.db"
+    # Places an answer must not write to: the repository, the store, the host's /tmp, /var/tmp and /dev/shm.
+    store = REPO / "results" / ".store"
+    write_dirs = [str(d) for d in (REPO, store if store.is_dir() else REPO / "results", Path("/tmp"),
+                                   Path("/var/tmp"), Path("/dev/shm")) if d.is_dir()]
+    existing = REPO / f".kb_sandbox_existing_{token}"
+    existing.write_text("unchanged\n")
+    listener = socket.create_server(("127.0.0.1", 0))
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    abstract.bind(f"\0kbsandbox{token}")
+    abstract.listen()
+    shm_key = secrets.randbelow(1 << 30) + 1
     answers = {
         "spawn": _from_template(tmp, "spawn_survivor.py", EARLY=str(early), LATE=str(late), MARKER=f"kbmark{token}"),
         "write_repo": _from_template(tmp, "write_repo.py", TARGET=str(repo_db)),
         "many_files": _from_template(tmp, "many_files.py"),
         "see_evaluator": _from_template(tmp, "see_evaluator.py", HOST_PID=str(os.getpid())),
+        "write_c_level": _from_template(tmp, "write_c_level.py", DIRS=json.dumps(write_dirs), EXISTING=str(existing)),
+        "double_fork": _from_template(tmp, "survive_double_fork.py", MARKER=f"kbmark{token}"),
+        "reach_evaluator": _from_template(tmp, "reach_evaluator.py", HOST_PID=str(os.getpid()),
+                                          HOST_PGID=str(os.getpgid(0)), PORT=str(listener.getsockname()[1]),
+                                          ABSTRACT=f"kbsandbox{token}", SHM_KEY=str(shm_key)),
+        "writable_mounts": _from_template(tmp, "writable_mounts.py"),
+        "find_problem": _from_template(tmp, "find_problem_source.py", PROBLEM=str(ADD)),
+        "reference_from_disk": ANS / "sandbox" / "reference_from_disk.py",
     }
     cfg = EvalConfig(device="cpu", time_answer=False, run_static=False, isolation=request.param)
     try:
         t0 = time.monotonic()
         results = dict(zip(answers, evaluate_answers(ADD, list(answers.values()), cfg)))
         yield {"results": results, "early": early, "late": late, "repo_db": repo_db, "marker": f"kbmark{token}",
-               "returned_after_s": time.monotonic() - t0}
+               "returned_after_s": time.monotonic() - t0, "write_dirs": write_dirs, "existing": existing,
+               "listener": listener, "abstract": abstract, "shm_key": shm_key}
     finally:
-        for p in (early, repo_db):
+        for p in (early, repo_db, existing):
             p.unlink(missing_ok=True)
+        for d in write_dirs:
+            for p in Path(d).glob("kb_escape_*"):
+                p.unlink(missing_ok=True)
+        listener.close()
+        abstract.close()
         for pid in _processes_with(f"kbmark{token}"):  # only on failure: a survivor of this test
             os.kill(pid, 9)
 
@@ -343,6 +371,71 @@ def test_the_evaluator_is_not_visible_in_proc(sandboxed: dict) -> None:
     assert res.protocol["isolation"]["pid_namespace"] is True
 
 
+def test_no_write_outside_the_private_tmp_through_code_the_monitor_does_not_see(sandboxed: dict) -> None:
+    """torch.from_file(shared=True), UntypedStorage.from_file, torch's C++ file writer, sqlite3, mkfifo, a shell
+    and a nested user + mount namespace, into the repository, the store, /tmp, /var/tmp and /dev/shm, and an existing
+    repository file overwritten through a shared mapping: every one fails (the read-only root), checked on the host
+    too."""
+    res = sandboxed["results"]["write_c_level"]
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+    assert not [p for d in sandboxed["write_dirs"] for p in Path(d).glob("kb_escape_*")]
+    assert not list(Path(tempfile.gettempdir()).glob("kbeval-*/kb_escape_*"))  # beside the other answers' folders
+    assert sandboxed["existing"].read_text() == "unchanged\n"
+
+
+def test_no_process_outlives_the_evaluation_by_double_fork_setsid_nohup_or_a_nested_pid_namespace(
+        sandboxed: dict) -> None:
+    res = sandboxed["results"]["double_fork"]
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+    deadline = time.monotonic() + 3.0
+    while _processes_with(sandboxed["marker"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(sandboxed["marker"]) == [], "a process the answer started outlived its evaluation"
+
+
+def test_the_evaluator_cannot_be_signalled_traced_read_or_reached_over_sockets(sandboxed: dict) -> None:
+    """From an unmonitored interpreter it starts, the answer cannot signal the evaluator or its process group, attach
+    to it, read its memory, connect to its TCP or abstract unix sockets, nor leave a SysV segment in the host's IPC
+    namespace."""
+    res = sandboxed["results"]["reach_evaluator"]
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+    sandboxed["listener"].settimeout(0.1)
+    with pytest.raises(TimeoutError):
+        sandboxed["listener"].accept()
+    segments = Path("/proc/sysvipc/shm").read_text().split("\n")[1:]
+    assert not [line for line in segments if line.split() and int(line.split()[0]) == sandboxed["shm_key"]], (
+        "the answer's SysV segment outlived it in the host's IPC namespace")
+
+
+def test_the_problems_sources_are_hidden_from_the_answer(sandboxed: dict) -> None:
+    """The problem's folder is empty in the answer's sandbox (recorded in the result), so the one file that rebuilds
+    the reference from the problem's source on disk and passed every problem (correct before) gets nothing."""
+    res = sandboxed["results"]["find_problem"]
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+    assert str(ADD.parent.resolve()) in res.protocol["hidden_from_answer"]
+    generic = sandboxed["results"]["reference_from_disk"]
+    assert generic.status != Status.CORRECT.value and not generic.correct, generic.status
+
+
+def test_what_is_hidden_never_includes_what_the_child_needs(tmp_path: Path) -> None:
+    from workflow_scripts.evaluation.sandbox import hideable, problem_sources
+
+    suite = tmp_path / "suite" / "KernelBench" / "level1"
+    suite.mkdir(parents=True)
+    problem = suite / "1_X.py"
+    problem.write_text("")
+    assert problem_sources(problem) == [tmp_path / "suite", suite]
+    assert hideable(problem_sources(problem), tmp_path / "work") == (str(tmp_path / "suite"), str(suite))
+    needed = [Path("/"), REPO, REPO / "workflow_scripts", Path(sys.prefix), tmp_path]  # tmp_path holds the work dir
+    assert hideable(needed, tmp_path / "work") == ()
+    assert hideable([REPO / "tests" / "cheats" / "problems"], tmp_path) == (str(REPO / "tests" / "cheats" / "problems"),)
+
+
+def test_no_writable_host_mount_or_host_directory_descriptor(sandboxed: dict) -> None:
+    res = sandboxed["results"]["writable_mounts"]
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+
+
 @pytest.mark.parametrize("kind", ["nested", "huge_size", "huge_number"])
 def test_a_hostile_frame_is_the_answers_failure(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An answer that holds the nonce sends a deeply nested authenticated header, a 4 GiB header-length claim or a
@@ -360,3 +453,24 @@ def test_a_hostile_frame_is_the_answers_failure(kind: str, tmp_path: Path, monke
     assert res.status in (Status.CRASH.value, Status.REJECTED_RUNTIME.value), (res.status, res.error)
     assert "result_channel_forged" in res.flags and "result channel" in res.error
     assert peak < 64 << 20, f"the evaluator allocated {peak >> 20} MiB for a hostile frame"
+
+
+def test_a_setup_error_sent_while_the_answer_loads_is_the_answers_failure(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer that holds the nonce and reports a harness setup error while its module loads gets load_error; the
+    evaluator no longer raises InfrastructureError (exit non-zero, no result for any answer)."""
+    monkeypatch.setattr(sandbox, "CHILD_MODULE", "tests.fixtures.forging_child")
+    ans = tmp_path / "setup_error.py"
+    ans.write_text("setup_error\n")
+    res = evaluate_answer(ADD, ans, EvalConfig(device="cpu", time_answer=False, run_static=False, timeout_s=60))
+    assert res.status == Status.LOAD_ERROR.value and "while the answer was loading" in res.error, (res.status,
+                                                                                                     res.error)
+
+
+def test_an_answer_that_shrinks_its_areas_still_gets_a_verdict(tmp_path: Path) -> None:
+    """The answer truncates the memory areas it was handed; before their sizes were sealed, the evaluator's next
+    write into the secret inputs' area was a SIGBUS that killed it (no result at all)."""
+    res = evaluate_answer(ADD, ANS / "sandbox/truncate_areas.py",
+                          EvalConfig(device="cpu", time_answer=False, run_static=False))
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+    assert [t["kind"] for t in res.trials] == ["seeded"] * 5 + ["hidden"]

@@ -593,3 +593,43 @@ def test_cli_syntax_error(tmp_path: Path) -> None:
     assert proc.returncode == 0
     report = json.loads(proc.stdout)
     assert report["parses"] is False and report["syntax_error"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# keeps_torch_op: a torch function passed as a value (issue 11)
+# ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("forward, extra, init, op", [
+    ("return launch_relu(list(map(torch.relu, [x]))[0])", "", "pass", "torch:torch.relu"),
+    ("return launch_relu(functools.reduce(torch.add, [x, x]))", "import functools", "pass", "torch:torch.add"),
+    ("return launch_relu({'f': torch.relu}['f'](x))", "", "pass", "torch:torch.relu"),
+    ("return launch_relu(OPS['relu'](x))", "OPS = {'relu': torch.relu}", "pass", "torch:torch.relu"),
+    ("return launch_relu(getattr(torch, 're' + 'lu')(x))", "", "pass", "torch:torch.<computed>"),
+    ("return launch_relu(getattr(x, 're' + 'lu')())", "", "pass", "method:Tensor.<computed>"),
+    ("return launch_relu(self.run(x))", "", "pass", "torch:torch.relu"),
+    ("return launch_relu(Ops.f(x))", "class Ops:\n    f = torch.relu\n", "pass", "torch:torch.relu"),
+    ("return launch_relu(importlib.import_module('torch').relu(x))", "import importlib", "pass", "torch:torch.relu"),
+    ("return launch_relu(__import__('torch').relu(x))", "", "pass", "torch:torch.relu"),
+    ("return launch_relu(sorted([x], key=torch.sum)[0])", "", "pass", "torch:torch.sum"),
+    ("return launch_relu(list(map(self.act, [x]))[0])", "", "self.act = nn.GELU()", "layer:torch.nn.GELU"),
+    ("return launch_relu(list(map(helper, [x]))[0])", "def helper(t):\n    return t.exp()\n", "pass",
+     "method:Tensor.exp"),
+])
+def test_a_torch_function_passed_as_a_value_is_kept(forward: str, extra: str, init: str, op: str) -> None:
+    methods = "def run(self, x, f=torch.relu):\n    return f(x)\n"
+    r = model(forward, init=init, extra=extra, methods=methods)
+    assert r.keeps_torch_op and op in r.torch_ops_kept, r.torch_ops_kept
+
+
+def test_values_that_compute_nothing_are_not_kept() -> None:
+    forward = """\
+    n = functools.reduce(operator.mul, x.shape, 1)
+    dims = list(map(int, x.shape))
+    cfg = {"dtype": torch.float32, "alloc": torch.empty_like}
+    out = torch.empty(dims, dtype=cfg["dtype"], device=x.device)
+    blocks = sorted([{"BLOCK": 64}, {"BLOCK": 128}], key=lambda c: -c["BLOCK"])
+    return launch_relu(x)
+    """
+    r = model(forward, extra="import functools\nimport operator")
+    assert not r.keeps_torch_op, r.torch_ops_kept

@@ -76,8 +76,11 @@ from workflow_scripts.evaluation.protocol import (
     timing_limit_s,
 )
 from workflow_scripts.evaluation.reference import ReferenceFailed, ReferenceSide, ReferenceTrial, available_memory
-from workflow_scripts.evaluation.sandbox import ChildProcess, SandboxUnavailable
+from workflow_scripts.evaluation.sandbox import ChildProcess, SandboxUnavailable, hideable, problem_sources
 from workflow_scripts.evaluation.transport import Area, TransportError, dtype_name
+
+
+DEFAULT_RESULTS = Path(__file__).resolve().parents[2] / "results"  # config.yaml's results_dir
 
 
 class InfrastructureError(RuntimeError):
@@ -122,6 +125,9 @@ class EvalConfig(RunConfig):
     reject_cheats: bool = True
     # The re-check on fresh inputs after timing (KernelBench has none).
     post_timing_check: bool = True
+    # Directories the answer's sandbox shows empty, besides the problem's own sources (sandbox.problem_sources),
+    # e.g. the workflow's results folder, which holds the prompts (the reference code of every problem).
+    hidden_paths: list[str] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -373,9 +379,18 @@ class _Evaluation:
             t_load = time.monotonic()
             ans.send("load")
             m = ans.recv(self.deadline)
+            answer_running = m.type == "loading"  # from here on the answer's code runs in that process
+            if answer_running:
+                m = ans.recv(self.deadline)
             self._merge(m)
-            if m.type == "setup_error":
+            if m.type == "setup_error" and not answer_running:
                 raise InfrastructureError(f"answer child setup failed: {m.header.get('error')}")
+            if m.type == "setup_error":
+                # Sent while the answer's module ran: the answer's doing (a message it sent with the nonce, or the
+                # harness choking on what it did), never the evaluator's failure.
+                self.pre_import_status = Status.LOAD_ERROR
+                self.error = f"setup error while the answer was loading: {_text(m.header.get('error'), 2000)}"
+                return
             if m.type in ("load_error", "no_model_new"):
                 self.pre_import_status = Status.LOAD_ERROR if m.type == "load_error" else Status.NO_MODEL_NEW
                 self.error = _text(m.header.get("error"))
@@ -756,6 +771,8 @@ def _result(cfg: EvalConfig, status: Status, ev: _Evaluation | None, error: str 
             "post_timing_seed": ev.post_seed,
             # What confined the answer's process (sandbox.Isolation); network_isolation kept for older readers.
             "isolation": ev.isolation.to_dict() if ev.isolation else None,
+            # Directories the answer's process found empty (its problem's sources; sandboxed levels only).
+            "hidden_from_answer": list(ev.slot.child.hidden) if ev.isolation and ev.isolation.sandboxed else [],
             "network_isolation": bool(ev.isolation and ev.isolation.network),
             "gpu": ev.gpu, "authenticated_done": ev.done_ok,
         })
@@ -836,6 +853,8 @@ class ProblemEvaluator:
             shutil.copytree(self.triton_template, work / ".triton")
         secret = Area("secret", ref.input_bytes)
         output = Area("output", ref.output_capacity())
+        secret.fix_seals()
+        output.fix_seals()
         areas = {name: a.spec() for name, a in ref.areas.items()}
         areas.update(secret=secret.spec(), output=output.spec())
         init = {"answer": "answer.py", "seed": cfg.seed, "tf32": cfg.tf32, "timing": cfg.timing_protocol().to_dict(),
@@ -843,7 +862,8 @@ class ProblemEvaluator:
                 "cast_integers": cfg.integer_inputs == "cast"}
         child = ChildProcess("answer", work, self.base / "logs" / f"answer{self._count}", cfg.device, init,
                              gpu=self.gpu, isolation=cfg.isolation, bwrap=cfg.bwrap, limits=cfg.limits(),
-                             extra_env=cfg.cpu_thread_env(), fds=tuple(a["fd"] for a in areas.values()))
+                             extra_env=cfg.cpu_thread_env(), fds=tuple(a["fd"] for a in areas.values()),
+                             hidden=self.hidden_sources(work))
         try:
             child.start()
         except SandboxUnavailable as e:
@@ -856,6 +876,12 @@ class ProblemEvaluator:
             slot.pinning = threading.Thread(target=lambda: (secret.pin(), output.pin()), daemon=True)
             slot.pinning.start()
         return slot
+
+    def hidden_sources(self, workdir: Path) -> tuple[str, ...]:
+        """What the answer's sandbox shows empty: the problem's sources (its suite checkout), the repository's default
+        results folder (prompts.jsonl holds every problem's reference code) and ``hidden_paths``."""
+        extra = [DEFAULT_RESULTS] + [Path(p) for p in (self.cfg.hidden_paths or [])]
+        return hideable(problem_sources(self.problem_path) + extra, workdir)
 
     def batch_size(self) -> int:
         """How many children to start at once: the configured count, bounded so that their areas (each child's

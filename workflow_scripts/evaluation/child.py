@@ -34,19 +34,31 @@ useless to forge:
   back old memory yields NaN.
 * **What the answer can still influence** (and what guards it): the timing numbers and the Triton launch count
   it reports are measured inside its process. The harness captures the timer and checker functions before the
-  answer is imported and calls only the captured references; after loading, after every call and at the end it
-  checks that torch/time/triton globals, the TF32 flags, its own module globals and the launch hooks are the
-  same objects as before (``harness_tampered:<name>``). A launch is counted only when the hook is called from
-  Triton's own launcher code and its grid is not empty. An answer that rewrites the harness's captured state in
-  memory could still forge timings or launch counts; it cannot make wrong outputs pass. Speedups above 10x are flagged at summary level.
+  answer is imported and calls only the captured references; the methods of its own objects (guard, launch counter,
+  tamper check, sender, this child, the clock) are bound into their instance dicts, so replacing them on a class
+  (reachable through ``sys.modules`` without any instance) changes nothing the harness calls. After loading, after
+  every call and at the end it checks that torch/time/triton globals, the TF32 flags, its own module globals, every
+  class entry and function code (defaults, closure cells) of its modules, its objects' attributes, the launch hooks
+  and the process state that hands out frames (signal handlers, timers, the frame-evaluation callback, ``gc``'s
+  debug flags) are what they were (``harness_tampered:<name>``); replacing a harness function's code is refused by
+  the audit hook. Launches are counted from audit events the wrappers installed into Triton raise and only the audit
+  hook receives (the wrappers hold no counter); a launch counts only when Triton's own launcher made it over a
+  non-empty grid. An answer that reaches the harness's frames through a route the monitor does not see, or writes
+  raw memory, could still forge timings or launch counts; it cannot make wrong outputs pass. Speedups above 10x are
+  flagged at summary level.
 * **Run-time monitors** in the answer's process (a ``sys.addaudithook`` hook, which Python code cannot remove):
   writes outside the child's temporary directory, spawning processes (except Triton's own compiler calls),
-  sockets, ``gc`` object enumeration, frame access from answer code, ``sys.settrace``/``setprofile``,
-  ``ctypes`` from answer code, signals sent by answer code and ``/proc/<other pid>`` access (the path normalised:
-  ``/proc/self/../<pid>`` and symlinks included) are blocked and reported to the parent at once, before the
-  answer can interfere. They are evidence: a spawn through ``_posixsubprocess.fork_exec`` or a write through
-  ``sqlite3`` raises no watched event; the OS sandbox bounds those. Reads are not restricted (nothing secret is
-  on disk). Changing ``cudnn.benchmark``/``deterministic`` is only reported (``global_state_changed:*``).
+  sockets, ``gc`` object enumeration, frame access from answer code (directly, through inspect, or through a standard
+  function that hands the frame to its caller: ``traceback.walk_stack``/``walk_tb``, ``logging.currentframe``,
+  asyncio's task stacks), ``sys.settrace``/``setprofile``, ``ctypes`` from answer code, signals sent by answer code,
+  ``/proc/<other pid>`` access (the path normalised: ``/proc/self/../<pid>`` and symlinks included), code compiled
+  under a standard, library or harness file's name (unless it is that file's own text) and a harness function's code
+  replaced are blocked and reported to the parent at once, before the answer can interfere. Code of any file that is
+  not the standard library's, a library's or the harness's counts as the answer's. They are evidence: a spawn
+  through ``_posixsubprocess.fork_exec`` or a write through ``sqlite3`` or ``torch.from_file`` raises no watched
+  event, nor do frames a library function hands out or raw memory writes; the OS sandbox bounds what such code can
+  reach. Reads are not restricted (nothing secret is on disk; the problem's sources are hidden). Changing
+  ``cudnn.benchmark``/``deterministic`` is only reported (``global_state_changed:*``).
   Inputs are compared bitwise after each call with what the trusted side wrote (on the CPU the input area itself,
   mapped read-only here; on the GPU a device copy taken before the call) (``inputs_mutated``); outputs must be
   exactly ``torch.Tensor`` (not a subclass: ``output_not_plain_tensor``), on the right device, not sharing storage with an input
@@ -55,17 +67,19 @@ useless to forge:
 * **OS sandbox** (enforced by the kernel; ``sandbox``, docs/evaluation.md "Isolation"): each child is a fresh
   interpreter with a scrubbed environment inside bubblewrap (or, on hosts without it, ``unshare``, a weaker level):
   its own PID namespace (nothing it starts outlives it; no host process, the evaluator included, is visible), user
-  namespace (uid 65534 without capabilities under bubblewrap), network namespace (loopback only), a read-only file
-  system (repository, interpreter, store), a minimal ``/dev`` (plus ``/dev/nvidia*`` on CUDA), and a private tmpfs as
-  its working directory (``HOME``, ``TMPDIR``, ``TRITON_CACHE_DIR``) with size and inode caps. ``RLIMIT_CORE=0``,
-  ``RLIMIT_NOFILE``, ``RLIMIT_FSIZE``, ``RLIMIT_CPU`` (and ``RLIMIT_AS`` on CPU, ``RLIMIT_NPROC`` in a user
-  namespace) are set before torch is imported. What was in force is measured by a probe and recorded in every
-  result (``protocol.isolation``); a host that cannot provide it says so (a warning and the record). A timeout
+  namespace (uid 65534 without capabilities under bubblewrap), IPC and UTS namespaces, network namespace (loopback
+  only), a read-only file system (repository, interpreter, store) with the problem's sources hidden, a minimal
+  ``/dev`` (plus ``/dev/nvidia*`` on CUDA), and a private tmpfs as its working directory (``HOME``, ``TMPDIR``,
+  ``TRITON_CACHE_DIR``) with size and inode caps. ``RLIMIT_CORE=0``, ``RLIMIT_NOFILE``, ``RLIMIT_FSIZE``,
+  ``RLIMIT_CPU`` (and ``RLIMIT_AS`` on CPU, ``RLIMIT_NPROC`` in a user namespace) are set before torch is imported.
+  What was in force is measured by a probe and recorded in every result (``protocol.isolation``,
+  ``protocol.hidden_from_answer``); a host that cannot provide it says so (a warning and the record). A timeout
   kills the child's process group, which ends its PID namespace. A child that dies or
   exits early (``os._exit``, ``sys.exit``) never produces the final authenticated ``done`` message, which the
   parent requires, so it is a crash, never a pass; an exception after which even ``torch.cuda.synchronize()``
   fails (a sticky CUDA error) is reported as ``cuda_error`` and is a crash too. Every answer gets a fresh process,
-  so no CUDA error outlives it.
+  so no CUDA error outlives it. The memory areas' sizes are sealed: shrinking one under the evaluator's mapping
+  (a SIGBUS there) is refused.
 * **Result channel**: the parent passes a random nonce on stdin (never argv/env) and a pipe fd; every message
   header carries an HMAC-SHA256 over (sequence number, header) keyed by the nonce. A message with a bad MAC,
   bad framing or inconsistent sizes is treated as forged (``result_channel_forged``). Writes to stdout/stderr
@@ -73,9 +87,11 @@ useless to forge:
 
 Limits (documented, not solved): an answer can compute the right function with PyTorch instead of Triton while
 also launching a token Triton kernel; ``keeps_torch_op`` (static analysis) reports that. In-process monitors can
-be evaded by code that rewrites interpreter state (they are evidence, not a sandbox; the OS sandbox is what
-holds), and a GPU kernel can address any memory of its own process; what such code can corrupt is in-process
-(launch counts, timings, input snapshots), never the reference or the verdict. Without a sandbox
+be evaded by code that rewrites interpreter state (numpy's ``__array_interface__`` over a raw address reads and
+writes any memory without an audit event; they are evidence, not a sandbox; the OS sandbox is what holds), and a
+GPU kernel can address any memory of its own process; what such code can corrupt is in-process (launch counts,
+timings, input snapshots, flags not yet sent), never the reference or the verdict on outputs. GPU children have no
+host-memory cap (docs/evaluation.md, "What is not guaranteed"). Without a sandbox
 (``isolation="none"`` or a host where neither bubblewrap nor unshare works, recorded as such) the child runs as the
 parent's user in the parent's namespaces and could, in principle, read the parent's memory or write its files.
 """
@@ -89,7 +105,8 @@ import time
 from typing import Any, Callable
 
 from workflow_scripts.evaluation.channel import Sender
-from workflow_scripts.evaluation.integrity import HARNESS_MODULES, PACKAGE, Guard, LaunchCounter, TamperCheck
+from workflow_scripts.evaluation.integrity import (HARNESS_MODULES, PACKAGE, Guard, LaunchCounter, TamperCheck,
+                                                  code_getters, pin_methods)
 from workflow_scripts.evaluation.sandbox import apply_rlimits
 from workflow_scripts.evaluation.transport import dtype_name
 
@@ -283,26 +300,33 @@ def _run_answer(c: _Child, init: dict[str, Any]) -> None:
     sender = c.sender
     require_triton = bool(init.get("require_triton", True))
     launch = LaunchCounter()
-    guard = Guard(sender, init["workdir"], _inbox_path(init, init["answer"]), allowed_spawn_pkgs=("triton",))
+    env = os.environ
+    guard = Guard(sender, init["workdir"], _inbox_path(init, init["answer"]), allowed_spawn_pkgs=("triton",),
+                  generated_dirs=tuple(env[k] for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR") if k in env))
+    launch.attach(guard)  # launches are counted from the audit events the guard receives
+    # The harness's own objects call their methods through their instance dicts (see integrity.pin_methods).
+    pin_methods(c)
+    pin_methods(c.clock)
     threads_before = {t.ident for t in threading.enumerate()}
     sys.addaudithook(guard.hook)  # cannot be removed from Python code
     guard.enforcing = True
     # Identity snapshot: taken now, before the answer exists in this process. The harness's module globals (this
-    # module runs as __main__), the timer's, the clock's and the child's state.
-    watched: dict[str, Any] = {"harness.child": sys.modules[__name__]}
-    watched.update((f"harness.{name}", sys.modules[f"{PACKAGE}.{name}"]) for name in HARNESS_MODULES
-                   if name != "timing")
-    watched.update({"timing": c.timing, "clock": c.clock, "child": c})
+    # module runs as __main__), the timer's, the clock's, the child's, the guard's and the counter's state, and
+    # every class and function the harness's modules define.
+    modules: dict[str, Any] = {"harness.child": sys.modules[__name__]}
+    modules.update((f"harness.{name}", sys.modules[f"{PACKAGE}.{name}"]) for name in HARNESS_MODULES)
+    watched: dict[str, Any] = {k: m for k, m in modules.items() if k != "harness.timing"}
+    watched.update({"timing": c.timing, "clock": c.clock, "child": c, "sender": sender, "guard": guard})
     extra: dict[str, Callable[[], Any]] = {}
     for prefix, obj in watched.items():
         for k in list(vars(obj)):
-            extra[f"{prefix}.{k}"] = (lambda obj=obj, k=k: vars(obj).get(k))
-    for k in list(vars(guard)):
-        if k not in ("busy", "seen", "_rp_cache"):
-            extra[f"guard.{k}"] = (lambda k=k: vars(guard).get(k))
-    for k in ("hook", "_check", "_origin", "_direct_caller_is_answer", "_outside", "_other_proc", "_violation",
-              "_realpath"):
-        extra[f"guard.class.{k}"] = (lambda k=k: Guard.__dict__.get(k))
+            if not (obj is sender and k == "_seq"):  # the message count
+                extra[f"{prefix}.{k}"] = (lambda obj=obj, k=k: vars(obj).get(k))
+    for k in list(vars(launch)):
+        if k not in ("count", "_programs", "empty_grid", "_bare"):  # what counting itself changes
+            extra[f"launch.{k}"] = (lambda k=k: vars(launch).get(k))
+    extra.update(code_getters(modules))
+    extra["state:guard.path_cache_poisoned"] = guard.cache_poisoned
     tamper = TamperCheck(torch, extra, launch)
     flags: list[str] = []
 
@@ -329,6 +353,7 @@ def _run_answer(c: _Child, init: dict[str, Any]) -> None:
         os._exit(0)
 
     # ---- load the answer: everything from here on may be hostile ----
+    sender.send({"type": "loading"})  # the parent: any setup error from now on is the answer's doing
     try:
         ans = c.load_module(_inbox_path(init, init["answer"]), "kb_answer")
     except Exception:  # noqa: BLE001 - includes SyntaxError

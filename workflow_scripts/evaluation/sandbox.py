@@ -14,9 +14,12 @@ imported), inside the OS sandbox that ``sandbox_command`` builds (the one place 
   ``--die-with-parent`` and ``--new-session``. When the child exits or is killed, the PID namespace dies and every
   process the answer started dies with it.
 * ``unshare`` (a weaker level, for hosts without bubblewrap): ``unshare`` alone gives new user, mount, PID (with
-  ``--kill-child``) and network namespaces; ``STAGE1`` builds a ``/dev`` of the needed nodes, remounts every mount
-  read-only, mounts the capped tmpfs, and ``setpriv`` drops every capability (the child stays uid 0 of its user
+  ``--kill-child``), network, IPC and UTS namespaces; ``STAGE1`` builds a ``/dev`` of the needed nodes, remounts every
+  mount read-only, mounts the capped tmpfs, and ``setpriv`` drops every capability (the child stays uid 0 of its user
   namespace).
+
+At both levels ``STAGE1`` also hides the folders ``ChildProcess.hidden`` names (an answer's problem sources:
+``problem_sources``, filtered by ``hideable``) behind empty read-only tmpfs mounts.
 * ``none``: no sandbox (only the session, the scrubbed environment and the rlimits), said loudly.
 
 Which level is in force is measured once per process by running the same command line with a probe
@@ -62,13 +65,20 @@ _ENV_PASSTHROUGH = (
 )
 
 # First stage, run as root of a fresh user namespace in a fresh mount namespace (nothing of it is visible to the
-# host). Arguments: work dir, tmpfs size, inode cap, level, gpu (1: bind /dev/nvidia*); then the command to exec. The host directory stays
+# host). Arguments: work dir, tmpfs size, inode cap, level, gpu (1: bind /dev/nvidia*), the directories to hide (one
+# per line: each gets an empty read-only tmpfs over it); then the command to exec. The host directory stays
 # reachable as "." after the tmpfs hides it: its files are copied in (the Triton cache template) and it is bound
-# read-only at in/ (the answer, copied there after the child started).
+# read-only at in/ (the answer, copied there after the child started). Under bubblewrap the hidden directories
+# stay hidden: its read-only bind of / takes this namespace's mounts with it.
 STAGE1 = r"""set -eu
-wd=$1 size=$2 inodes=$3 level=$4 gpu=$5
-shift 5
+wd=$1 size=$2 inodes=$3 level=$4 gpu=$5 hidden=$6
+shift 6
 cd "$wd"
+printf '%s\n' "$hidden" | while IFS= read -r p; do
+  [ -n "$p" ] && [ -d "$p" ] || continue
+  mount -t tmpfs -o size=4k,nr_inodes=16,mode=0555 kbhidden "$p"
+  mount -o remount,bind,ro "$p"
+done
 if [ "$level" = unshare ]; then
   mount -t tmpfs -o size=1m,nr_inodes=512,mode=0755 kbdev "$wd"
   for p in /dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty /dev/nvidia*; do
@@ -163,6 +173,7 @@ class Isolation:
     binary: str | None = None  # the bubblewrap (or unshare) binary used
     pid_namespace: bool = False  # the child's own PID namespace: nothing it starts outlives it; no host process visible
     user_namespace: bool = False
+    ipc_namespace: bool = False  # SysV IPC and POSIX message queues of its own (they die with it)
     uid: int | None = None  # inside
     host_uid: int | None = None  # the evaluator's (what the child's files are owned as on the host)
     capabilities: bool = True  # any effective capability left in the child
@@ -199,15 +210,17 @@ def _gpu_nodes() -> list[str]:
     return sorted(str(p) for p in d.glob("nvidia*")) if d.is_dir() else []
 
 
-def sandbox_command(tool: str, workdir: Path, limits: Limits, device: str, bwrap: str | None = None) -> list[str]:
+def sandbox_command(tool: str, workdir: Path, limits: Limits, device: str, bwrap: str | None = None,
+                    hidden: tuple[str, ...] = ()) -> list[str]:
     """The command prefix that runs a child inside the sandbox ``tool`` ("bwrap" | "unshare" | "none") with
-    ``workdir`` as its private temporary directory. The only place the sandbox's command line is built."""
+    ``workdir`` as its private temporary directory and the directories ``hidden`` (see ``hideable``) empty. The only
+    place the sandbox's command line is built."""
     if tool == "none":
         return []
     unshare = shutil.which("unshare") or "unshare"
     wd = str(workdir)
     stage1 = ["/bin/sh", "-c", STAGE1, "kbsandbox", wd, str(limits.tmp_bytes), str(limits.tmp_inodes), tool,
-              "1" if device == "cuda" else "0"]
+              "1" if device == "cuda" else "0", "\n".join(hidden)]
     if tool == "bwrap":
         assert bwrap is not None
         devs: list[str] = []
@@ -227,9 +240,47 @@ def sandbox_command(tool: str, workdir: Path, limits: Limits, device: str, bwrap
         # keeps no capability (it cannot undo the read-only remounts).
         outer = [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
         drop = [setpriv, "--bounding-set", "-all", "--inh-caps", "-all", "--no-new-privs", "--"] if setpriv else []
-        return (outer + [unshare, "--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child",
-                         "--mount-proc", "--"] + stage1 + drop)
+        # --ipc: SysV segments and POSIX message queues die with the child (in the host's IPC namespace a segment
+        # outlives its process); --uts: its own hostname.
+        return (outer + [unshare, "--user", "--map-root-user", "--mount", "--net", "--ipc", "--uts", "--pid", "--fork",
+                         "--kill-child", "--mount-proc", "--"] + stage1 + drop)
     raise ValueError(f"unknown sandbox tool {tool!r}")
+
+
+def _needed_paths(workdir: Path) -> list[Path]:
+    """What a child cannot run without: the interpreter's installation, the harness's package, its own directory."""
+    import sysconfig
+
+    paths = [REPO_ROOT / "workflow_scripts", Path(workdir)]
+    paths += [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.executable)]
+    paths += [Path(p) for p in sysconfig.get_paths().values()]
+    return [p.resolve() for p in paths if p]
+
+
+def hideable(dirs: list[Path], workdir: Path) -> tuple[str, ...]:
+    """The directories of ``dirs`` that can be hidden from a child: existing ones that hold nothing it needs
+    (``_needed_paths``; never / itself)."""
+    needed = _needed_paths(workdir)
+    out: list[str] = []
+    for d in dirs:
+        try:
+            d = Path(d).resolve()
+        except OSError:
+            continue
+        if d.is_dir() and d != Path("/") and not any(n == d or d in n.parents for n in needed):
+            out.append(str(d))
+    return tuple(dict.fromkeys(out))
+
+
+def problem_sources(problem: Path) -> list[Path]:
+    """Where a problem's source (and its siblings', and their prompts') lies: the suite checkout when the problem
+    sits in KernelBench's layout (``<suite>/KernelBench/level<N>/<id>_<name>.py``), else the problem's own folder.
+    An answer that found its problem's file could rebuild the reference model under the same seed and return its
+    outputs: one file would pass every problem."""
+    folder = Path(problem).resolve().parent
+    if folder.name.startswith("level") and folder.name[5:].isdigit() and folder.parent.name == "KernelBench":
+        return [folder.parent.parent, folder]  # the folder alone where the checkout cannot be hidden
+    return [folder]
 
 
 # Run inside the sandbox by probe_isolation: what the child would find (argv: the host pid of the prober, the
@@ -260,6 +311,7 @@ dev = set(os.listdir("/dev"))
 print(json.dumps({
     "pid_namespace": ns_id("pid") != ns["pid"] and not os.path.exists("/proc/%d" % host_pid),
     "user_namespace": ns_id("user") != ns["user"],
+    "ipc_namespace": ns_id("ipc") != ns["ipc"],
     "uid": os.getuid(), "capabilities": cap != 0,
     "readonly_root": not any(tries_write(d) for d in (repo, sys.prefix, "/", "/tmp", outer)),
     "private_tmp": {"bytes": sv.f_blocks * sv.f_frsize, "inodes": sv.f_files} if private else None,
@@ -278,7 +330,7 @@ def _probe(tool: str, limits: Limits, device: str, bwrap: str | None) -> tuple[d
     try:
         work = base / "work"
         work.mkdir()
-        ns = {k: os.readlink(f"/proc/self/ns/{k}") for k in ("pid", "user", "net")}
+        ns = {k: os.readlink(f"/proc/self/ns/{k}") for k in ("pid", "user", "net", "ipc")}
         cmd = sandbox_command(tool, work, limits, device, bwrap) + [
             sys.executable, "-I", "-c", _PROBE, str(os.getpid()), str(base), json.dumps(ns), str(REPO_ROOT)]
         try:
@@ -297,10 +349,11 @@ def _probe(tool: str, limits: Limits, device: str, bwrap: str | None) -> tuple[d
 
 def _measured(tool: str, binary: str | None, m: dict[str, Any], notes: list[str]) -> Isolation:
     iso = Isolation(tool=tool, level="none", binary=binary, host_uid=os.geteuid(), warnings=tuple(notes), **m)
-    full = (iso.pid_namespace and iso.user_namespace and iso.uid != 0 and not iso.capabilities
+    full = (iso.pid_namespace and iso.user_namespace and iso.ipc_namespace and iso.uid != 0 and not iso.capabilities
             and iso.readonly_root and iso.private_tmp is not None and iso.network and iso.devices == "minimal")
     level = "full" if (tool == "bwrap" and full) else "weaker"
-    missing = [k for k in ("pid_namespace", "user_namespace", "readonly_root", "network") if not m.get(k)]
+    missing = [k for k in ("pid_namespace", "user_namespace", "ipc_namespace", "readonly_root", "network")
+               if not m.get(k)]
     missing += ["capabilities"] if iso.capabilities else []
     missing += ["private_tmp"] if iso.private_tmp is None else []
     if missing:
@@ -369,6 +422,7 @@ class ChildProcess:
     extra_env: dict[str, str] = field(default_factory=dict)
     python: str = sys.executable
     bwrap: str | None = None  # a bubblewrap binary (default: $KB_BWRAP, then PATH)
+    hidden: tuple[str, ...] = ()  # directories the child finds empty (sandboxed levels; see hideable)
     proc: subprocess.Popen | None = None
     reader: ChannelReader | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -421,7 +475,7 @@ class ChildProcess:
         key = secrets.token_bytes(32)
         rfd, wfd = os.pipe()
         prefix = sandbox_command(self.sandbox.tool, self.workdir, self.limits, self.device,
-                                 self.sandbox.binary if self.sandbox.tool == "bwrap" else None)
+                                 self.sandbox.binary if self.sandbox.tool == "bwrap" else None, self.hidden)
         cmd = prefix + [self.python, "-B", "-s", "-m", CHILD_MODULE]
         out = open(self.logdir / f"{self.role}.log", "wb")
         try:

@@ -11,6 +11,10 @@ tensor lies (``Slot``: offset, shape, dtype). Two kinds:
   side only when the trial starts) and its outputs (written by the answer's process; the trusted side copies them
   out before judging, so later writes by the answer change nothing that was judged).
 
+Every area's size is fixed when it is made (``F_SEAL_SHRINK``, ``F_SEAL_GROW``; writable areas also
+``F_SEAL_SEAL``, ``fix_seals``): the answer's process holds the descriptors of its writable areas, and a file it
+could shrink would make the trusted side's next access of its mapping a ``SIGBUS`` that kills the evaluator.
+
 Every slot a message names is validated against the area's size and the dtype whitelist before it is read: a
 forged slot is a ``TransportError``, never an out-of-bounds read.
 """
@@ -28,7 +32,8 @@ from typing import Any
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool",
           "complex64", "complex128")
 _CUDA_HOST_REGISTER_READ_ONLY = 0x08  # cudaHostRegisterReadOnly
-_SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+_SIZE_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+_SEALS = fcntl.F_SEAL_SEAL | _SIZE_SEALS | fcntl.F_SEAL_WRITE
 
 
 class TransportError(Exception):
@@ -110,6 +115,7 @@ class Area:
         if fd is None:
             fd = os.memfd_create(f"kb-{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             os.ftruncate(fd, self.size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SIZE_SEALS)  # nobody shrinks it under a mapping (SIGBUS)
         self.fd = fd
         self.writable = writable
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
@@ -182,6 +188,11 @@ class Area:
         self.sealed = True
         self.writable = False
         self.map = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ)
+
+    def fix_seals(self) -> None:
+        """A writable area handed to an answer's process: no seal can be added any more (its size is already
+        fixed), so that process cannot seal it against the trusted side's writes either."""
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL)
 
     # -- reading -------------------------------------------------------------------------------------------------
     def read(self, entries: Any, device: Any) -> list[Any]:

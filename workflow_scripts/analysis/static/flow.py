@@ -37,6 +37,13 @@ names them, in order of first appearance):
   int/meta queries ``.size .shape .stride .numel .dim .data_ptr .item .is_contiguous ...``.
 - ``operator:<op>`` - arithmetic, matmul or comparison on a tensor: ``x + y``, ``x * 2``, ``x @ w``, ``-x``,
   ``x > 0``, ``x += b``, ``abs(x)``, ``max(x, y)``.
+- a torch function (or a layer, a lambda, the answer's own function) passed as a value to a call that may call it:
+  ``map``/``filter``/``sorted``/``min``/``max``, ``functools.reduce`` or any other library's function, torch's
+  higher-order functions (``torch.vmap``, ``torch.func.*``, ``torch.compile``, ``torch.utils.checkpoint``); it counts
+  as the op it is, and the answer's own callables are walked with the items they are called on. Functions kept in
+  a dict and looked up, parameter defaults (``def f(x, op=torch.relu)``) and class attributes keep their type; a
+  computed ``getattr`` on torch or a tensor names ``torch:torch.<computed>`` / ``method:Tensor.<computed>``;
+  ``importlib.import_module("torch")`` and ``__import__("torch")`` are torch.
 
 A forward-flow type inference decides what is a tensor. Tensors: ``forward``'s parameters (except ones annotated
 ``int``/``float``/``bool`` or with a numeric default), ``self.<attr>`` assigned an ``nn.Parameter``/buffer/tensor,
@@ -247,7 +254,7 @@ class Flow(LibraryCalls):
             elif arg.arg in kwargs:
                 ty = kwargs[arg.arg]
             elif default is not None:
-                ty = self._const_type(default)
+                ty = self._default_type(default)
             else:
                 ty = O
             ann = self._annotation_type(arg.annotation)
@@ -256,6 +263,15 @@ class Flow(LibraryCalls):
             env[fn.args.vararg.arg] = Seq(join_all(args[n_pos:]))
         if fn.args.kwarg:
             env[fn.args.kwarg.arg] = O
+
+    def _default_type(self, node: ast.AST) -> Ty:
+        """A parameter's default: a number, or a function or layer named by it (``def f(x, op=torch.relu)``)."""
+        dotted = self.t.dotted(node)
+        if dotted and not dotted.startswith("builtins."):
+            return refs(dotted)
+        if isinstance(node, ast.Name) and node.id in self.t.functions:
+            return refs(f"func:{node.id}")
+        return self._const_type(node)
 
     @staticmethod
     def _const_type(node: ast.AST) -> Ty:
@@ -486,6 +502,8 @@ class Flow(LibraryCalls):
                         names.add(f"kernel:{attr}")
                     elif t.lookup_method(cls, attr) or (attr == "apply" and info is not None and info.is_autograd_fn):
                         names.add(f"{r}.{attr}")
+                    elif isinstance(t.lookup_attr(cls).get(attr), Refs):  # a class attribute: Ops.f = torch.relu
+                        names |= t.lookup_attr(cls)[attr].names
                 elif ":" not in r:
                     names.add(f"{r}.{attr}")
             return Refs(frozenset(names)) if names else O
@@ -610,12 +628,16 @@ class Flow(LibraryCalls):
         return O
 
     def _e_Dict(self, node: ast.Dict) -> Ty:
+        callables: list[Ty] = []
         for k, v in zip(node.keys, node.values):
             kt = self.expr(k) if k is not None else O
-            self.expr(v)
+            vt = self.expr(v)
+            if isinstance(vt, (Refs, Mod, LambdaTy)):
+                callables.append(vt)
             if contains(kt, P):
                 self.finding("output_memoization", node, "a dict keyed on data_ptr()/id()")
-        return O
+        # A table of functions ({"relu": torch.relu}[name](x)): its items are what a lookup calls.
+        return Seq(join_all(callables)) if callables else O
 
     def _e_Starred(self, node: ast.Starred) -> Ty:
         return self.expr(node.value)
@@ -890,6 +912,12 @@ def prescan_attributes(tables: ModuleTables) -> None:
         tables.module_env = {k: v for k, v in env.items() if v is not O and k not in tables.imports
                              and k not in tables.functions and k not in tables.classes}
         for name, info in tables.classes.items():
+            # Class-level names first (f = torch.relu in the class body): self.f and Cls.f read them.
+            for stmt in info.node.body:
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                    ty = flow.expr(stmt.value)
+                    if ty is not O:
+                        info.attrs[stmt.targets[0].id] = join(info.attrs.get(stmt.targets[0].id, O), ty)
             methods = sorted(info.methods.items(), key=lambda kv: kv[0] != "__init__")
             for mname, fn in methods:
                 if flow._is_static(fn) or not flow._params(fn):
