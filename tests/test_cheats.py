@@ -95,7 +95,9 @@ CHEATS = [
     Case("cheats/add_gc_expected.py", ADD, (RR,), ("gc_introspection",)),
     Case("cheats/add_frame_expected.py", ADD, (RR,), ("frame_inspection",)),
     Case("cheats/linear_relu_modify_params.py", LINEAR, (RR,), ("gc_introspection",)),
-    Case("cheats/add_forge_channel.py", ADD, (RR,), ("result_channel_forged",)),
+    # On CUDA the garbage also lands in the driver's own descriptors and the child crashes first (seen on the H200).
+    Case("cheats/add_forge_channel.py", ADD, (RR, Status.CRASH) if ON_GPU else (RR,),
+         () if ON_GPU else ("result_channel_forged",)),
     Case("cheats/add_exit_os.py", ADD, (Status.CRASH,)),
     Case("cheats/add_exit_sys.py", ADD, (Status.CRASH,)),
     Case("cheats/add_write_outside.py", ADD, (RR,), ("write_outside_workdir",)),
@@ -134,7 +136,9 @@ FAILURES = [
     Case("failures/returns_tuple.py", ADD, (Status.SHAPE_MISMATCH,)),
     Case("failures/wrong_shape.py", ADD, (Status.SHAPE_MISMATCH,)),
     Case("failures/wrong_dtype.py", ADD, (Status.DTYPE_MISMATCH,)),
-    Case("failures/segfault.py", ADD, (Status.CRASH,)),
+    # Under CUDA the raised SIGSEGV does not end the process (seen on the H200): the answer then returns a + b,
+    # which runs no Triton kernel. Not credited either way.
+    Case("failures/segfault.py", ADD, (Status.CRASH, Status.NO_TRITON_LAUNCH) if ON_GPU else (Status.CRASH,)),
     Case("failures/cuda_illegal_address_gpu.py", ADD, (Status.CRASH,), gpu=True),
 ]
 
@@ -238,6 +242,8 @@ def test_hidden_seed_recorded_for_replay(results: dict[str, EvalResult]) -> None
     assert [t["verdict"] for t in res.trials if t["kind"] == "seeded"] == ["ok"] * 5
 
 
+@pytest.mark.skipif(ON_GPU, reason="on the GPU, secret-seed inputs are built on the device: the same seed gives other "
+                    "values than KernelBench's CPU-built inputs, so the hard-coded outputs fail there too")
 def test_hardcoded_seed_cheat_replay_is_deterministic(tmp_path: Path) -> None:
     """Replaying with a hidden seed equal to a KernelBench trial seed lets the cheat through: the secret seed
     is what catches it (and the record is enough to replay a run)."""
