@@ -401,6 +401,12 @@ cells = [c.cell_contents for h in knobs.runtime.launch_enter_hook.calls for c in
 cells += [c.cell_contents for c in (CompiledKernel.launch_metadata.__closure__ or ())]
 counts["counter_in_closures"] = any(isinstance(x, LaunchCounter) for x in cells)
 counts["intact"] = launch.intact()
+# The forge: the answer flips the wrappers' fast-path switch from a closure and calls the hook chain itself in a
+# correctness call (it counted 1, unflagged, before take() read the list only while timing).
+switch = next(x for x in cells if isinstance(x, list) and len(x) == 3 and isinstance(x[0], bool))
+switch[0] = True
+knobs.runtime.launch_enter_hook(None); counts["forged_switch"] = launch.take()
+counts["intact_after_forge"] = launch.intact()
 print(json.dumps(counts))
 '''
 
@@ -420,4 +426,5 @@ def test_compiled_mode_launches_are_counted_from_audit_events_only_when_triton_l
     assert p.returncode == 0, p.stderr[-3000:]
     counts = json.loads(p.stdout.strip().splitlines()[-1])
     assert counts == {"launch": 1, "empty_grid": 0, "hook_called_directly": 0, "bare": 2, "bare_empty_grid": 0,
-                      "after_timing": 1, "counter_in_closures": False, "intact": True}, counts
+                      "after_timing": 1, "counter_in_closures": False, "intact": True,
+                      "forged_switch": 0, "intact_after_forge": False}, counts

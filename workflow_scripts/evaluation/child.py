@@ -42,8 +42,8 @@ useless to forge:
   and the process state that hands out frames (signal handlers, timers, the frame-evaluation callback, ``gc``'s
   debug flags) are what they were (``harness_tampered:<name>``); replacing a harness function's code is refused by
   the audit hook. Launches are counted from audit events the wrappers installed into Triton raise and only the audit
-  hook receives (the wrappers hold no counter); a launch counts only when Triton's own launcher made it over a
-  non-empty grid. An answer that reaches the harness's frames through a route the monitor does not see, or writes
+  hook receives (while timing, from a list the wrappers hold, read only then); a launch counts only when Triton's own
+  launcher made it over a non-empty grid. An answer that reaches the harness's frames through a route the monitor does not see, or writes
   raw memory, could still forge timings or launch counts; it cannot make wrong outputs pass. Speedups above 10x are
   flagged at summary level.
 * **Run-time monitors** in the answer's process (a ``sys.addaudithook`` hook, which Python code cannot remove):

@@ -377,13 +377,14 @@ class LaunchCounter:
 
     The wrappers installed into Triton raise audit events (``LAUNCH_EVENTS``) and hold no reference to this counter:
     the ``Guard`` hands the events to ``on_event`` (``attach``), so an answer that walks the installed wrappers'
-    closures finds no counter to bump. A compiled-mode launch counts only when the hook's nearest caller outside
+    closures finds no counter to bump outside timing. A compiled-mode launch counts only when the hook's nearest caller outside
     the harness and the hook chain is Triton's own code (the answer calling the hook chain itself does not count),
     an interpreted one only when a program of its grid ran (its grid-index call coming from Triton's interpreter),
     and a launch over an empty grid (no program runs) never counts. While ``bare`` is set (the timed calls), nothing
     is inspected: the compiled-mode wrappers count in a list they hold (an audit event costs about a microsecond per
     launch, inspecting the caller's frame more, and neither may land in a timing window), so the timed calls' counts
-    are the answer's to change, as before; the correctness calls' counts are not."""
+    are the answer's to change, as before; the correctness calls' counts are not: that list is read only while
+    timing, and its switch set from outside the harness is tampering (``intact``)."""
 
     def __init__(self) -> None:
         import triton
@@ -546,7 +547,9 @@ class LaunchCounter:
         self._bare = self._fast[0] = bool(value)
 
     def take(self) -> int:
-        n, self.count = self.count + self._fast[1], 0
+        # The wrappers' list counts only while the harness times (bare): outside timing it is not ours to read, so
+        # an answer that flips it from a wrapper's closure gains nothing for the correctness calls.
+        n, self.count = self.count + (self._fast[1] if self._bare else 0), 0
         self._fast[1] = 0
         return n
 
@@ -560,6 +563,8 @@ class LaunchCounter:
         return out
 
     def intact(self) -> bool:
+        if self._fast[0] is not self._bare:  # the wrappers' fast-path switch set from outside the harness
+            return False
         for owner, attr, obj in self.installed:
             cur = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
             if cur is not obj:
