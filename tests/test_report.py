@@ -34,6 +34,7 @@ from workflow_scripts.core.layout import figure_names
 from workflow_scripts.devtools.workspace import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = yaml.safe_load((ROOT / "config.yaml").read_text())["results_dir"]  # the demo's results folder
 CAPTIONS = sorted(p.name for p in (ROOT / "report").glob("*.rst") if p.name != "workflow.rst")
 # What each caption is about (the first words a reader sees), by caption file.
 CAPTION_SUBJECTS = {
@@ -155,11 +156,11 @@ def embedded(page: str, name: str) -> Any:
 def reported_files(work: Path) -> dict[str, str]:
     """Every file reviewers read after a run -> the caption file it should carry."""
     levels = sorted(int(level) for level in SMALL)
-    files = {f"results/figures/{stem}.{ext}": ("fast_p.rst" if stem.startswith("fast_p") else f"{stem}.rst")
+    files = {f"{RESULTS}/figures/{stem}.{ext}": ("fast_p.rst" if stem.startswith("fast_p") else f"{stem}.rst")
              for stem in figure_names(levels) for ext in ("png", "svg")}
-    files |= {str(p.relative_to(work)): f"{p.stem}.rst" for p in (work / "results/tables").glob("*.parquet")}
-    files |= {"results/summary.md": "summary_markdown.rst", "results/summary.json": "summary_json.rst",
-              "results/evaluations.parquet": "evaluations.rst"}
+    files |= {str(p.relative_to(work)): f"{p.stem}.rst" for p in (work / RESULTS / "tables").glob("*.parquet")}
+    files |= {f"{RESULTS}/summary.md": "summary_markdown.rst", f"{RESULTS}/summary.json": "summary_json.rst",
+              f"{RESULTS}/evaluations.parquet": "evaluations.rst"}
     return files
 
 
@@ -168,8 +169,8 @@ def test_report_holds_every_figure_and_table_with_its_caption(demo_run: Path, re
     page = report_html.read_text()
     results = embedded(page, "results")
     expected = reported_files(demo_run)
-    assert {"results/tables/levels.parquet", "results/tables/bootstrap.parquet",
-            "results/tables/flags.parquet"} <= set(expected)
+    assert {f"{RESULTS}/tables/levels.parquet", f"{RESULTS}/tables/bootstrap.parquet",
+            f"{RESULTS}/tables/flags.parquet"} <= set(expected)
     assert sorted(results) == sorted(expected)
     n_problems = sum(len(ids) for ids in SMALL.values())
     per_level = Counter({level: len(ids) for level, ids in SMALL.items()})
@@ -190,14 +191,14 @@ def test_report_holds_every_figure_and_table_with_its_caption(demo_run: Path, re
             assert labels["figure"] == f"fast_p, level {level} ({per_level[level]} problems)", path
         else:
             assert labels["problems"] == f"{n_problems} (level 1: 2, level 2: 1)", path
-        if path.startswith("results/figures/"):
+        if path.startswith(f"{RESULTS}/figures/"):
             assert labels["format"] == path.rsplit(".", 1)[1].upper()
     # Navigable: three categories, the figures in subcategories by kind.
     categories = embedded(page, "categories")
     assert sorted(categories) == ["Figures", "Summary", "Tables"]
     assert sorted(categories["Figures"]) == ["Correctness", "Paired bootstrap", "Speed (fast_p)", "Strategy split"]
     assert sorted(categories["Figures"]["Speed (fast_p)"]) == [
-        f"results/figures/fast_p_level{lv}.{ext}" for lv in (1, 2) for ext in ("png", "svg")]
+        f"{RESULTS}/figures/fast_p_level{lv}.{ext}" for lv in (1, 2) for ext in ("png", "svg")]
     description = plain(embedded(page, "workflow_desc"))
     assert "Timing: CPU, Triton's interpreter" in description and "Models: 3" in description
 
@@ -251,7 +252,7 @@ def browse(browser: str, page: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_report_opens_in_a_browser(report_html: Path, tmp_path: Path) -> None:
     browser = chromium()
-    page = open_figure(report_html, tmp_path / "figure.html", "results/figures/fast_p_level1.png")
+    page = open_figure(report_html, tmp_path / "figure.html", f"{RESULTS}/figures/fast_p_level1.png")
     dom = browse(browser, page, "--dump-dom")
     assert dom.returncode == 0, dom.stderr[-3000:]
     text = plain(dom.stdout)

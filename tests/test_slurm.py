@@ -34,6 +34,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from workflow_scripts.core.layout import ResultsLayout
 from workflow_scripts.devtools.workspace import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +42,8 @@ PROFILE = ROOT / "profiles" / "slurm" / "config.yaml"
 SLURM_COMMANDS = ["munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol", "scancel", "unshare"]
 MODEL = "expert"
 PROBLEMS = {"1": [1]}  # one problem of the demo suite: every rule of a model's branch runs once, in a few minutes
-TARGET = f"results/models/{MODEL}.parquet"
+# The demo configuration's own results folder (each configuration has its own)
+TARGET = ResultsLayout(yaml.safe_load((ROOT / "config.yaml").read_text())["results_dir"]).model_rows(MODEL)
 PROFILE_ARGS = ["--workflow-profile", "profiles/slurm"]  # the command README gives for a cluster
 
 SLURM_CONF = """\

@@ -107,14 +107,39 @@ def test_timed_output_checks_are_a_secret_sample_bounded_by_bytes() -> None:
 
 @pytest.mark.parametrize("observed, reported, output_gib, unconfirmed", [
     ([1.6, 1.7, 1.5], [1.0, 1.0, 1.0], 0, False),     # an honest trial's overhead (H200: 0.6-1.6 ms)
+    ([4.5, 4.8, 4.4], [1.0, 1.0, 1.0], 0, False),     # a busy host's Python work in the interval
     ([12.0, 12.5, 11.8], [1.0, 1.0, 1.0], 0, True),   # 11 ms of each call unaccounted for
     ([0.5, 0.5, 0.5], [1.0, 1.0, 1.0], 0, True),      # reported longer than the interval it happened in
-    ([6.3, 6.4, 6.2], [3.2, 3.2, 3.2], 6, False),     # a 6 GiB output's scrub lengthens the interval (H200: 2.1 ms)
-    ([6.3, 6.4, 6.2], [3.2, 3.2, 3.2], 0, True),      # the same excess with a small output
+    ([10.3, 10.4, 10.2], [3.2, 3.2, 3.2], 6, False),  # a 6 GiB output's scrub lengthens the interval (H200: 2.1 ms)
+    ([10.3, 10.4, 10.2], [3.2, 3.2, 3.2], 0, True),   # the same excess with a small output
     ([40.0, 41.0, 39.0], [4.0, 4.0, 4.0], 6, True),   # a 10x forged report on a 6 GiB problem
+    ([21.0, 21.5, 20.5], [10.0, 10.0, 10.0], 0, True),  # a 10 ms call reporting half its time
 ])
 def test_reported_times_must_fit_the_observed_intervals(observed, reported, output_gib, unconfirmed) -> None:
     checks = TimedChecks(frozenset(), True, output_gib << 30)
     for o, r in zip(observed, reported):
         checks.observe(r, o)
     assert checks.unconfirmed("cuda") is unconfirmed
+
+
+def test_a_full_device_while_judging_a_timed_output_falls_back_to_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answer's process may hold most of the device: judging a timed call's outputs there can run out of
+    memory, which must cost the check its speed, never the job (the evaluation of every answer of the problem)."""
+    import torch
+
+    from workflow_scripts.evaluation import answer as answer_module
+
+    judge = answer_module._Evaluation._judge
+    devices = []
+
+    def judge_on_a_full_device(self, rt, am, device=None):
+        devices.append(device)
+        if rt.kind == "timing" and device is None:
+            raise torch.OutOfMemoryError("CUDA out of memory (stand-in)")
+        return judge(self, rt, am, device)
+
+    monkeypatch.setattr(answer_module._Evaluation, "_judge", judge_on_a_full_device)
+    res = evaluate_answer(ADD, HONEST_ADD, _config())
+    checks = res.timing_raw["timed_checks"]
+    assert res.status == Status.CORRECT.value and checks["checked"] == 5 and checks["mismatches"] == 0
+    assert devices.count(torch.device("cpu")) == 5  # each checked call judged again, on the host

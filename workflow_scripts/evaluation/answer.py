@@ -590,14 +590,20 @@ class _Evaluation:
         if self.cfg.watchdog_limits() is not None:
             end = min(end, time.monotonic() + limit_s)
         checks = self.timed_checks
-        replied: float | None = None  # the first call's interval also holds the warm-up calls: not observed
-        while True:
+
+        def recv() -> Message:
             try:
-                m = ans.recv(end)
+                return ans.recv(end)
             except ChildTimeout:
                 if end < self.deadline:
                     self.watchdog = (limit_s, reference_ms)
                 raise
+
+        # A block's first call is not observed: no reply of ours precedes it (in the first block its interval
+        # would also hold the warm-up calls).
+        replied: float | None = None
+        while True:
+            m = recv()
             if m.type != "timed":
                 return m
             now = time.monotonic()
@@ -608,17 +614,28 @@ class _Evaluation:
                 checks.observe(reported, (now - replied) * 1e3)
             if checks.take():
                 ans.send("check")
-                om = ans.recv(end)
+                om = recv()
                 if om.type == "bad_output":
                     checks.failed("a timed call returned other than plain tensors")
                 elif om.type == "output":
-                    assert self.reference.timing_trial is not None
-                    verdict, _, detail = self._judge(self.reference.timing_trial, om)
-                    checks.judged(verdict, detail)
+                    checks.judged(*self._judge_timed(om))
                 else:
                     return om
             replied = time.monotonic()  # before the reply: the next call cannot start earlier
             ans.send("next")
+
+    def _judge_timed(self, om: Message) -> tuple[str, str | None]:
+        """(verdict, detail) of a checked timed call's outputs. Judged on this side's device, or on the host when the
+        device has no room left (the answer's process may hold most of it): a full device never crashes the job."""
+        trial = self.reference.timing_trial
+        assert trial is not None
+        torch = self.reference.torch
+        try:
+            verdict, _, detail = self._judge(trial, om)
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            verdict, _, detail = self._judge(trial, om, torch.device("cpu"))
+        return verdict, detail
 
     def reference_ms(self) -> float | None:
         """The slowest forward of the reference so far (what the watchdog scales with)."""
@@ -643,9 +660,9 @@ class _Evaluation:
             self.watchdog = (limit_s, reference_ms)
             raise
 
-    def _judge(self, rt: ReferenceTrial, am: Message) -> tuple[str, float | None, str | None]:
+    def _judge(self, rt: ReferenceTrial, am: Message, device: Any = None) -> tuple[str, float | None, str | None]:
         """(verdict, max_abs_diff, detail) of an ``output`` message against the reference trial, on this side's
-        device, from the bytes in the answer's output area."""
+        device (or ``device``), from the bytes in the answer's output area."""
         if rt.structure != am.header.get("structure"):
             return "shape_mismatch", None, (f"output structure differs: expected {rt.structure}, got "
                                             f"{_text(am.header.get('structure'), 40)}")
@@ -665,11 +682,11 @@ class _Evaluation:
                     return "dtype_mismatch", None, (f"output {i}: expected dtype {r.dtype}, got "
                                                     f"{_text(m.get('dtype'), 40)}")
             raise ProtocolError("outputs that fit were not written")
+        device = device or self.reference.device
         try:
-            new_out = self.reference.answer_outputs(metas, self.slot.output)
+            new_out = self.reference.answer_outputs(metas, self.slot.output, device)
         except TransportError as e:
             raise ProtocolError(f"output slots: {e}") from None
-        device = self.reference.device
         ref_out = [o.to(device) for o in rt.outputs]
         verdict, diff, detail = compare_outputs(ref_out, new_out, self.cfg.atol, self.cfg.rtol)
         del new_out, ref_out
