@@ -71,6 +71,7 @@ rule evaluate:
             shlex.quote(f"{m}={LAYOUT.answers(m)}") for m in MODELS if m != wc.model
         ),
         store=STORE,
+        results=results_root,
         locks=LAYOUT.locks(),
     log:
         LAYOUT.log("evaluations/{model}/level{level}_{problem_id}"),
@@ -83,4 +84,4 @@ rule evaluate:
     shell:
         "python -m workflow_scripts.stages.evaluate --params {params.settings:q} --answers {params.answers}"
         " --companions {params.companions} --problem {input.problem:q} --environment {input.environment:q} --out {params.out}"
-        " --store {params.store:q} --lock-dir {params.locks:q} > {log} 2>&1"
+        " --store {params.store:q} --results {params.results:q} --lock-dir {params.locks:q} > {log} 2>&1"

@@ -120,6 +120,14 @@ def test_the_demo_writes_only_into_its_own_results_folder(demo: Path) -> None:
     assert (demo / STORE).is_dir() and (demo / RESULTS) in (demo / STORE).parents
 
 
+def test_answers_never_see_the_results_folder_or_the_store(demo: Path) -> None:
+    """The evaluate stage hides its configuration's results folder and store from every answer's sandbox (the
+    prompts there hold every problem's reference code), whatever the configuration names them."""
+    record = json.loads((demo / RESULTS / "evaluations/expert/level1_1.json").read_text())
+    hidden = record["protocol"]["hidden_from_answer"]
+    assert str((demo / RESULTS).resolve()) in hidden and str((demo / STORE).resolve()) in hidden, hidden
+
+
 def explain(work: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "workflow_scripts", "explain", *args], cwd=work,
                           capture_output=True, text=True, timeout=600)

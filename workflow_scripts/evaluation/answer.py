@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from workflow_scripts.core.records import TIMING_MODES
 from workflow_scripts.core.statuses import Status, is_compiled, is_integrity_flag
 from workflow_scripts.evaluation import environment, gpu_lock, timing
 from workflow_scripts.evaluation.channel import (
@@ -80,7 +81,9 @@ from workflow_scripts.evaluation.sandbox import ChildProcess, SandboxUnavailable
 from workflow_scripts.evaluation.transport import Area, TransportError, dtype_name
 
 
-DEFAULT_RESULTS = Path(__file__).resolve().parents[2] / "results"  # config.yaml's results_dir
+# The repository's results folder, which holds every configuration's results_dir unless one is set elsewhere (the
+# pipeline's evaluate stage hides its own results folder and store too, through hidden_paths).
+DEFAULT_RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 class InfrastructureError(RuntimeError):
@@ -798,7 +801,7 @@ def _result(cfg: EvalConfig, status: Status, ev: _Evaluation | None, error: str 
         status=status.value, compiled=is_compiled(status), correct=correct,
         runtime_ms=stats["mean"] if (correct and stats) else None, runtime_stats=stats,
         max_abs_diff=max_diff, triton_launches=launches, flags=flags,
-        error=(error[:6000] if error else None), device=cfg.device, timing_mode=timing.TIMING_MODES[cfg.device],
+        error=(error[:6000] if error else None), device=cfg.device, timing_mode=TIMING_MODES[cfg.device],
         tf32=tf32, fingerprint=fp, protocol=protocol, trials=[t.to_dict() for t in ev.trials] if ev else [],
         timing_raw=ev.timing_raw if ev else None, phases_s=phases, static=static.report,
         paired_reference=ev.paired_reference if (ev and correct) else None,

@@ -16,6 +16,8 @@ once whenever the answers of several models are ready before its first job runs.
 
 from __future__ import annotations
 
+import dataclasses
+
 import argparse
 import contextlib
 import sys
@@ -71,20 +73,24 @@ def _model_paths(values: list[str], flag: str) -> dict[str, Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__, "workflow_scripts.stages.evaluate", Params)
     parser.add_argument("--answers", nargs="+", required=True, metavar="MODEL=PATH",
-                        help="each model's results/answers/<model>.parquet")
+                        help="each model's <results>/answers/<model>.parquet")
     parser.add_argument("--out", nargs="+", required=True, metavar="MODEL=PATH",
-                        help="each model's results/evaluations/<model>/level<L>_<id>.json")
+                        help="each model's <results>/evaluations/<model>/level<L>_<id>.json")
     parser.add_argument("--companions", nargs="*", default=[], metavar="MODEL=PATH",
                         help="other models' answer tables: those already written are evaluated along")
     parser.add_argument("--problem", type=Path, required=True, help="the problem's source file")
-    parser.add_argument("--environment", type=Path, required=True, help="results/environment/<device>.json")
+    parser.add_argument("--environment", type=Path, required=True, help="<results>/environment/<device>.json")
     parser.add_argument("--store", type=Path, required=True)
+    parser.add_argument("--results", type=Path, required=True,
+                        help="the configuration's results folder (hidden from answers, as the store is: the prompts "
+                             "there hold every problem's reference code)")
     parser.add_argument("--lock-dir", type=Path, required=True)
     args, params = parse_stage_args(parser, Params, argv)
     answers_files, outputs = _model_paths(args.answers, "--answers"), _model_paths(args.out, "--out")
     if set(answers_files) != set(outputs):
         raise SystemExit(f"error: --answers names models {sorted(answers_files)}, --out names {sorted(outputs)}")
     config = parse_params(EvalConfig, run_settings(params.evaluation, args.lock_dir), source="--params evaluation")
+    config = dataclasses.replace(config, hidden_paths=[str(args.results), str(args.store)])
     problem_sha = sha256_file(args.problem)
     environment = environment_key(args.environment)
     store = Store(args.store)
