@@ -10,7 +10,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
-from workflow_scripts.core.configuration import ConfigError, check_yaml_syntax, location, schema_error
+from workflow_scripts.core.configuration import ConfigError, check_yaml_syntax, location, schema_error, store_dir
 from workflow_scripts.core.layout import ResultsLayout
 from workflow_scripts.evaluation.environment import live_facts
 from workflow_scripts.generation.replay import cached_folder_problems
@@ -46,7 +46,7 @@ if _schema_problem:
 validate(config, schema="../schemas/config.schema.yaml")  # fills in the schema's defaults
 
 LAYOUT = ResultsLayout(config["results_dir"])
-STORE = config["store"]
+STORE = store_dir(config)  # `store`, else <results_dir>/.store
 SUITE = config["suite"]["path"]
 LEVELS = config["suite"]["levels"]
 EVAL = config["evaluation"]

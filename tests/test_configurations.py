@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-import yaml
 
-from workflow_scripts.tools.explain import merge_config
+from workflow_scripts.core import configuration as workflow_configuration
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGURATIONS = {"demo": ["config.yaml"], "study": ["config/study.yaml"], "h200": ["config/h200.yaml"],
@@ -16,10 +15,7 @@ CONFIGURATIONS = {"demo": ["config.yaml"], "study": ["config/study.yaml"], "h200
 
 
 def configuration(files: list[str]) -> dict:
-    merged: dict = {}
-    for name in files:  # as Snakemake merges several --configfile values
-        merged = merge_config(merged, yaml.safe_load((ROOT / name).read_text()))
-    return merged
+    return workflow_configuration.load([ROOT / name for name in files])  # as Snakemake merges --configfile values
 
 
 def test_every_configuration_has_its_own_results_folder_and_store() -> None:
@@ -31,6 +27,7 @@ def test_every_configuration_has_its_own_results_folder_and_store() -> None:
             assert other == name or folder not in elsewhere.parents, (name, other)  # none nested in another
     for name in ("demo", "study", "h200"):  # its store inside it
         config = configuration(CONFIGURATIONS[name])
-        assert PurePosixPath(config["results_dir"]) in PurePosixPath(config["store"]).parents, name
+        assert PurePosixPath(config["results_dir"]) in PurePosixPath(workflow_configuration.store_dir(config)).parents, name
     exact = configuration(CONFIGURATIONS["study, KernelBench exact"])
-    assert exact["store"] == configuration(CONFIGURATIONS["study"])["store"]  # objects keyed by their settings
+    study = configuration(CONFIGURATIONS["study"])
+    assert workflow_configuration.store_dir(exact) == workflow_configuration.store_dir(study)  # keyed by settings

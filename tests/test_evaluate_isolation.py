@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from workflow_scripts.core import configuration
 from workflow_scripts.core.statuses import Status
 from workflow_scripts.evaluation import sandbox
 from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answer, evaluate_answers
@@ -297,9 +298,9 @@ def sandboxed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     early, late = REPO / f".kb_sandbox_early_{token}", tmp / "late.txt"
     repo_db = REPO / f".kb_sandbox_write_{token}.db"
     # Places an answer must not write to: the repository, the store, the host's /tmp, /var/tmp and /dev/shm.
-    store = REPO / "results" / ".store"
-    write_dirs = [str(d) for d in (REPO, store if store.is_dir() else REPO / "results", Path("/tmp"),
-                                   Path("/var/tmp"), Path("/dev/shm")) if d.is_dir()]
+    store = REPO / configuration.store_dir(configuration.load([REPO / "config.yaml"]))  # the demo's store
+    store.mkdir(parents=True, exist_ok=True)  # a fresh clone has none yet: the write attempts must have a target
+    write_dirs = [str(d) for d in (REPO, store, Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")) if d.is_dir()]
     existing = REPO / f".kb_sandbox_existing_{token}"
     existing.write_text("unchanged\n")
     listener = socket.create_server(("127.0.0.1", 0))

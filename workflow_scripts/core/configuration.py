@@ -18,6 +18,43 @@ class ConfigError(ValueError):
     """A configuration file that cannot be used; the message is one line naming the file (and line)."""
 
 
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """Snakemake's merge of several --configfile values: nested mappings merged key by key, later files win."""
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load(paths: Sequence[Path | str]) -> dict[str, Any]:
+    """Configuration files read and merged as Snakemake merges them (no schema defaults filled in)."""
+    import yaml
+
+    config: dict[str, Any] = {}
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"configuration file {display_name(path)} does not exist")
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"configuration file {display_name(path)} is not a mapping")
+        config = merge(config, data)
+    return config
+
+
+def results_dir(config: dict[str, Any]) -> str:
+    """The configuration's results folder (the schema's default, ``results``, when it names none)."""
+    return str(config.get("results_dir") or "results")
+
+
+def store_dir(config: dict[str, Any]) -> str:
+    """The configuration's store: ``store``, else ``<results_dir>/.store`` (inside its results folder)."""
+    return str(config.get("store") or f"{results_dir(config)}/.store")
+
+
 def display_name(path: Path | str) -> str:
     """A configuration file as the user named it: relative to the working directory when it lies below it."""
     absolute = Path(os.path.abspath(path))

@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from workflow_scripts.core import configuration
 from workflow_scripts.core.columns import TABLES
 from workflow_scripts.core.hashing import sha256_file, sha256_text
 from workflow_scripts.core.layout import ResultsLayout, problem_key
@@ -85,37 +86,19 @@ class Workflow:
         return (self.config.get("models") or {}).get(name) or {}
 
 
-def merge_config(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """Snakemake's merge of several --configfile values: nested mappings merged key by key, later files win."""
-    merged = dict(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge_config(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def load_workflow(configfiles: list[Path] | None, results: Path | None, store: Path | None) -> Workflow:
-    import yaml
-
-    config: dict[str, Any] = {}
     # --results alone: no configuration (config.yaml may be another run's); the suite and model checks then say so.
     files = configfiles or ([] if results is not None else [DEFAULT_CONFIG])
-    for path in files:
-        if not path.is_file():
-            raise ExplainError(f"configuration file {path} does not exist (run in the workflow's folder, or give "
-                               "--results and --store)")
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if not isinstance(data, dict):
-            raise ExplainError(f"configuration file {path} is not a mapping")
-        config = merge_config(config, data)
-    root = results or (Path(config["results_dir"]) if "results_dir" in config else None)
-    if root is None:
-        raise ExplainError("no results folder: the configuration has no results_dir; give --results")
-    store_root = store or (Path(config["store"]) if "store" in config else None)
-    if store_root is None:
-        raise ExplainError("no store: the configuration has no store; give --store")
+    try:
+        config = configuration.load(files)
+    except configuration.ConfigError as error:
+        raise ExplainError(f"{error} (run in the workflow's folder, or give --results and --store)") from None
+    if results is None and not config:
+        raise ExplainError("no results folder: no configuration; give --results")
+    root = results or Path(configuration.results_dir(config))
+    if store is None and not config:
+        raise ExplainError("no store: no configuration; give --store")
+    store_root = store or Path(configuration.store_dir(config))
     return Workflow(ResultsLayout(str(root)), Store(store_root), config)
 
 
@@ -349,10 +332,10 @@ def store_checks(workflow: Workflow, section: Section, readable: str, output: st
     key and the object's meta (None where absent)."""
     store = workflow.store
     entry_path = store.manifest_path(Path(readable))
-    if not entry_path.is_file():
+    entry = store.manifest_entry(readable)
+    if entry is None:
         section.check("the store's manifest lists the file", False, f"no {entry_path}")
         return None, None
-    entry = json.loads(entry_path.read_text())
     section.facts["store key"] = entry["key"]
     section.facts["store object"] = str(store.object_path(entry["key"]))
     section.facts["manifest entry"] = str(entry_path)

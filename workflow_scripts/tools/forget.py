@@ -8,10 +8,12 @@ manifest entries; the next plain `snakemake --cores all` recomputes exactly the 
 reads them. Each dropped object is logged as "forgotten" in the store's events.jsonl. Run it from the workflow
 root (the manifest names files from there).
 
-    python -m workflow_scripts forget results/baselines/level1_1.json
-    python -m workflow_scripts forget results/evaluations/weak              # one model's evaluations
-    python -m workflow_scripts forget results/evaluations/*/level1_1.json   # one problem, every model
-    python -m workflow_scripts forget --configfile config/study.yaml --dry-run results/baselines
+    python -m workflow_scripts forget results/demo/baselines/level1_1.json
+    python -m workflow_scripts forget results/demo/evaluations/weak              # one model's evaluations
+    python -m workflow_scripts forget results/demo/evaluations/*/level1_1.json   # one problem, every model
+    python -m workflow_scripts forget --configfile config/study.yaml --dry-run results/study/baselines
+    python -m workflow_scripts forget --configfile config/study.yaml --configfile config/kernelbench_exact.yaml \
+        results/study_kernelbench_exact/evaluations     # an overlay: the files merged as Snakemake merges them
 """
 
 from __future__ import annotations
@@ -19,17 +21,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import yaml
-
+from workflow_scripts.core import configuration
 from workflow_scripts.core.store import Store
-
-DEFAULT_STORE = "results/.store"  # schemas/config.schema.yaml's default for `store`
-
-
-def store_of(configfile: Path) -> str:
-    """The configuration's `store` (its schema default when the file sets none)."""
-    config = yaml.safe_load(configfile.read_text(encoding="utf-8")) if configfile.is_file() else None
-    return (config or {}).get("store", DEFAULT_STORE)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,12 +31,17 @@ def main(argv: list[str] | None = None) -> int:
                                      epilog="\n".join(doc.splitlines()[2:]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", type=Path, help="result files, or folders of them")
-    parser.add_argument("--configfile", type=Path, default=Path("config.yaml"),
-                        help="the configuration whose store to use (default: config.yaml)")
-    parser.add_argument("--store", help="the store's root (default: the configuration's `store`)")
+    parser.add_argument("--configfile", type=Path, action="append",
+                        help="the configuration whose store to use (default: config.yaml; repeat it for an overlay)")
+    parser.add_argument("--store", help="the store's root (default: the configuration's, core/configuration.py)")
     parser.add_argument("--dry-run", action="store_true", help="only list what would be forgotten")
     args = parser.parse_args(argv)
-    store = Store(args.store or store_of(args.configfile))
+    if args.store is None:
+        try:
+            args.store = configuration.store_dir(configuration.load(args.configfile or [Path("config.yaml")]))
+        except configuration.ConfigError as error:
+            parser.exit(2, f"error: {error}\n")
+    store = Store(args.store)
     try:
         forgotten = store.forget(args.paths, dry_run=args.dry_run)
     except ValueError as error:
