@@ -80,6 +80,15 @@ def test_every_caption_file_is_known() -> None:
     assert sorted(CAPTION_SUBJECTS) == CAPTIONS
 
 
+def test_every_caption_states_the_same_protocol() -> None:
+    """Snakemake renders a caption without a template loader, so the protocol part (n, correctness, timing) is
+    written out in each file: it must read the same in all of them, so that a change of the protocol reaches every
+    item of the report."""
+    tails = {name: (ROOT / "report" / name).read_text().split("{% set cfg = snakemake.config %}", 1) for name in CAPTIONS}
+    assert all(len(parts) == 2 for parts in tails.values()), [n for n, parts in tails.items() if len(parts) != 2]
+    assert len({parts[1] for parts in tails.values()}) == 1
+
+
 @pytest.mark.parametrize("configfile", ["config.yaml", "config/study.yaml"])
 @pytest.mark.parametrize("caption", sorted(CAPTION_SUBJECTS))
 def test_caption_states_n_protocol_and_timing_mode(configfile: str, caption: str) -> None:
@@ -95,6 +104,7 @@ def test_caption_states_n_protocol_and_timing_mode(configfile: str, caption: str
     if ev["device"] == "cuda":
         assert "Timing: CUDA events on the GPU" in text and "interpreter" not in text
         assert "expected: 100 at level 1, 100 at level 2" in text  # the study names its n
+        assert f"with a {ev['launch_headroom_us']} us device-side wait after the flush" in text
     else:
         assert all(part in text for part in CPU_TIMING) and "CUDA events" not in text
     assert " ," not in text and " ." not in text and " ;" not in text  # the optional clauses join cleanly

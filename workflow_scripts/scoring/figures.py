@@ -69,7 +69,8 @@ DPI = 110
 FOOTNOTE_SIZE = 7.5  # points
 # What a timing mode (evaluation/timing.py, recorded per evaluation) means for the reader of a speedup.
 TIMING_MEANINGS = {
-    TIMING_MODES["cuda"]: "CUDA events on the GPU (KernelBench's timing window, L2 flushed before each call)",
+    TIMING_MODES["cuda"]: ("CUDA events on the GPU (KernelBench's timing window, L2 flushed before each call, "
+                           "with the configured launch headroom)"),
     TIMING_MODES["cpu"]: ("CPU wall-clock of Triton's interpreter (TRITON_INTERPRET=1): these speedups say nothing "
                           "about GPU speed"),
 }
