@@ -326,7 +326,7 @@ def test_an_edited_baseline_never_reaches_the_published_numbers(small_run) -> No
     assert (results / "summary.json").read_bytes() == published["summary.json"]
     assert "refused_changed" in [e["event"] for e in small_run.events()]
 
-    # The documented way back: repair_store deletes the edited copy, the next run rewrites it from the store.
+    # The documented way back: repair_store rewrites the edited copy from its object; the next run rebuilds the rest.
     baselines_computed = len(computed(small_run, "baselines"))
     assert small_run.snakemake("--cores", "1", "repair_store").returncode == 0
     done = small_run.snakemake("--cores", "2")

@@ -71,7 +71,6 @@ def test_launch_headroom_is_a_device_wait_between_the_flush_and_the_start_event(
     # the wait is device work before `start`: outside the window, it gives the host's launch work a head start
     assert clock.calls == ["device sync", "flush L2", f"device wait {200 * timing.HEADROOM_CYCLES_PER_US} cycles",
                            "record start", "CALL", "record end", "wait end", "device sync"]
-    assert timing.HEADROOM_CYCLES_PER_US >= 1980  # at least the wait asked for at the H200's top SM clock
 
 
 def test_launch_headroom_is_on_by_default_on_cuda_and_off_for_kernelbench_to_the_letter() -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from workflow_scripts.core.records import TIMING_MODES
 from workflow_scripts.evaluation import environment, gpu_lock, timing
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, ProtocolError
 from workflow_scripts.evaluation.config import RunConfig
@@ -128,7 +129,7 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
         compile_time_s=comp.get("compile_time_s"),
         compile_backend="inductor" if cfg.device == "cuda" else "inductor-cpp", compile_mode=cfg.compile_mode,
         compile_max_abs_diff_vs_eager=comp.get("max_abs_diff_vs_eager"), device=cfg.device,
-        timing_mode=timing.TIMING_MODES[cfg.device], tf32=tf32, fingerprint=fp,
+        timing_mode=TIMING_MODES[cfg.device], tf32=tf32, fingerprint=fp,
         protocol={"seed": cfg.seed, "inputs": "seed 42 (KernelBench)", "timing": cfg.timing_protocol().to_dict(),
                   "precision": "fp32", "integer_inputs": "kept", "no_grad": True, "eval_mode": False,
                   "dynamo_reset": True, "compile_threads": cfg.compile_threads,

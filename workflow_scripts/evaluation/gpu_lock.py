@@ -1,6 +1,6 @@
 """One GPU per job, through per-GPU lock files.
 
-Each visible GPU ``g`` has a lock file ``<lock_dir>/gpu<g>.lock`` (default lock dir ``results/.locks``). A job
+Each visible GPU ``g`` has a lock file ``<lock_dir>/gpu<g>.lock`` (the pipeline passes ``<results>/.locks/<host>``; by hand the default is ``results/.locks``). A job
 takes an ``fcntl.flock`` on one of them:
 
 * **exclusive** (``LOCK_EX``) for timing: nothing else runs on that GPU while the job times;

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import contextlib
 import os
 import select
 import signal
@@ -350,16 +351,6 @@ def _is_file_source(source: Any, path: str) -> bool:
         return False
 
 
-class _NoContext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def _no_context() -> _NoContext:
-    return _NoContext()
 
 
 def _empty_grid(grid: Any) -> bool:
@@ -411,7 +402,7 @@ class LaunchCounter:
         self._known: dict[str, str] = {}  # co_filename -> skip | triton | other (cached: this runs per launch)
         self.chain: Any = None
         self.hook: Any = None
-        self._quiet: Callable[[], Any] = _no_context  # Guard.quiet once attached
+        self._quiet: Callable[[], Any] = contextlib.nullcontext  # Guard.quiet once attached
         self._install(knobs)
         self.installed = tuple(self.installed)
         self._installed_cells = tuple(self._cells())

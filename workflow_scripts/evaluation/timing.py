@@ -42,12 +42,11 @@ change what the harness measures (and the replacement is reported by the harness
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Sequence
-
-from workflow_scripts.core.records import TIMING_MODES  # noqa: F401 - the records' vocabulary (timing.TIMING_MODES)
 
 # Device cycles per microsecond of launch headroom: the SM clock's top (1.98 GHz on an H200) rounded up, so the wait
 # is at least the configured time (longer at lower clocks, which costs nothing: it is outside the window).
@@ -171,7 +170,7 @@ class Clock:
         after every call (phase is "warmup" or "trial"; ms is the trial's time, None for a warm-up call)."""
         torch = self._torch
         raw = RawTimes()
-        ctx = torch.no_grad() if protocol.no_grad else _Null()
+        ctx = torch.no_grad() if protocol.no_grad else contextlib.nullcontext()
         with ctx:
             for _ in range(protocol.warmup):
                 h0 = self.perf_counter()
@@ -245,13 +244,6 @@ def side_stream_leftover(raw: RawTimes | dict[str, Any]) -> bool:
     median = sorted(trials)[len(trials) // 2]
     return min(values) > leftover_limit_us(median)
 
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def scrub(out: Any) -> None:

@@ -3,7 +3,7 @@
 Shared by the generation kinds (``generation.vllm`` for local weights, ``generation.cli_tool`` for command-line
 tools). Only the standard library (and ``workflow_scripts.core``) is used, so this module imports anywhere.
 
-Cache layout (``root`` is e.g. ``results/.store/completions``)::
+Cache layout (``root`` is e.g. ``<store>/completions``)::
 
     <root>/<aa>/<key>.json          an answer that is good: status "ok", non-empty text (never anything else)
     <root>/<aa>/<key>.failed.json   the latest failed attempt for that key (kept apart, so a failure can never
@@ -18,7 +18,7 @@ them, including one byte of an adapter, gives a new key, so stale answers are ne
 
 All writes are atomic (temporary file in the same folder, fsync, ``os.replace``).
 
-Completions JSONL (``results/completions/<model>.jsonl``), one line per problem, sorted by (level, problem_id)::
+Completions JSONL (``<results>/completions/<model>.jsonl``), one line per problem, sorted by (level, problem_id)::
 
     {"model", "level", "problem_id", "status": "ok"|"failed"|"missing", "text": str|null,
      "completion_tokens": int|null, "prompt_sha256", "cache_key", "error": str|null, "provenance": {...}}
@@ -220,7 +220,7 @@ class Decoding:
 
 @dataclass
 class CompletionRecord:
-    """One line of ``results/completions/<model>.jsonl``."""
+    """One line of ``<results>/completions/<model>.jsonl``."""
 
     model: str
     level: int

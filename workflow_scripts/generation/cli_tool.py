@@ -4,7 +4,7 @@ A model entry (:class:`CliModel`, the ``kind: cli`` entry of the config) names a
 prompt the stage runs the command (no shell; the template is split like a shell line, then placeholders are
 filled in each argument), in a fresh empty working folder, and takes the answer from stdout (or from
 ``{answer_file}``). Answers go into the content-addressed :class:`CompletionCache` with their provenance;
-the stage writes ``results/completions/<model>.jsonl`` (contract in ``completion_cache``).
+the stage writes ``<results>/completions/<model>.jsonl`` (contract in ``completion_cache``).
 
 Placeholders in ``command`` and in ``env`` values:
 
@@ -32,9 +32,9 @@ never an empty answer, and it never replaces a good cached answer.
 CLI::
 
     python -m workflow_scripts generate-cli generate --name NAME --entry-json '{...}' --prompts P.jsonl \\
-        --out-dir results/completions --cache results/.store/completions [--online] [--jobs N]
+        --out-dir <results>/completions --cache <store>/completions [--online] [--jobs N]
     python -m workflow_scripts generate-cli import --name NAME --entry-json '{...}' --prompts P.jsonl \\
-        --cache results/.store/completions --source DIR_OR_JSONL [--provenance '{...}']
+        --cache <store>/completions --source DIR_OR_JSONL [--provenance '{...}']
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ not fit ``max_model_len``, or an empty answer, is recorded as a failed generatio
 CLI::
 
     python -m workflow_scripts generate-vllm --base DIR [--model NAME] [--adapter NAME=DIR ...] \\
-        --prompts PROMPTS.jsonl --out-dir results/completions --cache results/.store/completions \\
+        --prompts PROMPTS.jsonl --out-dir <results>/completions --cache <store>/completions \\
         [--max-tokens 8192] [--dtype auto] [--max-model-len N] [--offline] ...
 
 writes ``<out-dir>/<NAME>.jsonl`` for each ``--model`` (base model, no adapter) and ``--adapter``.

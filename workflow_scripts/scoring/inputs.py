@@ -53,7 +53,7 @@ class RowInputs:
                 path = self.files[f"evaluation:{m}:{key}"]
                 evaluation = json.loads(path.read_text())
                 # The store key the evaluation was reused or computed under: reviewers find the object by it.
-                entry = store.manifest_path(path)
-                evaluation["evaluation_key"] = json.loads(entry.read_text())["key"] if entry.exists() else None
+                entry = store.manifest_entry(path)
+                evaluation["evaluation_key"] = entry["key"] if entry else None
                 evaluations[(m, p.level, p.problem_id)] = evaluation
         return answers, static, evaluations, baselines

@@ -24,7 +24,7 @@ class Params:
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__, "workflow_scripts.stages.baseline", Params)
     parser.add_argument("--problem", type=Path, required=True, help="the problem's source file")
-    parser.add_argument("--environment", type=Path, required=True, help="results/environment/<device>.json")
+    parser.add_argument("--environment", type=Path, required=True, help="<results>/environment/<device>.json")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--store", type=Path, required=True)
     parser.add_argument("--lock-dir", type=Path, required=True)
