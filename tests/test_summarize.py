@@ -13,7 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from workflow_scripts.core.store import Store
 from workflow_scripts.scoring import summary as sm
+
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO.parent / "shared" / "published" / "results.json"
 
@@ -493,7 +495,9 @@ def test_summary_stage_refuses_rows_of_other_models(tmp_path: Path) -> None:
     instead of a summary.json without it."""
     rows_path = tmp_path / "results" / "evaluations.parquet"
     rows_path.parent.mkdir()
-    hand_rows().to_parquet(rows_path, index=False)
+    # Written through the store, as the collect stage writes them: the summary reads no rows the store did not write.
+    Store(tmp_path / "store").build({"rows": rows_path}, "collect", "hand-written rows", {}, {},
+                                    lambda paths: hand_rows().to_parquet(paths["rows"], index=False))
     environment = tmp_path / "environment.json"
     environment.write_text(json.dumps({"device": "cpu"}))
 
