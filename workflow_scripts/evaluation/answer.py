@@ -589,18 +589,11 @@ class _Evaluation:
         m = ans.recv(self.deadline)
         if m.type != "calling":
             return m
-        end = self.deadline
-        if self.cfg.watchdog_limits() is not None:
-            end = min(end, time.monotonic() + limit_s)
+        end = self._watch_end(limit_s)
         checks = self.timed_checks
 
         def recv() -> Message:
-            try:
-                return ans.recv(end)
-            except ChildTimeout:
-                if end < self.deadline:
-                    self.watchdog = (limit_s, reference_ms)
-                raise
+            return self._recv_watched(ans, end, limit_s, reference_ms)
 
         # A block's first call is not observed: no reply of ours precedes it (in the first block its interval
         # would also hold the warm-up calls).
@@ -652,15 +645,23 @@ class _Evaluation:
         m = ans.recv(self.deadline)
         if m.type != "calling":
             return m  # it failed before calling (an error message): nothing to watch
+        return self._recv_watched(ans, self._watch_end(limit_s), limit_s, reference_ms)
+
+    def _watch_end(self, limit_s: float) -> float:
+        """When the watchdog kills the call announced now: ``limit_s`` from now, never past the evaluation's own
+        deadline (which comes first when it is earlier, or when there is no watchdog)."""
         if self.cfg.watchdog_limits() is None:
-            return ans.recv(self.deadline)
-        limit_end = time.monotonic() + limit_s
-        if limit_end >= self.deadline:
-            return ans.recv(self.deadline)  # the evaluation's own timeout comes first
+            return self.deadline
+        return min(self.deadline, time.monotonic() + limit_s)
+
+    def _recv_watched(self, ans: ChildProcess, end: float, limit_s: float, reference_ms: float) -> Message:
+        """The child's next message by ``end``; a timeout before the evaluation's deadline is the watchdog's kill
+        (recorded for the verdict's message)."""
         try:
-            return ans.recv(limit_end)
+            return ans.recv(end)
         except ChildTimeout:
-            self.watchdog = (limit_s, reference_ms)
+            if end < self.deadline:
+                self.watchdog = (limit_s, reference_ms)
             raise
 
     def _judge(self, rt: ReferenceTrial, am: Message, device: Any = None) -> tuple[str, float | None, str | None]:

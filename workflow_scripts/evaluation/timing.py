@@ -17,11 +17,11 @@ Both are timed by the same code with the same :class:`TimingProtocol`, so their 
   256 MiB flush takes about 60 us on an H200, about what Python needs to launch one Triton kernel, so in
   KernelBench's window a one-kernel call reads either its device time or that plus whatever host time exceeded the
   flush (3.5 or 8-48 us for the same kernel on an H200, bench/NOTES.md). With the headroom the host's launch work
-  up to that long is never in the window; beyond it (many launches) it still is, as in KernelBench. Outside the window: ``end.synchronize()`` (the current
-  stream is done), then a device-wide synchronize whose host time is the trial's ``leftover_us``: work the call
-  left on another stream is still running then. Its minimum over the trials beyond
-  ``leftover_limit_us(median)`` means every call leaves work behind (``side_stream_leftover``; the evaluator flags
-  ``unsynchronized_stream``). No harness work runs inside the window (Triton launches are counted by a bare
+  up to that long is never in the window; beyond it (many launches) it still is, as in KernelBench. Outside the
+  window: ``end.synchronize()`` (the current stream is done), then a device-wide synchronize whose host time is the
+  trial's ``leftover_us``: work the call left on another stream is still running then. Its minimum over the trials
+  beyond ``leftover_limit_us(median)`` means every call leaves work behind (``side_stream_leftover``; the evaluator
+  flags ``unsynchronized_stream``). No harness work runs inside the window (Triton launches are counted by a bare
   counter while timing, see ``integrity.LaunchCounter``);
 * on CPU (``timing_mode = "cpu_wall_interpreter"``) each trial is ``time.perf_counter()`` around the call. With
   ``TRITON_INTERPRET=1`` this measures the Triton *interpreter*: it says nothing about GPU speed;
@@ -243,7 +243,6 @@ def side_stream_leftover(raw: RawTimes | dict[str, Any]) -> bool:
         return False
     median = sorted(trials)[len(trials) // 2]
     return min(values) > leftover_limit_us(median)
-
 
 
 def scrub(out: Any) -> None:
