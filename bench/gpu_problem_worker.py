@@ -80,6 +80,7 @@ def summarise(result) -> dict:
     checks = (result.timing_raw or {}).get("timed_checks") or {}
     return {"status": result.status, "runtime_ms": result.runtime_ms, "max_abs_diff": result.max_abs_diff,
             "flags": result.flags, "error": (result.error or "")[-1200:],  # the tail holds the exception
+            "host_memory": (result.protocol or {}).get("host_memory"),  # the answer tree's cap and peak
             "phases_s": {k: round(v, 3) for k, v in result.phases_s.items()},
             # the trusted side's checks on the timed calls: outputs judged, reported times against observed ones
             "timed_checks": {k: checks.get(k) for k in ("calls", "checked", "mismatches", "comparable",
@@ -112,8 +113,22 @@ def kernelbench_input_seconds(problem: Path) -> float:
 
 def run_big(args, tmp: Path) -> None:
     done = {r["problem"] for r in read_log(args.out) if r.get("bench") == "big"}
-    for key in (k for k in args.problems if k not in done):
-        problem = problem_file(args.suite, key)
+    todo = [(args.suite, args.out, k) for k in args.problems if k not in done]
+    # A fresh process per problem: its peak host memory (ru_maxrss) and the trusted side's peak GPU memory are that
+    # problem's own, the numbers a job's memory resources are declared from.
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1) as pool:
+        list(pool.map(big_problem, todo))
+
+
+def big_problem(job: tuple[Path, Path, str]) -> None:
+    import resource
+
+    import torch
+
+    suite, out, key = job
+    problem = problem_file(suite, key)
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
         answers = [reference_answer(problem, tmp, "a"), reference_answer(problem, tmp, "b")]
         ours = ours_answer(key, tmp)
         if ours:
@@ -121,14 +136,17 @@ def run_big(args, tmp: Path) -> None:
         t0 = time.monotonic()
         results = evaluate_answers(problem, answers, config(require_triton=False))
         wall = time.monotonic() - t0
-        # A lower bound on KernelBench's harness time per answer (its input builds alone), measured after ours so
-        # it cannot slow our run down.
-        inputs_s = kernelbench_input_seconds(problem)
-        for i, (a, r) in enumerate(zip(answers, results)):
-            log(args.out, {"bench": "big", "problem": key, "answer": a.name, "order": i, "wall_all_s": round(wall, 2),
-                           "kernelbench_get_inputs_s": round(inputs_s, 2),
-                           "kernelbench_lower_bound_s": round(KERNELBENCH_INPUT_BUILDS * inputs_s, 1),
-                           **summarise(r)})
+    memory = {"trusted_peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20), 2),
+              "trusted_peak_gpu_gib": round(torch.cuda.max_memory_allocated() / (1 << 30), 2)
+              if torch.cuda.is_available() else None}
+    # A lower bound on KernelBench's harness time per answer (its input builds alone), measured after ours so it
+    # cannot slow our run down.
+    inputs_s = kernelbench_input_seconds(problem)
+    for i, (a, r) in enumerate(zip(answers, results)):
+        log(out, {"bench": "big", "problem": key, "answer": a.name, "order": i, "wall_all_s": round(wall, 2),
+                  "kernelbench_get_inputs_s": round(inputs_s, 2),
+                  "kernelbench_lower_bound_s": round(KERNELBENCH_INPUT_BUILDS * inputs_s, 1), **memory,
+                  **summarise(r)})
 
 
 def read_log(out: Path) -> list[dict]:
@@ -164,13 +182,16 @@ def run_spin(args, tmp: Path) -> None:
 
 def run_calibration(args, tmp: Path) -> None:
     keys = args.problems or all_problems(args.suite)
-    done = {r["problem"] for r in read_log(args.out) if r.get("bench") == "calibration"}
+    # Resuming: problems already calibrated with this headroom (records before the key was recorded had the default).
+    headroom = args.headroom_us if args.headroom_us is not None else config().launch_headroom_us
+    done = {r["problem"] for r in read_log(args.out) if r.get("bench") == "calibration"
+            and r.get("launch_headroom_us", config().launch_headroom_us) == headroom}
     todo = [k for k in keys[args.skip:] if k not in done]
     # Problems side by side in separate processes (torch's generators are per process: a thread per problem would
     # interleave their seeded draws); worker i keeps to one GPU so a problem's baselines and answer share it.
     gpus = gpu_ids()
-    chunks = [(args.suite, args.out, todo[i::args.parallel], gpus[i % len(gpus)], args.with_baseline, args.copies)
-              for i in range(args.parallel)]
+    chunks = [(args.suite, args.out, todo[i::args.parallel], gpus[i % len(gpus)], args.with_baseline, args.copies,
+               args.headroom_us) for i in range(args.parallel)]
     with ProcessPoolExecutor(args.parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(calibrate_chunk, chunks))
 
@@ -181,8 +202,9 @@ def gpu_ids() -> list[str]:
     return visible_gpus() or ["0"]
 
 
-def calibrate_chunk(job: tuple[Path, Path, list[str], str, bool, int]) -> None:
-    suite, out, keys, gpu, with_baseline, copies = job
+def calibrate_chunk(job: tuple[Path, Path, list[str], str, bool, int, float | None]) -> None:
+    suite, out, keys, gpu, with_baseline, copies, headroom_us = job
+    headroom = {} if headroom_us is None else {"launch_headroom_us": headroom_us}
     for key in keys:
         problem = problem_file(suite, key)
         t0 = time.monotonic()
@@ -193,10 +215,12 @@ def calibrate_chunk(job: tuple[Path, Path, list[str], str, bool, int]) -> None:
             # trusted side: tells a per-process offset (differs between copies) from a systematic one (does not).
             answers = [reference_answer(problem, Path(tmp), f"c{i}" if copies > 1 else "") for i in range(copies)]
             results = evaluate_answers(problem, answers,
-                                       config(require_triton=False, gpus=[gpu], lock_dir="/tmp/bench-locks"))
+                                       config(require_triton=False, gpus=[gpu], lock_dir="/tmp/bench-locks",
+                                              **headroom))
         for copy, r in enumerate(results):
             paired = ((r.paired_reference or {}).get("stats") or {}).get("mean")
             record = {"bench": "calibration", "problem": key, "gpu": gpu, "paired_eager_ms": paired,
+                      "launch_headroom_us": (r.protocol.get("timing") or {}).get("launch_headroom_us"),
                       # the pipeline's eager speedup: the reference timed beside the answer (paired timing)
                       "speedup": paired / r.runtime_ms if (paired and r.runtime_ms) else None,
                       "median_speedup": (r.paired_reference["stats"]["median"] / r.runtime_stats["median"])
@@ -304,6 +328,8 @@ def main() -> None:
                         "before each answer (the unpaired speedup, as before paired timing)")
     parser.add_argument("--copies", type=int, default=1, help="calibration: the reference as this many answers per "
                         "problem (separate answer processes, one trusted side)")
+    parser.add_argument("--headroom-us", type=float, default=None, help="calibration: launch_headroom_us (default: "
+                        "the run configuration's; 0 for the no-headroom control)")
     parser.add_argument("--kb-src", type=Path, default=ROOT / ".kb" / "kbsrc")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (the device tool, nvidia-h200) for bench/gpu_problem_worker.py. Usage:
 #   bash bench/h200_worker_run.sh "big spin"            # benches to run, in order, each under its own timeout
-#   env: BIG_PROBLEMS, BIG_TIMEOUT, TP_PROBLEMS, TP_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS
+#   env: PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_TIMEOUT, TP_PROBLEMS, TP_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS
 # Carry: .kb (KernelBench problems, and KernelBench's harness source in .kb/kbsrc), .kbwheels (pydantic, requests).
 set -uo pipefail
 OUT=${OUT:-/tmp/h200-out}
@@ -11,6 +11,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 export PYTHONPATH=/tmp/site:$PWD
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv > "$OUT/gpu.txt"
 python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__, 'cpus', __import__('os').cpu_count())" >> "$OUT/gpu.txt"
+# What bounds an answer tree's host memory here (a memory cgroup, or the trusted side's polling)
+python3 -c "from workflow_scripts.evaluation import memory_cap as m; r = m.cgroup_root(); print('memory cap:', 'cgroup v%d at %s' % (r.version, r.path) if r else 'watch (no writable memory cgroup)')" >> "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
 B="python3 bench/gpu_problem_worker.py"
 TP_PROBLEMS=${TP_PROBLEMS:-"L1_1 L1_40 L1_95 L2_12 L2_71 L2_99 L1_88 L2_40 L2_76 L2_82"}
@@ -23,6 +25,7 @@ for bench in $1; do
     scaling) timeout ${SCALING_TIMEOUT:-150} $B scaling --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems $TP_PROBLEMS --out "$OUT" > "$OUT/scaling.log" 2>&1 ;;
     trivial) timeout ${TRIVIAL_TIMEOUT:-100} python3 bench/gpu_timing.py --suite .kb --out "$OUT" --repeats ${TRIVIAL_REPEATS:-5} > "$OUT/trivial.log" 2>&1 ;;
     inputs_check) timeout ${CHECK_TIMEOUT:-300} $B inputs_check --suite .kb --problems ${CHECK_PROBLEMS:-L2_79 L2_15 L1_9 L1_81 L2_70 L2_18} --out "$OUT" > "$OUT/inputs_check.log" 2>&1 ;;
+    pytest) KB_TEST_DEVICE=cuda timeout ${PYTEST_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider ${PYTEST_FILES:-tests/test_cheats.py tests/test_timed_checks.py tests/test_memory_cap.py} > "$OUT/pytest.log" 2>&1 ;;
     calibration) timeout "${CAL_TIMEOUT:-420}" $B calibration --parallel ${CAL_PARALLEL:-1} ${CAL_ARGS:-} --suite .kb --problems ${CAL_PROBLEMS:-$(cat bench/calibration_order.txt)} --out "$OUT" > "$OUT/calibration.log" 2>&1 ;;
   esac
   echo "$bench: rc=$? in ${SECONDS}s"; rm -rf "$OUT/locks"; tail -c 1500 "$OUT/$bench.log"

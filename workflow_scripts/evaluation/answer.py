@@ -795,6 +795,8 @@ def _result(cfg: EvalConfig, status: Status, ev: _Evaluation | None, error: str 
             # Directories the answer's process found empty (its problem's sources; sandboxed levels only).
             "hidden_from_answer": list(ev.slot.child.hidden) if ev.isolation and ev.isolation.sandboxed else [],
             "network_isolation": bool(ev.isolation and ev.isolation.network),
+            # The cap on the host memory of the answer's process tree, and its peak use (memory_cap.py).
+            "host_memory": ev.slot.child.cap.record() if ev.slot.child.cap else None,
             "gpu": ev.gpu, "authenticated_done": ev.done_ok,
         })
     phases = dict(phases, **(ev.phases if ev else {}))
@@ -883,6 +885,7 @@ class ProblemEvaluator:
                 "cast_integers": cfg.integer_inputs == "cast"}
         child = ChildProcess("answer", work, self.base / "logs" / f"answer{self._count}", cfg.device, init,
                              gpu=self.gpu, isolation=cfg.isolation, bwrap=cfg.bwrap, limits=cfg.limits(),
+                             memory_cap_mode=cfg.memory_cap,
                              extra_env=cfg.cpu_thread_env(), fds=tuple(a["fd"] for a in areas.values()),
                              hidden=self.hidden_sources(work))
         try:

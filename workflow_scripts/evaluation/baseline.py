@@ -76,7 +76,9 @@ def _run_one(problem_path: Path, cfg: BaselineConfig, gpu: str | None, which: st
     shutil.copyfile(problem_path, work / "problem.py")
     init = {"problem": "problem.py", "seed": cfg.seed, "tf32": cfg.tf32, "timing": cfg.timing_protocol().to_dict()}
     child = ChildProcess("baseline", work, logs, cfg.device, init, gpu=gpu, isolation=cfg.isolation,
-                         bwrap=cfg.bwrap, limits=cfg.limits(),
+                         # No tree cap: a baseline runs the problem's own code, which builds inputs of up to 16 GiB
+                         # in the child (CPU baselines keep RLIMIT_AS).
+                         bwrap=cfg.bwrap, limits=dataclasses.replace(cfg.limits(), memory_bytes=None),
                          extra_env={"TORCHINDUCTOR_COMPILE_THREADS": str(cfg.compile_threads), **cfg.cpu_thread_env()})
     t0 = time.monotonic()
     deadline = t0 + cfg.effective_timeout()

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from workflow_scripts.evaluation import environment, gpu_lock, timing
 from workflow_scripts.evaluation.protocol import KERNELBENCH_SEED
+from workflow_scripts.evaluation.memory_cap import MODES as MEMORY_CAP_MODES
 from workflow_scripts.evaluation.sandbox import ISOLATION_MODES, Limits
 
 
@@ -35,7 +36,10 @@ class RunConfig:
     tmp_inodes: int = 32768
     lock_dir: str = str(gpu_lock.DEFAULT_LOCK_DIR)
     gpus: list[str] | None = None  # candidate GPUs (default: visible ones)
-    memory_limit_gib: float | None = 16.0  # RLIMIT_AS of CPU children
+    # Host memory of an answer's whole process tree beside its transport areas (memory_cap.py; also RLIMIT_AS of
+    # each CPU child). None: no cap.
+    memory_limit_gib: float | None = 16.0
+    memory_cap: str = "auto"  # "auto" (a memory cgroup where the host allows, else polling, said loudly) | "cgroup" | "watch"
     # CPU children: OMP/MKL threads. 1 keeps CPU timings stable (two OpenMP runtimes - torch's and the one
     # Inductor's C++ links - oversubscribe small machines) and lets evaluations run side by side.
     cpu_threads: int | None = 1
@@ -45,6 +49,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+        if self.memory_cap not in MEMORY_CAP_MODES:
+            raise ValueError(f"memory_cap must be one of {MEMORY_CAP_MODES}, got {self.memory_cap!r}")
         if self.isolation not in ISOLATION_MODES:
             raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {self.isolation!r}")
         if self.tf32 not in environment.TF32_MODES:
@@ -65,8 +71,9 @@ class RunConfig:
             as_bytes = int(self.memory_limit_gib * (1 << 30))
         # CPU time: a backstop behind the wall-clock timeout (a spinning CUDA synchronize costs CPU time too).
         cpu_seconds = int(4 * self.effective_timeout()) + 60
+        memory_bytes = int(self.memory_limit_gib * (1 << 30)) if self.memory_limit_gib else None
         return Limits(as_bytes=as_bytes, cpu_seconds=cpu_seconds, tmp_bytes=int(self.tmp_size_mib) << 20,
-                      tmp_inodes=int(self.tmp_inodes))
+                      tmp_inodes=int(self.tmp_inodes), memory_bytes=memory_bytes)
 
     def cpu_thread_env(self) -> dict[str, str]:
         """The child's OpenMP/MKL thread settings (CPU only)."""

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.evaluation import memory_cap
 from workflow_scripts.evaluation.channel import ChannelReader, ChildDied, Message
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # on the child's PYTHONPATH
@@ -125,6 +126,8 @@ class Limits:
     nproc: int | None = 512  # RLIMIT_NPROC (threads too), set only inside a user namespace (see apply_rlimits)
     tmp_bytes: int = 2 << 30  # the private tmpfs (sandboxed levels)
     tmp_inodes: int = 32768
+    # The host-memory cap on the child's whole process tree beside its transport areas (memory_cap.py); None: none.
+    memory_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -181,6 +184,7 @@ class Isolation:
     private_tmp: dict[str, int] | None = None  # {"bytes", "inodes"} of the tmpfs working directory
     network: bool = False  # True: a network namespace of its own (loopback only)
     devices: str = "host"  # "minimal" (null, zero, random, tty and the GPU nodes) | "host"
+    host_memory: str | None = None  # the cap on the tree's host memory: "cgroup_v2" | "cgroup_v1" | "watch" | None
     warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -423,6 +427,8 @@ class ChildProcess:
     python: str = sys.executable
     bwrap: str | None = None  # a bubblewrap binary (default: $KB_BWRAP, then PATH)
     hidden: tuple[str, ...] = ()  # directories the child finds empty (sandboxed levels; see hideable)
+    memory_cap_mode: str = "auto"  # how limits.memory_bytes is enforced on the tree (memory_cap.MODES)
+    cap: memory_cap.TreeMemoryCap | None = None  # set by start
     proc: subprocess.Popen | None = None
     reader: ChannelReader | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -472,11 +478,18 @@ class ChildProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.logdir.mkdir(parents=True, exist_ok=True)
         self.sandbox = probe_isolation(self.isolation, self.limits, self.device, self.bwrap)
+        try:
+            self.cap = memory_cap.for_child(self.memory_cap_mode, self.limits.memory_bytes, self.fds)
+        except memory_cap.MemoryCapUnavailable as e:
+            raise SandboxUnavailable(str(e)) from None
+        if self.cap is not None:  # recorded with the isolation: what bounded the tree's host memory
+            self.sandbox = dataclasses.replace(self.sandbox, host_memory=self.cap.mode if self.cap.mode == "watch"
+                                               else f"cgroup_v{self.cap.version}")
         key = secrets.token_bytes(32)
         rfd, wfd = os.pipe()
         prefix = sandbox_command(self.sandbox.tool, self.workdir, self.limits, self.device,
                                  self.sandbox.binary if self.sandbox.tool == "bwrap" else None, self.hidden)
-        cmd = prefix + [self.python, "-B", "-s", "-m", CHILD_MODULE]
+        cmd = (self.cap.prefix() if self.cap else []) + prefix + [self.python, "-B", "-s", "-m", CHILD_MODULE]
         out = open(self.logdir / f"{self.role}.log", "wb")
         try:
             self.proc = subprocess.Popen(
@@ -485,10 +498,14 @@ class ChildProcess:
             )
         except BaseException:
             os.close(rfd)
+            if self.cap is not None:
+                self.cap.close()
             raise
         finally:
             out.close()
             os.close(wfd)
+        if self.cap is not None:
+            self.cap.attach(self.proc.pid)
         self.started_at = time.monotonic()
         self.reader = ChannelReader(rfd, key)
         init = dict(self.init, role=self.role, nonce=key.hex(), fd=wfd, device=self.device,
@@ -568,6 +585,8 @@ class ChildProcess:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
+        if self.cap is not None:
+            self.cap.close()  # cgroup: anything left in it is killed, then it is removed
         if self.proc.stdin is not None:
             try:
                 self.proc.stdin.close()
@@ -592,6 +611,8 @@ class ChildProcess:
             return ""
 
     def death_reason(self) -> str:
+        if self.cap is not None and self.cap.exceeded():
+            return self.cap.describe()
         rc = self.returncode
         if rc is None:
             return "no result"

@@ -1,0 +1,121 @@
+"""The host-memory cap on an answer's whole process tree (workflow_scripts/evaluation/memory_cap.py), in both of its
+mechanisms: a memory cgroup per child where the host allows one, else the trusted side's polling. The hogs take
+memory that no per-process limit sees (processes of their own, unmapped memfds). KB_TEST_DEVICE=cuda runs the
+end-to-end cases on the GPU (where RLIMIT_AS is not set at all)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts.core.statuses import Status
+from workflow_scripts.evaluation import memory_cap
+from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answers
+
+REPO = Path(__file__).resolve().parent.parent
+ADD = REPO / "tests" / "cheats" / "problems" / "1_ElementwiseAdd.py"
+HOG = REPO / "tests" / "cheats" / "answers" / "sandbox" / "host_memory_hog.py"
+HONEST = REPO / "tests" / "cheats" / "answers" / "honest" / "add_autotune_stdlib.py"
+DEVICE = os.environ.get("KB_TEST_DEVICE", "cpu")
+LIMIT_GIB = 2.0
+HOG_MIB = 4096  # twice the cap: four 1 GiB processes, or eight 512 MiB memfds, each under every per-process limit
+
+MODES = [pytest.param("cgroup", marks=pytest.mark.skipif(memory_cap.cgroup_root() is None,
+                                                         reason="no writable memory cgroup on this host")),
+         "watch"]
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "cmdline").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture(scope="module", params=MODES)
+def capped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp(f"cap-{request.param}")
+    marker = f"kbhog{secrets.token_hex(6)}"
+    answers = {}
+    for how in ("processes", "memfd"):
+        text = HOG.read_text().replace("__HOW__", how).replace("__HOG_MIB__", str(HOG_MIB))
+        answers[how] = tmp / f"hog_{how}.py"
+        answers[how].write_text(text.replace("__MARKER__", marker))
+    answers["honest"] = HONEST
+    cfg = EvalConfig(device=DEVICE, time_answer=False, run_static=False, memory_limit_gib=LIMIT_GIB,
+                     memory_cap=request.param)
+    try:
+        results = dict(zip(answers, evaluate_answers(ADD, list(answers.values()), cfg)))
+        yield {"mode": request.param, "results": results, "marker": marker}
+    finally:
+        for pid in _processes_with(marker):  # only on failure
+            os.kill(pid, 9)
+
+
+@pytest.mark.parametrize("how", ["processes", "memfd"])
+def test_a_tree_over_the_cap_is_killed_and_not_credited(capped: dict, how: str) -> None:
+    res = capped["results"][how]
+    assert res.status == Status.CRASH.value, (res.status, res.error)
+    assert "host memory cap exceeded" in (res.error or ""), res.error
+    record = res.protocol["host_memory"]
+    assert record["exceeded"] is True
+    assert record["mode"].startswith("cgroup_v" if capped["mode"] == "cgroup" else "watch")
+    assert record["limit_bytes"] >= LIMIT_GIB * (1 << 30)
+    assert res.protocol["isolation"]["host_memory"] == record["mode"]
+    deadline = time.monotonic() + 3.0
+    while _processes_with(capped["marker"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(capped["marker"]) == [], "a hog process outlived its evaluation"
+
+
+def test_an_honest_answer_beside_them_is_judged_under_the_cap(capped: dict) -> None:
+    res = capped["results"]["honest"]
+    assert res.status == Status.CORRECT.value, (res.status, res.error)
+    record = res.protocol["host_memory"]
+    assert record["exceeded"] is False
+    assert 0 < record["peak_bytes"] < record["limit_bytes"]
+
+
+def test_tree_usage_counts_children_and_unmapped_memfds_but_not_the_exempt_areas() -> None:
+    """A child holding 256 MiB resident and a 256 MiB memfd it never mapped reads about 512 MiB; a memfd of the
+    caller's, inherited by the child, counts only when it is not exempt."""
+    area = os.memfd_create("area")
+    os.write(area, b"a" * (128 << 20))
+    code = ("import os, sys, time; held = b'x' * (256 << 20); fd = os.memfd_create('m'); "
+            "os.write(fd, b'y' * (256 << 20)); print('ready', flush=True); time.sleep(30)")
+    outer = subprocess.Popen(["/bin/sh", "-c", f'exec "{sys.executable}" -c "$0"', code], stdout=subprocess.PIPE,
+                             pass_fds=(area,), start_new_session=True)
+    try:
+        assert outer.stdout is not None and outer.stdout.readline().strip() == b"ready"
+        st = os.fstat(area)
+        exempt = frozenset({(st.st_dev, st.st_ino)})
+        used = memory_cap.tree_usage(outer.pid, exempt)
+        assert 500 << 20 <= used <= 800 << 20, used
+        with_area = memory_cap.tree_usage(outer.pid)
+        assert with_area - used >= 120 << 20, (with_area, used)
+    finally:
+        outer.kill()
+        outer.wait()
+        os.close(area)
+
+
+def test_a_configured_cgroup_cap_on_a_host_without_one_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory_cap, "cgroup_root", lambda: None)
+    with pytest.raises(memory_cap.MemoryCapUnavailable, match="memory_cap=cgroup"):
+        memory_cap.resolve_mode("cgroup")
+    with pytest.warns(RuntimeWarning, match="polling"):
+        memory_cap._WARNED.clear()
+        assert memory_cap.resolve_mode("auto") == "watch"
+    with pytest.raises(ValueError, match="memory_cap must be one of"):
+        memory_cap.resolve_mode("rlimit")

@@ -1,0 +1,414 @@
+"""The host-memory cap on an answer's process and everything it starts (``sandbox.ChildProcess`` applies it).
+
+Per-process limits do not bound a tree: RLIMIT_AS is per process (and unusable under CUDA, which reserves huge
+virtual ranges), and neither sees shared memory that is written but never mapped (a memfd filled with ``write``).
+So the cap is on the whole tree, in one of two ways, the first the host allows:
+
+* ``cgroup``: a memory cgroup of its own per child (cgroup v2 ``memory.max``, or v1 ``memory.limit_in_bytes`` and,
+  where swap accounting exists, ``memory.memsw.limit_in_bytes``). The child's first process joins it before it
+  execs anything (``prefix``), so every process the answer starts is in it; the kernel charges its anonymous and
+  shared pages and kills inside it when the limit is reached. The child cannot leave it: inside the sandbox every
+  mount, /sys/fs/cgroup included, is read-only. At the end every process still in the cgroup is killed and the
+  cgroup removed.
+* ``watch``: where no cgroup can be made (a container without a writable memory hierarchy), the trusted side
+  polls the tree every ``POLL_S`` seconds: the resident anonymous and shared pages of every process in it
+  (``RssAnon + RssShmem``) plus the allocated size of every memfd or /dev/shm file any of them holds open (written
+  but unmapped memory is in no process's RSS), the child's own transport areas excepted; over the limit, the tree is
+  killed. An allocation faster than the poll can overshoot by what it allocates in one interval (a few hundred MB).
+  Said loudly, once per process.
+
+The limit is the configured memory (``RunConfig.memory_limit_gib``) plus the child's transport areas (its inputs
+and outputs, which the trusted side sizes: they are mapped into the child and count against a cgroup once touched).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+MODES = ("auto", "cgroup", "watch")
+POLL_S = 0.05
+CGROUP_FS = Path("/sys/fs/cgroup")
+_PREFIX = "kbeval-"  # per-child cgroup names: kbeval-<evaluator pid>-<token>
+
+
+class MemoryCapUnavailable(RuntimeError):
+    """``memory_cap: cgroup`` was configured and this host has no writable memory cgroup."""
+
+
+@dataclass(frozen=True)
+class CgroupRoot:
+    """Where per-child memory cgroups are made."""
+
+    version: int  # 1 or 2
+    path: Path
+
+    @property
+    def limit_files(self) -> tuple[str, ...]:
+        return ("memory.max",) if self.version == 2 else ("memory.limit_in_bytes",)
+
+
+def _mounts() -> list[tuple[str, str, set[str]]]:
+    """(mount point, fs type, options) of the cgroup file systems."""
+    out = []
+    try:
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 4 and parts[2] in ("cgroup", "cgroup2"):
+                out.append((parts[1], parts[2], set(parts[3].split(","))))
+    except OSError:
+        pass
+    return out
+
+
+def _own_paths() -> dict[str, str]:
+    """This process's cgroup paths: "2" for the unified hierarchy, else per v1 controller name."""
+    paths: dict[str, str] = {}
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":
+                paths["2"] = path
+            for c in controllers.split(","):
+                paths[c] = path
+    except (OSError, ValueError):
+        pass
+    return paths
+
+
+def _candidates() -> list[CgroupRoot]:
+    own = _own_paths()
+    found: list[CgroupRoot] = []
+    for mount, fstype, opts in _mounts():
+        if fstype == "cgroup2":
+            version, rel = 2, own.get("2", "/")
+        elif "memory" in opts:
+            version, rel = 1, own.get("memory", "/")
+        else:
+            continue
+        # Our own cgroup first (as a container or a systemd slice sees it), then the mount's root (a namespaced view
+        # where the own path does not exist).
+        for base in (Path(mount) / rel.lstrip("/"), Path(mount)):
+            if base.is_dir() and CgroupRoot(version, base) not in found:
+                found.append(CgroupRoot(version, base))
+    return sorted(found, key=lambda r: -r.version)  # v2 where both are there
+
+
+def _usable(root: CgroupRoot) -> bool:
+    """A cgroup can be made under ``root`` with a memory limit of its own (tried, then removed)."""
+    probe = root.path / f"{_PREFIX}probe-{os.getpid()}-{secrets.token_hex(3)}"
+    try:
+        probe.mkdir()
+    except OSError:
+        return False
+    try:
+        if root.version == 2 and not (probe / "memory.max").exists():
+            try:  # the memory controller for our children (refused where the base itself holds processes)
+                (root.path / "cgroup.subtree_control").write_text("+memory")
+            except OSError:
+                return False
+        for name in root.limit_files:
+            (probe / name).write_text(str(1 << 40))
+        return True
+    except OSError:
+        return False
+    finally:
+        try:
+            probe.rmdir()
+        except OSError:
+            pass
+
+
+_ROOT: list[CgroupRoot | None] = []  # detected once per process
+_ROOT_LOCK = threading.Lock()
+
+
+def cgroup_root() -> CgroupRoot | None:
+    with _ROOT_LOCK:
+        if not _ROOT:
+            _ROOT.append(next((r for r in _candidates() if _usable(r)), None))
+        return _ROOT[0]
+
+
+def resolve_mode(mode: str) -> str:
+    """The mechanism ``mode`` ("auto" | "cgroup" | "watch") gets on this host: "cgroup" or "watch"."""
+    if mode not in MODES:
+        raise ValueError(f"memory_cap must be one of {MODES}, got {mode!r}")
+    if mode == "watch":
+        return "watch"
+    if cgroup_root() is not None:
+        return "cgroup"
+    if mode == "cgroup":
+        raise MemoryCapUnavailable("memory_cap=cgroup: no writable memory cgroup on this host (cgroup v2 with the "
+                                   "memory controller delegated, or a v1 memory hierarchy)")
+    _warn_once("host memory cap by polling (no writable memory cgroup on this host): an allocation faster than "
+               f"the {POLL_S * 1e3:.0f} ms poll can overshoot the cap")
+    return "watch"
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _WARNED:
+        _WARNED.add(msg)
+        print(f"WARNING: evaluation sandbox: {msg}", file=sys.stderr)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+@dataclass(eq=False)  # identity: the watcher's list holds each cap once
+class TreeMemoryCap:
+    """The cap on one child's process tree: ``prefix`` goes before the child's command line, ``attach`` after it
+    started, ``close`` after it was killed and reaped."""
+
+    mode: str  # "cgroup" | "watch"
+    limit_bytes: int
+    exempt_fds: tuple[int, ...] = ()  # the child's transport areas (memfds): counted in the limit already
+    cgroup: Path | None = None
+    version: int = 0
+    peak_bytes: int = 0  # watch: the largest tree usage seen
+    exceeded_bytes: int | None = None  # watch: the usage that had it killed
+    pid: int | None = None
+    killed: bool = False  # by the watcher, for reaching the cap
+    final: dict[str, Any] | None = None  # record() as it was when closed (a removed cgroup has no counters)
+    _exempt: frozenset[tuple[int, int]] = field(default=frozenset())
+
+    def __post_init__(self) -> None:
+        if self.mode == "cgroup":
+            root = cgroup_root()
+            if root is None:
+                raise MemoryCapUnavailable("no writable memory cgroup on this host")
+            self.version = root.version
+            self.cgroup = root.path / f"{_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+            self.cgroup.mkdir()
+            try:
+                for name in root.limit_files:
+                    (self.cgroup / name).write_text(str(self.limit_bytes))
+                swap = self.cgroup / ("memory.swap.max" if self.version == 2 else "memory.memsw.limit_in_bytes")
+                if swap.exists():  # no way around the cap through swap
+                    swap.write_text("0" if self.version == 2 else str(self.limit_bytes))
+                if self.version == 2:  # an OOM kill takes the whole tree, not only its largest process
+                    (self.cgroup / "memory.oom.group").write_text("1")
+            except OSError:
+                self.cgroup.rmdir()
+                raise
+        else:
+            exempt = set()
+            for fd in self.exempt_fds:
+                try:
+                    st = os.fstat(fd)
+                    exempt.add((st.st_dev, st.st_ino))
+                except OSError:
+                    pass
+            self._exempt = frozenset(exempt)
+
+    def prefix(self) -> list[str]:
+        """The command prefix: the child's first process joins the cgroup, then execs the rest (cgroup mode)."""
+        if self.cgroup is None:
+            return []
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.cgroup / "cgroup.procs")]
+
+    def attach(self, pid: int) -> None:
+        """Start watching the tree of ``pid`` (the child leads its session): polled against the cap in watch mode;
+        in cgroup mode killed as a whole once the kernel killed any process of it for memory (v1 kills only the
+        largest, and the answer could go on without it)."""
+        self.pid = pid
+        _watcher().add(self)
+
+    def exceeded(self) -> bool:
+        """Whether the tree was killed for reaching the cap."""
+        if self.final is not None:
+            return bool(self.final["exceeded"])
+        if self.mode == "watch":
+            return self.exceeded_bytes is not None
+        assert self.cgroup is not None
+        if self.version == 2:
+            return _read_key(self.cgroup / "memory.events", "oom_kill") > 0
+        return _read_key(self.cgroup / "memory.oom_control", "oom_kill") > 0
+
+    def peak(self) -> int | None:
+        """The tree's largest memory use, where the mechanism records it (bytes)."""
+        if self.final is not None:
+            return self.final["peak_bytes"]
+        if self.mode == "watch":
+            return self.peak_bytes
+        assert self.cgroup is not None
+        v = _read_int(self.cgroup / ("memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"))
+        return v if v >= 0 else None
+
+    def kill_tree(self) -> None:
+        self.killed = True
+        try:
+            os.killpg(self.pid, signal.SIGKILL)  # the child leads its session: with a PID namespace, everything
+        except (OSError, TypeError):
+            pass
+
+    def describe(self) -> str:
+        used = self.exceeded_bytes if self.mode == "watch" else self.peak()
+        return (f"killed: host memory cap exceeded ({_gib(used)} used, the cap is {_gib(self.limit_bytes)}; "
+                f"{self.mode})")
+
+    def record(self) -> dict[str, Any]:
+        if self.final is not None:
+            return self.final
+        return {"mode": f"cgroup_v{self.version}" if self.mode == "cgroup" else "watch",
+                "limit_bytes": self.limit_bytes, "peak_bytes": self.peak(), "exceeded": self.exceeded()}
+
+    def close(self) -> None:
+        """Stop watching; in cgroup mode kill whatever is still in the cgroup and remove it."""
+        if self.final is not None:
+            return
+        _watcher().remove(self)
+        if self.mode == "watch":
+            self.final = self.record()
+            return
+        if self.cgroup is None or not self.cgroup.exists():
+            return
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            try:
+                pids = [int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                pids = []
+            if not pids:
+                break
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        self.final = self.record()
+        try:
+            self.cgroup.rmdir()
+        except OSError:
+            pass
+
+
+def for_child(mode: str, memory_bytes: int | None, area_fds: tuple[int, ...]) -> TreeMemoryCap | None:
+    """The cap for a child whose own memory may be ``memory_bytes`` (None: no cap) beside its transport areas."""
+    if memory_bytes is None:
+        return None
+    areas = 0
+    for fd in area_fds:
+        try:
+            areas += os.fstat(fd).st_size
+        except OSError:
+            pass
+    return TreeMemoryCap(resolve_mode(mode), int(memory_bytes) + areas, exempt_fds=area_fds)
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / (1 << 30):.2f} GiB"
+
+
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def _read_key(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            k, _, v = line.partition(" ")
+            if k == key:
+                return int(v)
+    except (OSError, ValueError):
+        pass
+    return -1
+
+
+# -- watch mode ----------------------------------------------------------------------------------------------------
+
+def tree_usage(root_pid: int, exempt: frozenset[tuple[int, int]] = frozenset()) -> int:
+    """Bytes the process tree under ``root_pid`` holds: resident anonymous and shared pages of every process, plus
+    the allocated size of every memfd or /dev/shm file held open (each once), ``exempt`` files (dev, inode) aside."""
+    try:
+        procs = [psutil.Process(root_pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.Error:
+        return 0
+    total, seen = 0, set(exempt)
+    for p in procs:
+        try:
+            status = Path(f"/proc/{p.pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith(("RssAnon:", "RssShmem:")):
+                total += int(line.split()[1]) * 1024
+        fd_dir = Path(f"/proc/{p.pid}/fd")
+        try:
+            fds = list(fd_dir.iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+                if not (target.startswith("/memfd:") or target.startswith("/dev/shm/")):
+                    continue
+                st = os.stat(fd)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+class _Watcher:
+    """One thread polls every watched tree (``TreeMemoryCap`` in watch mode) and kills those over their cap."""
+
+    def __init__(self) -> None:
+        self.caps: list[TreeMemoryCap] = []
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self.run, name="kb-memory-watch", daemon=True)
+        self.thread.start()
+
+    def add(self, cap: TreeMemoryCap) -> None:
+        with self.lock:
+            self.caps.append(cap)
+
+    def remove(self, cap: TreeMemoryCap) -> None:
+        with self.lock:
+            if cap in self.caps:
+                self.caps.remove(cap)
+
+    def run(self) -> None:
+        while True:
+            with self.lock:
+                caps = list(self.caps)
+            for cap in caps:
+                if cap.pid is None or cap.killed:
+                    continue
+                if cap.mode == "watch":
+                    used = tree_usage(cap.pid, cap._exempt)
+                    cap.peak_bytes = max(cap.peak_bytes, used)
+                    if used > cap.limit_bytes:
+                        cap.exceeded_bytes = used
+                        cap.kill_tree()
+                elif cap.exceeded():
+                    cap.kill_tree()
+            time.sleep(POLL_S)
+
+
+_WATCHER: list[_Watcher] = []
+
+
+def _watcher() -> _Watcher:
+    with _ROOT_LOCK:
+        if not _WATCHER:
+            _WATCHER.append(_Watcher())
+        return _WATCHER[0]
