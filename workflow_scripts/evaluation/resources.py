@@ -5,7 +5,7 @@
 This is the one place the estimate lives; rules/common.smk only reads it. Each term below names what the code holds
 (``evaluation.reference``: the trusted side; ``evaluation.answer``: ``ProblemEvaluator.start_slot`` and
 ``batch_size``; ``evaluation.child``: answer and baseline children). Nothing is capped: a problem whose estimate
-exceeds any host still says so, and Snakemake runs it only where ``--resources`` allows that much.
+exceeds any host still says so (Snakemake clips a job's resources to the ``--resources`` bound, so it then runs alone).
 
 A problem without sizes (the meta device could not build it, or the table predates the sizes) falls back to the
 configured ``evaluation.memory_gb`` for the GPU and ``FALLBACK_MEM_MB`` for the host, the values every job had before.
