@@ -13,6 +13,7 @@ from snakemake.utils import min_version, validate
 from workflow_scripts.core.configuration import ConfigError, check_yaml_syntax, location, schema_error, store_dir
 from workflow_scripts.core.layout import ResultsLayout
 from workflow_scripts.evaluation.environment import live_facts
+from workflow_scripts.evaluation.resources import job_memory
 from workflow_scripts.generation.replay import cached_folder_problems
 from workflow_scripts.generation.vllm import engine_groups
 from workflow_scripts.suite.kernelbench import KernelBenchError, problem_files, suite_root_of
@@ -136,10 +137,24 @@ def completion_cache(names):
 
 
 def gpu_resources():
-    """GPU jobs take one unit of `gpu` (bound it with --resources gpu=N) and their memory in gpu_mem_gb."""
-    if DEVICE != "cuda":
-        return {"gpu": 0, "gpu_mem_gb": 0}
-    return {"gpu": 1, "gpu_mem_gb": int(EVAL["memory_gb"])}
+    """GPU jobs take one unit of `gpu` (bound it with --resources gpu=N); their memory is memory_resources'."""
+    return {"gpu": 1 if DEVICE == "cuda" else 0}
+
+
+def memory_resources(job):
+    """mem_mb and gpu_mem_gb of an evaluate or baseline job: the package's estimate from the problem's sizes in the
+    problems table (workflow_scripts/evaluation/resources.py; an evaluate job judges every model's answer along).
+    Callables: Snakemake evaluates them again, with the job's input, when it schedules the job, so they see the
+    table once the problems stage has written it; before that (a dry run on a fresh folder) and for a problem
+    without sizes they give the fallback (evaluation.memory_gb, 8000 MB)."""
+
+    def memory(wildcards, input):
+        return job_memory(job, input.problems, int(wildcards.level), int(wildcards.problem_id), EVAL, len(MODELS))
+
+    return {
+        "mem_mb": lambda wildcards, input: memory(wildcards, input).mem_mb,
+        "gpu_mem_gb": lambda wildcards, input: memory(wildcards, input).gpu_mem_gb,
+    }
 
 
 def summary_figures():

@@ -1,5 +1,7 @@
 # Stages 6-7: the environment fingerprint, shared per-problem baselines and per-answer evaluations.
-# GPU jobs declare `gpu` and `gpu_mem_gb`; the job itself locks one specific GPU (Snakemake assigns no ids).
+# GPU jobs declare `gpu` and `gpu_mem_gb`; the job itself locks one specific GPU (Snakemake assigns no ids). Evaluate
+# and baseline jobs declare their problem's memory (mem_mb, gpu_mem_gb), estimated from its sizes in the problems
+# table (common.smk memory_resources).
 
 
 rule environment:
@@ -24,6 +26,7 @@ rule baseline:
     input:
         problem=problem_file,
         environment=LAYOUT.environment(DEVICE),
+        problems=LAYOUT.problems(),  # the problem's sizes, read by the memory resources only
     output:
         LAYOUT.baseline("{level}", "{problem_id}"),
     wildcard_constraints:
@@ -36,10 +39,10 @@ rule baseline:
     log:
         LAYOUT.log("baselines/level{level}_{problem_id}"),
     resources:
-        mem_mb=8000,
         # Two children (eager, compile), each up to the timeout, plus time waiting for the GPU lock.
         runtime=2 * int(config["baselines"]["timeout_s"] // 60) + 10,
         **gpu_resources(),
+        **memory_resources("baseline"),
     conda:
         f"../envs/evaluation-{DEVICE}.yaml"
     shell:
@@ -56,6 +59,7 @@ rule evaluate:
         answers=LAYOUT.answers("{model}"),
         problem=problem_file,
         environment=LAYOUT.environment(DEVICE),
+        problems=LAYOUT.problems(),  # the problem's sizes, read by the memory resources only
     output:
         LAYOUT.evaluation("{model}", "{level}", "{problem_id}"),
     wildcard_constraints:
@@ -76,9 +80,9 @@ rule evaluate:
     log:
         LAYOUT.log("evaluations/{model}/level{level}_{problem_id}"),
     resources:
-        mem_mb=8000,
         runtime=int(EVAL["timeout_s"] // 60) + 10,
         **gpu_resources(),
+        **memory_resources("evaluate"),
     conda:
         f"../envs/evaluation-{DEVICE}.yaml"
     shell:

@@ -30,9 +30,10 @@ rule problems:
     log:
         LAYOUT.log("problems"),
     resources:
-        mem_mb=1000,
+        mem_mb=2000,
     conda:
-        "../envs/analysis.yaml"
+        # torch: each problem's tensors are sized on the meta device (suite/sizes.py), nothing is allocated
+        f"../envs/evaluation-{DEVICE}.yaml"
     shell:
         "python -m workflow_scripts.stages.problems --params {params.settings:q} --suite {params.suite:q}"
         " --out {output:q} --store {params.store:q} > {log} 2>&1"

@@ -20,6 +20,7 @@ TOKENS = "tokens"
 FRACTION = "fraction"
 PERCENTAGE_POINTS = "percentage points"
 SHA256 = "sha256 (hex)"
+BYTES = "bytes"
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,15 @@ TABLES: dict[str, Table] = {
         "problem": PROBLEM,
         "path": Column("the problem file, relative to the suite root (POSIX separators)"),
         "sha256": Column("sha256 of the problem file's bytes", SHA256),
+        "input_bytes": Column("bytes of one seeded trial's inputs as the evaluation passes them (floating tensors as "
+                              "float32), counted on the meta device without allocating (suite/sizes.py); null when "
+                              "the meta device could not build the problem (size_error)", BYTES),
+        "param_bytes": Column("bytes of the model's parameters and buffers in float32 (meta device); null as "
+                              "input_bytes", BYTES),
+        "output_bytes": Column("bytes of the model's outputs on those inputs (meta device); null as input_bytes",
+                               BYTES),
+        "size_error": Column("why the sizes are null: the step that failed on the meta device and its error, one "
+                             "line; null when the sizes are known"),
     }),
     "answers": Table("one model's extracted answers: one row per problem (<results>/answers/<model>.parquet)", {
         "model": MODEL,

@@ -1,4 +1,5 @@
-"""Rule problems: validate the suite and index it (level, problem id, name, path, sha256) into parquet.
+"""Rule problems: validate the suite and index it (level, problem id, name, path, sha256, and the bytes of each
+problem's inputs, parameters and outputs, sized on the meta device: suite/sizes.py) into parquet.
 
 The suite is a KernelBench checkout (or the bundled demo suite, laid out the same way). A missing checkout, a
 missing level, a wrong revision or wrong problem counts stop the run here with a message naming the problem.
@@ -15,6 +16,7 @@ from workflow_scripts.core.io import write_parquet
 from workflow_scripts.core.params import parse_stage_args, stage_parser
 from workflow_scripts.core.store import Store, code_version
 from workflow_scripts.suite.kernelbench import KernelBenchError, index_suite
+from workflow_scripts.suite.sizes import with_sizes
 
 STAGE = "problems"
 
@@ -41,13 +43,19 @@ def main(argv: list[str] | None = None) -> int:
         table = index_suite(args.suite, params.levels, params.revision or None, counts, only)
     except KernelBenchError as error:
         parser.exit(2, f"error: {error}\n")
+    # Sizes for the scheduler (evaluation/resources.py): a problem the meta device cannot build gets none and its
+    # reason, and the stage goes on (the evaluation itself decides whether the problem runs).
+    table = with_sizes(table, args.suite)
     # The table itself (file hashes included) is what determines the output; index first, then store it.
     inputs = {"table": sha256_bytes(json.dumps(table.astype(str).values.tolist()).encode())}
     Store(args.store).build(
         {"parquet": args.out}, STAGE, code_version(__spec__.name), vars(params), inputs,
         lambda out: write_parquet(out["parquet"], table, "problems"),
     )
-    print(f"{len(table)} problems indexed from {args.suite}")
+    unsized = table[table["size_error"].notna()]
+    for row in unsized.itertuples():
+        print(f"level {row.level} problem {row.problem_id}: no sizes ({row.size_error})")
+    print(f"{len(table)} problems indexed from {args.suite} ({len(table) - len(unsized)} sized)")
     return 0
 
 

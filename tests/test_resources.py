@@ -1,0 +1,215 @@
+"""Each problem's memory as Snakemake resources: its tensors sized on the meta device by the problems stage
+(suite/sizes.py), the estimate of an evaluate and a baseline job (evaluation/resources.py), and the workflow
+declaring it per job (rules/common.smk memory_resources)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workflow_scripts.devtools.workspace import copy_workflow
+from workflow_scripts.evaluation.resources import (FLOOR_MEM_MB, Memory, Sizes, baseline_memory, evaluate_memory,
+                                                   job_memory, table_sizes)
+from workflow_scripts.suite.sizes import problem_sizes, with_sizes
+from workflow_scripts.suite.kernelbench import index_suite
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "demo" / "suite"
+ANCHORS = ROOT.parent / "shared" / "anchors" / "kernelbench_scan_l1_l2_h200.jsonl"
+MIB, GIB = 1 << 20, 1 << 30
+CUDA = {"device": "cuda", "correctness_trials": 5, "memory_gb": 40}
+CPU = {"device": "cpu", "correctness_trials": 5, "memory_gb": 40}
+
+# A 6 GiB ReLU (level 1 problem 19's input size): the meta device sizes it without allocating a byte.
+HUGE_PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.rand(4096, 393216)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+# -- sizes on the meta device ---------------------------------------------------------------------------------------
+
+
+def test_demo_problems_are_sized_exactly(tmp_path: Path) -> None:
+    # level 1 problem 1: a, b of 16 x 256 float32 in, one 16 x 256 out; problem 5 (RMSNorm) has a 256-float weight.
+    add = problem_sizes(DEMO / "KernelBench/level1/1_ScaledAdd.py")
+    assert (add.input_bytes, add.param_bytes, add.output_bytes, add.error) == (2 * 16 * 256 * 4, 0, 16 * 256 * 4, None)
+    norm = problem_sizes(DEMO / "KernelBench/level1/5_RMSNorm.py")
+    assert norm.param_bytes == 256 * 4 and norm.error is None
+    # Integer targets stay integer (int64), as the evaluation passes them (integer_inputs: keep).
+    ce = problem_sizes(DEMO / "KernelBench/level1/8_CrossEntropyIntTargets.py")
+    assert ce.error is None and ce.output_bytes == 4  # a float32 scalar loss
+    table = with_sizes(index_suite(DEMO, [1, 2]), DEMO)
+    assert table["size_error"].isna().all() and (table["input_bytes"] > 0).all()
+    assert str(table["input_bytes"].dtype) == "Int64"
+
+
+def test_a_huge_problem_is_sized_without_allocating(tmp_path: Path) -> None:
+    path = tmp_path / "19_HugeReLU.py"
+    path.write_text(HUGE_PROBLEM)
+    sizes = problem_sizes(path)
+    assert sizes.input_bytes == sizes.output_bytes == 6 * GIB and sizes.param_bytes == 0
+
+
+def test_a_problem_the_meta_device_cannot_build_gets_a_reason_not_a_failure(tmp_path: Path) -> None:
+    path = tmp_path / "1_ItemOfInput.py"
+    path.write_text(HUGE_PROBLEM.replace("return torch.relu(x)", "return x * float(x.sum().item())"))
+    sizes = problem_sizes(path)
+    assert sizes.input_bytes is None and sizes.output_bytes is None
+    assert sizes.error.startswith("Model.forward on the meta device:") and "\n" not in sizes.error
+    odd = tmp_path / "2_ObjectInput.py"
+    odd.write_text(HUGE_PROBLEM.replace("return torch.relu(x)", "return object()"))
+    assert problem_sizes(odd).error == "counting the tensors: a value of type object (not a tensor)"
+
+
+def test_problems_stage_writes_described_size_columns(tmp_path: Path) -> None:
+    from workflow_scripts.stages.problems import main
+
+    out = tmp_path / "problems.parquet"
+    assert main(["--params", json.dumps({"levels": [1, 2]}), "--suite", str(DEMO), "--out", str(out),
+                 "--store", str(tmp_path / "store")]) == 0
+    table = pd.read_parquet(out)
+    assert {"input_bytes", "param_bytes", "output_bytes", "size_error"} <= set(table.columns)
+    assert table_sizes(out, 1, 1) == Sizes(2 * 16 * 256 * 4, 0, 16 * 256 * 4)
+    assert table_sizes(out, 1, 99) is None and table_sizes(tmp_path / "absent.parquet", 1, 1) is None
+
+
+@pytest.mark.parametrize("level, name, input_mib", [
+    (1, "19_ReLU.py", 6144.0), (1, "45_Average_Pooling_2D.py", None), (1, "1_Square_matrix_multiplication_.py", 128.0),
+    (2, "1_Conv2D_ReLU_BiasAdd.py", None),
+])
+def test_real_problems_match_the_h200_anchors(kb_dir: Path, level: int, name: str, input_mib: float | None) -> None:
+    if not ANCHORS.is_file():
+        pytest.skip(f"no anchors at {ANCHORS}")
+    anchors = {(r["level"], r["name"]): r for r in map(json.loads, ANCHORS.read_text().splitlines()) if r}
+    anchor = anchors[(level, name)]
+    if input_mib is not None:
+        assert anchor["input_MB"] == input_mib
+    sizes = problem_sizes(kb_dir / "KernelBench" / f"level{level}" / name)
+    assert sizes.error is None
+    assert sizes.input_bytes / MIB == pytest.approx(anchor["input_MB"], rel=0.01)
+    # The reference's measured peak lies within the estimate's forward working set.
+    forward = (3 * sizes.input_bytes + 2 * sizes.output_bytes + sizes.param_bytes) / GIB + 4
+    assert anchor["peak_GB"] * 1e9 / GIB <= forward
+
+
+# -- the estimate ----------------------------------------------------------------------------------------------------
+
+
+def sizes(gib: float, out: float | None = None) -> Sizes:
+    return Sizes(int(gib * GIB), 0, int((gib if out is None else out) * GIB))
+
+
+def test_small_problems_keep_todays_host_floor_and_large_ones_get_more() -> None:
+    for config in (CUDA, CPU):
+        small = evaluate_memory(sizes(0.001), config, answers=1)
+        assert small.mem_mb >= FLOOR_MEM_MB and baseline_memory(sizes(0.001), config).mem_mb >= FLOOR_MEM_MB
+        relu = evaluate_memory(sizes(6), config, answers=1)
+        assert relu.mem_mb > small.mem_mb + 5 * 6 * 1024  # at least its five seeded input areas on top
+        assert baseline_memory(sizes(6), config).mem_mb > baseline_memory(sizes(0.001), config).mem_mb
+    relu = evaluate_memory(sizes(6), CUDA, answers=1)
+    assert relu.gpu_mem_gb > evaluate_memory(sizes(0.001), CUDA, answers=1).gpu_mem_gb + 30
+    # 5 seeded outputs + timing inputs held, and the answer's forward (3 x 6 in + 2 x 6 out) on top.
+    assert relu.gpu_mem_gb >= 5 * 6 + 6 + 30
+
+
+def test_the_estimate_is_monotone_in_every_size_and_in_the_answers_judged() -> None:
+    grid = [0, 0.01, 0.5, 1, 2, 6, 16]
+    for config in (CUDA, CPU):
+        for job in (lambda s: evaluate_memory(s, config, 15), lambda s: baseline_memory(s, config)):
+            for field in ("input_bytes", "param_bytes", "output_bytes"):
+                seen = [job(Sizes(**{**dict(input_bytes=GIB, param_bytes=GIB, output_bytes=GIB),
+                                     field: int(g * GIB)})) for g in grid]
+                assert [m.mem_mb for m in seen] == sorted(m.mem_mb for m in seen), (config, field)
+                assert [m.gpu_mem_gb for m in seen] == sorted(m.gpu_mem_gb for m in seen), (config, field)
+        by_answers = [evaluate_memory(sizes(1), config, n) for n in (1, 2, 5, 15)]
+        assert [m.mem_mb for m in by_answers] == sorted(m.mem_mb for m in by_answers)
+    # On CUDA 15 answers live at once (prestart 15, plus the next batch's first); on the CPU two.
+    assert evaluate_memory(sizes(1), CUDA, 15).mem_mb > evaluate_memory(sizes(1), CUDA, 2).mem_mb
+    assert evaluate_memory(sizes(1), CPU, 15) == evaluate_memory(sizes(1), CPU, 2)
+
+
+def test_nothing_is_capped_and_the_cpu_declares_no_gpu_memory() -> None:
+    huge = evaluate_memory(sizes(16), CUDA, answers=15)
+    assert huge.mem_mb > 256 * 1024 and huge.gpu_mem_gb > 141  # more than one H200: said, not clipped
+    assert evaluate_memory(sizes(16), CPU, 15).gpu_mem_gb == 0 and baseline_memory(sizes(16), CPU).gpu_mem_gb == 0
+
+
+def test_a_problem_without_sizes_falls_back_to_the_configuration(tmp_path: Path) -> None:
+    assert evaluate_memory(None, {**CUDA, "memory_gb": 24}, 15) == Memory(8000, 24)
+    assert baseline_memory(None, CPU) == Memory(8000, 0)
+    assert job_memory("evaluate", tmp_path / "not-yet.parquet", 1, 1, {**CUDA, "memory_gb": 16}) == Memory(8000, 16)
+    old = tmp_path / "old.parquet"  # a table from before the sizes: the fallback, not an error
+    pd.DataFrame({"level": [1], "problem_id": [1]}).to_parquet(old)
+    assert job_memory("baseline", old, 1, 1, CUDA) == Memory(8000, 40)
+
+
+# -- the workflow ----------------------------------------------------------------------------------------------------
+
+
+def planned_resources(stdout: str) -> dict[tuple[str, str], dict[str, str]]:
+    """(rule, wildcards) -> the resources a dry run prints for the job."""
+    jobs = {}
+    for block in re.split(r"\n(?=rule \w+:)", stdout):
+        rule = re.match(r"rule (\w+):", block)
+        wildcards = re.search(r"^\s+wildcards: (.+)$", block, re.M)
+        resources = re.search(r"^\s+resources: (.+)$", block, re.M)
+        if rule and wildcards and resources:
+            jobs[(rule.group(1), wildcards.group(1))] = dict(
+                item.split("=", 1) for item in resources.group(1).split(", "))
+    return jobs
+
+
+@pytest.mark.slow
+def test_jobs_of_a_large_and_a_small_problem_declare_different_memory(tmp_path: Path) -> None:
+    work = copy_workflow(tmp_path / "wf")
+    (work / "demo/suite/KernelBench/level1/9_HugeReLU.py").write_text(HUGE_PROBLEM)
+    cuda = work / "cuda.yaml"
+    cuda.write_text("evaluation:\n  device: cuda\n  memory_gb: 24\n")
+
+    def dry(*configs: str) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", *configs], cwd=work,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return planned_resources(proc.stdout)
+
+    # Before the problems stage has run there are no sizes: every job gets the fallback.
+    fresh = dry("config.yaml", str(cuda))
+    small, large = "model=expert, level=1, problem_id=1", "model=expert, level=1, problem_id=9"
+    assert fresh[("evaluate", large)]["mem_mb"] == fresh[("evaluate", small)]["mem_mb"] == "8000"
+    assert fresh[("evaluate", large)]["gpu_mem_gb"] == "24"
+
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "results/demo/problems.parquet"],
+                          cwd=work, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    planned = dry("config.yaml", str(cuda))
+    evaluation = {"device": "cuda", "memory_gb": 24, "correctness_trials": 5}
+    answers = 6  # the demo's models: every evaluate job judges all of them
+    for rule, wildcards, level, pid in (("evaluate", small, 1, 1), ("evaluate", large, 1, 9),
+                                        ("baseline", "level=1, problem_id=9", 1, 9)):
+        expected = job_memory(rule, work / "results/demo/problems.parquet", level, pid, evaluation, answers)
+        assert planned[(rule, wildcards)]["mem_mb"] == str(expected.mem_mb), (rule, wildcards)
+        assert planned[(rule, wildcards)]["gpu_mem_gb"] == str(expected.gpu_mem_gb), (rule, wildcards)
+    assert int(planned[("evaluate", large)]["mem_mb"]) > 10 * int(planned[("evaluate", small)]["mem_mb"])
+    assert int(planned[("evaluate", large)]["gpu_mem_gb"]) > 5 * int(planned[("evaluate", small)]["gpu_mem_gb"])
+    # On the CPU no job declares GPU memory.
+    cpu = dry("config.yaml")
+    assert cpu[("evaluate", large)]["gpu_mem_gb"] == "0" and int(cpu[("evaluate", large)]["mem_mb"]) > 50_000

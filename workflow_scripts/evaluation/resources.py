@@ -1,0 +1,193 @@
+"""The memory an evaluate job and a baseline job need: host MiB (Snakemake's ``mem_mb``) and GPU GiB
+(``gpu_mem_gb``), from the sizes of the problem's tensors (the problems table: ``input_bytes``, ``param_bytes``,
+``output_bytes``, computed on the meta device by ``suite.sizes``) and the evaluation configuration.
+
+This is the one place the estimate lives; rules/common.smk only reads it. Each term below names what the code holds
+(``evaluation.reference``: the trusted side; ``evaluation.answer``: ``ProblemEvaluator.start_slot`` and
+``batch_size``; ``evaluation.child``: answer and baseline children). Nothing is capped: a problem whose estimate
+exceeds any host still says so (Snakemake clips a job's resources to the ``--resources`` bound, so it then runs alone).
+
+A problem without sizes (the meta device could not build it, or the table predates the sizes) falls back to the
+configured ``evaluation.memory_gb`` for the GPU and ``FALLBACK_MEM_MB`` for the host, the values every job had before.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+GIB = 1 << 30
+# The host memory every evaluate and baseline job declared before the estimate: no job gets less (small problems).
+FLOOR_MEM_MB = 8000
+FALLBACK_MEM_MB = 8000
+# The evaluating process itself (Python, torch, the CUDA runtime, pandas for the tables) and, for a baseline, the
+# stage process that drives its children.
+TRUSTED_PROCESS_GIB = 2.0
+# An answer's (or baseline's) child process beyond the areas it maps: Python, torch, CUDA's host side, Triton's
+# driver. Measured ~1-2 GiB (docs/evaluation.md); each is capped at evaluation's memory_limit_gib (default 16) of
+# its own, a bound against runaway answers, not what an answer normally takes, so the typical value is declared.
+CHILD_PROCESS_GIB = 1.5
+# torch.compile(mode="max-autotune") in the baseline's compile child: Inductor's code generation and autotuning.
+COMPILE_GIB = 2.0
+# Per process on the GPU: a CUDA context, the caching allocator's slack and the L2 flush buffer (256 MiB).
+CUDA_CONTEXT_GIB = 1.0
+# One forward's working set beyond 3 x inputs + 2 x outputs + parameters: the intermediates the sizes cannot see.
+# Over the 200 level-1/2 problems measured on an H200 (the reference's peak GPU memory), peak <= 3 x inputs +
+# 2 x outputs + parameters + 3.8 GiB (level 2 problem 65, a convolution whose intermediate dwarfs its input).
+INTERMEDIATES_GIB = 4.0
+# Reference timing outputs at least this large wait on the host (reference.LARGE_OUTPUT_BYTES).
+LARGE_OUTPUT_GIB = 1.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """A problem's tensor bytes, as the problems table records them."""
+
+    input_bytes: int
+    param_bytes: int
+    output_bytes: int
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What a job declares: host MiB (mem_mb) and GPU GiB (gpu_mem_gb; 0 on the CPU)."""
+
+    mem_mb: int
+    gpu_mem_gb: int
+
+
+def forward_gib(inputs: float, outputs: float, params: float) -> float:
+    """One forward pass's memory on its device: its inputs, parameters and outputs and the intermediates, bounded by
+    the measured relation (INTERMEDIATES_GIB): elementwise problems peak near 3 x their inputs."""
+    return 3 * inputs + 2 * outputs + params + INTERMEDIATES_GIB
+
+
+def answer_processes(evaluation: Mapping[str, Any], answers: int) -> int:
+    """Answer processes alive at once in one evaluate job: a batch of ``EvalConfig.prestart_count()`` (15 on CUDA,
+    1 on the CPU) plus the next batch, started while the last answer of a batch is checked, i.e. the current answer
+    and one batch; never more than the job's answers (its own model's and the companions', one per model)."""
+    from workflow_scripts.evaluation.answer import EvalConfig
+
+    device = evaluation.get("device", "cpu")
+    batch = EvalConfig(device=device, prestart=evaluation.get("prestart")).prestart_count()
+    return max(1, min(int(answers), batch + 1))
+
+
+def evaluate_memory(sizes: Sizes | None, evaluation: Mapping[str, Any], answers: int = 1) -> Memory:
+    """An evaluate job: the problem's trusted side and every answer to it that the job judges (``answers``)."""
+    cuda = evaluation.get("device", "cpu") == "cuda"
+    if sizes is None:
+        return Memory(FALLBACK_MEM_MB, int(evaluation.get("memory_gb", 40)) if cuda else 0)
+    i, p, o = (sizes.input_bytes / GIB, sizes.param_bytes / GIB, sizes.output_bytes / GIB)
+    trials = int(evaluation.get("correctness_trials", 5))
+    timed = bool(evaluation.get("time_answer", True))
+    slots = answer_processes(evaluation, answers)
+
+    host = TRUSTED_PROCESS_GIB
+    host += p  # Model(*init) is built on the host and then moved (.to(device)); on the CPU it stays there
+    host += trials * i  # one sealed input area per seeded trial (KernelBench's 5 inputs), held for the whole job
+    host += i  # the trial being built by get_inputs() on the CPU before it is written into its area
+    host += i if timed else 0  # the timing inputs' area, shared by every answer
+    host += slots * (i + o)  # each live answer's own secret-input and output areas (start_slot)
+    host += slots * CHILD_PROCESS_GIB  # each live answer process beyond those areas
+    if cuda:
+        # The reference's timing outputs wait on the host once they reach 1 GiB (the GPU keeps room for answers).
+        host += o if timed and o >= LARGE_OUTPUT_GIB else 0
+    else:
+        host += (trials + timed) * o  # the reference outputs (seeded and timing) stay in host memory
+        host += i if timed else 0  # the timing inputs as tensors, besides their area (the reference is timed on them)
+        # The running answer's tensors: no device memory on the CPU, so its forward (its copy of the inputs read
+        # from the areas, its outputs, intermediates) and the trusted side's copy of its outputs are host memory.
+        host += forward_gib(i, o, p) + o
+    mem_mb = max(FLOOR_MEM_MB, math.ceil(host * 1024))
+
+    gpu = 0.0
+    if cuda:
+        gpu += (1 + slots) * CUDA_CONTEXT_GIB  # the trusted side and every live answer process hold a context
+        gpu += p  # the reference model
+        # The seeded reference outputs stay on the GPU (moved to the host only beyond 30% of the GPU's memory, which
+        # the scheduler cannot know: counted here, the larger GPU's case).
+        gpu += trials * o
+        gpu += i if timed else 0  # the timing inputs, built on the device and kept for every answer's paired timing
+        gpu += min(o, LARGE_OUTPUT_GIB) if timed else 0  # the timing outputs, on the GPU while under 1 GiB
+        # The running answer: its forward (its own copy of the inputs, its outputs, intermediates), the pristine
+        # copy of its inputs kept to detect mutation and the snapshot of its outputs; the reference's forward on a
+        # secret trial runs between the answer's calls and needs no more than this.
+        gpu += forward_gib(i, o, p) + i + o
+        gpu += o  # the answer's outputs copied onto the trusted side's device to be judged
+    return Memory(mem_mb, math.ceil(gpu))
+
+
+def baseline_memory(sizes: Sizes | None, evaluation: Mapping[str, Any]) -> Memory:
+    """A baseline job: the stage process and one child at a time (eager, then torch.compile), each building the
+    model and the seed-42 inputs itself (``child._run_baseline``)."""
+    cuda = evaluation.get("device", "cpu") == "cuda"
+    if sizes is None:
+        return Memory(FALLBACK_MEM_MB, int(evaluation.get("memory_gb", 40)) if cuda else 0)
+    i, p, o = (sizes.input_bytes / GIB, sizes.param_bytes / GIB, sizes.output_bytes / GIB)
+
+    host = TRUSTED_PROCESS_GIB  # the stage process
+    host += CHILD_PROCESS_GIB + COMPILE_GIB  # the running child; the compile child's Inductor and autotuning
+    host += i + p  # the child builds the model and the inputs on the CPU before moving them to the device
+    host += o  # the eager outputs copied to the CPU (compile_max_abs_diff_vs_eager is taken against them)
+    if not cuda:
+        host += forward_gib(i, o, p) + o  # the forward itself, and the compiled model's first outputs beside it
+    mem_mb = max(FLOOR_MEM_MB, math.ceil(host * 1024))
+
+    gpu = 0.0
+    if cuda:
+        gpu += CUDA_CONTEXT_GIB  # the child's context (the stage process itself touches no GPU memory)
+        gpu += forward_gib(i, o, p)  # the forward, eager or compiled
+        gpu += o  # the compiled model's first outputs while the eager reference is compared with them
+    return Memory(mem_mb, math.ceil(gpu))
+
+
+# -- the problems table ----------------------------------------------------------------------------------------------
+
+_TABLES: dict[str, tuple[tuple[int, int], dict[tuple[int, int], Sizes | None]]] = {}
+SIZE_COLUMNS = ("input_bytes", "param_bytes", "output_bytes")
+
+
+def table_sizes(problems: Path | str, level: int, problem_id: int) -> Sizes | None:
+    """The problem's sizes from the problems table; None where the table, its size columns or the problem's sizes
+    are missing (the fallback). Each table is read once while it is unchanged (Snakemake evaluates a job's
+    resources again at every scheduling round, for thousands of jobs)."""
+    path = str(problems)
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None  # not built yet: a dry run, or the DAG built before the problems stage ran
+    version = (stat.st_mtime_ns, stat.st_size)
+    cached = _TABLES.get(path)
+    if cached is None or cached[0] != version:
+        _TABLES[path] = cached = (version, _read(path))
+    return cached[1].get((int(level), int(problem_id)))
+
+
+def _read(path: str) -> dict[tuple[int, int], Sizes | None]:
+    import pyarrow.parquet as pq
+
+    schema = pq.read_schema(path)
+    if not all(c in schema.names for c in SIZE_COLUMNS):
+        return {}  # a table written before the sizes were recorded
+    table = pq.read_table(path, columns=["level", "problem_id", *SIZE_COLUMNS]).to_pylist()
+    found: dict[tuple[int, int], Sizes | None] = {}
+    for row in table:
+        values = [row[c] for c in SIZE_COLUMNS]
+        found[(int(row["level"]), int(row["problem_id"]))] = (
+            None if any(v is None for v in values) else Sizes(*(int(v) for v in values)))
+    return found
+
+
+def job_memory(job: str, problems: Path | str, level: int, problem_id: int, evaluation: Mapping[str, Any],
+               answers: int = 1) -> Memory:
+    """The memory of one evaluate or baseline job, from the problems table (rules/common.smk's resources)."""
+    sizes = table_sizes(problems, level, problem_id)
+    if job == "evaluate":
+        return evaluate_memory(sizes, evaluation, answers)
+    if job == "baseline":
+        return baseline_memory(sizes, evaluation)
+    raise ValueError(f"no memory estimate for job {job!r} (evaluate, baseline)")

@@ -1,0 +1,104 @@
+"""How large a problem's tensors are, computed without allocating them: the problem is built on PyTorch's meta
+device (shapes and dtypes only), so a level-1 problem with 16 GiB of inputs is sized in milliseconds on a machine
+with no GPU and little memory.
+
+The sizes are those of the tensors the evaluation holds (``evaluation.reference``): each input as the protocol
+passes it (floating tensors cast to float32, ``reference.as_input``), the model moved to float32 as KernelBench
+moves it, and its outputs on those inputs. They feed the scheduling estimate (``evaluation.resources``).
+
+A problem the meta device cannot build (an op without a meta kernel, a data-dependent shape, an input that is
+not a tensor, number or sequence of them) gets no sizes and a one-line reason instead; the problem itself may
+still run (the evaluation decides that, not this).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.evaluation.protocol import KERNELBENCH_SEED
+
+# Values that hold no tensor memory: counted as 0 bytes (init inputs are mostly ints; some outputs are scalars).
+_PLAIN = (int, float, bool, complex, str, bytes, type(None))
+
+
+class _Unsized(Exception):
+    """A value whose size cannot be counted (neither a tensor, a plain value nor a sequence or dict of them)."""
+
+
+@dataclass(frozen=True)
+class ProblemSizes:
+    """Bytes of one problem's tensors; all None with ``error`` set where the meta device could not build it."""
+
+    input_bytes: int | None
+    param_bytes: int | None
+    output_bytes: int | None
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, reason: str) -> "ProblemSizes":
+        return cls(None, None, None, reason)
+
+
+def tensor_nbytes(value: Any) -> int:
+    """The bytes of every tensor in ``value`` (a tensor, or lists, tuples and dicts of them, nested); plain values
+    count 0; anything else raises ``_Unsized``."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_nbytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(tensor_nbytes(v) for v in value.values())
+    if isinstance(value, _PLAIN):
+        return 0
+    raise _Unsized(f"a value of type {type(value).__name__}")
+
+
+def problem_sizes(path: Path | str, seed: int = KERNELBENCH_SEED) -> ProblemSizes:
+    """The problem's input, parameter-and-buffer and output bytes, on the meta device after seeding as the
+    reference does (``with torch.device("meta"): Model(*get_init_inputs())(*get_inputs())``)."""
+    try:
+        import torch
+    except ImportError:
+        return ProblemSizes.failed("torch is not installed in this environment")
+    from workflow_scripts.evaluation.reference import as_input, load_problem
+
+    what = "loading the problem"
+    try:
+        problem = load_problem(path)
+        with torch.device("meta"), torch.no_grad():
+            what = "get_init_inputs()"
+            torch.manual_seed(seed)
+            init = list(problem.get_init_inputs())
+            what = "building Model"
+            torch.manual_seed(seed)
+            model = problem.Model(*[as_input(x, "meta") for x in init]).to(dtype=torch.float32)
+            what = "get_inputs()"
+            torch.manual_seed(seed)
+            inputs = [as_input(x, "meta") for x in problem.get_inputs()]
+            what = "Model.forward"
+            out = model(*inputs)
+        what = "counting the tensors"
+        params = sum(tensor_nbytes(t) for t in [*model.parameters(), *model.buffers()])
+        return ProblemSizes(tensor_nbytes(inputs), params, tensor_nbytes(out))
+    except _Unsized as e:
+        return ProblemSizes.failed(f"{what}: {e} (not a tensor)")
+    except Exception as e:  # noqa: BLE001 - the problem's own code, on a device it was not written for
+        message = " ".join(str(e).split())
+        return ProblemSizes.failed(f"{what} on the meta device: {type(e).__name__}: {message}"[:300])
+
+
+def with_sizes(table: Any, suite: Path | str) -> Any:
+    """The problems table (``kernelbench.problems_dataframe``) with each problem's sizes: ``input_bytes``,
+    ``param_bytes``, ``output_bytes`` (null where unknown) and ``size_error`` (why; null where known)."""
+    import pandas as pd
+
+    sizes = [problem_sizes(Path(suite) / path) for path in table["path"]]
+    table = table.copy()
+    for column in ("input_bytes", "param_bytes", "output_bytes"):
+        table[column] = pd.Series([getattr(s, column) for s in sizes], dtype="Int64", index=table.index)
+    table["size_error"] = pd.Series([s.error for s in sizes], dtype="string", index=table.index)
+    return table
