@@ -119,3 +119,48 @@ def test_a_configured_cgroup_cap_on_a_host_without_one_fails_loudly(monkeypatch:
         assert memory_cap.resolve_mode("auto") == "watch"
     with pytest.raises(ValueError, match="memory_cap must be one of"):
         memory_cap.resolve_mode("rlimit")
+
+
+def _holder(code: str) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", code + "\nprint('ready', flush=True); time.sleep(30)"],
+                         stdout=subprocess.PIPE, start_new_session=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == b"ready"
+    return p
+
+
+def test_tree_usage_counts_a_memfd_that_is_only_mapped() -> None:
+    """A memfd filled with write(), mapped by one page, its fd closed: in no fd table and 4 KiB of RSS, 256 MiB held."""
+    code = ("import os, time, ctypes; libc = ctypes.CDLL(None); libc.mmap.restype = ctypes.c_void_p\n"
+            "fd = os.memfd_create('m'); os.write(fd, b'y' * (256 << 20))\n"
+            "assert libc.mmap(None, ctypes.c_size_t(4096), 1, 1, fd, ctypes.c_long(0)) not in (None, 2**64 - 1)\n"
+            "os.close(fd)")
+    p = _holder(code)
+    try:
+        if not os.access(f"/proc/{p.pid}/map_files", os.R_OK) or os.geteuid() != 0:
+            pytest.skip("/proc/<pid>/map_files needs CAP_SYS_ADMIN")
+        assert memory_cap.tree_usage(p.pid) >= 250 << 20
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_process_name_that_is_not_utf8_neither_hides_memory_nor_stops_the_watcher() -> None:
+    """PR_SET_NAME with bytes that are not UTF-8: /proc/<pid>/status is not text. The watcher thread, which polls
+    every tree, died on it (UnicodeDecodeError), and the cap was off for every later answer."""
+    code = ("import ctypes, time; ctypes.CDLL(None).prctl(15, b'\\xff\\xfekb', 0, 0, 0)\n"
+            "held = b'x' * (128 << 20)")
+    p = _holder(code)
+    try:
+        assert memory_cap.tree_usage(p.pid) >= 120 << 20
+        cap = memory_cap.TreeMemoryCap("watch", 64 << 20)
+        cap.attach(p.pid)
+        deadline = time.monotonic() + 5.0
+        while p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cap.exceeded() and p.poll() is not None
+        cap.close()
+        assert memory_cap._watcher().thread.is_alive()
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()

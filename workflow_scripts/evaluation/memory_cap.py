@@ -332,39 +332,59 @@ def _read_key(path: Path, key: str) -> int:
 
 # -- watch mode ----------------------------------------------------------------------------------------------------
 
+_SHARED_PREFIXES = (b"/memfd:", b"/dev/shm/", b"/SYSV")
+
+
 def tree_usage(root_pid: int, exempt: frozenset[tuple[int, int]] = frozenset()) -> int:
     """Bytes the process tree under ``root_pid`` holds: resident anonymous and shared pages of every process, plus
-    the allocated size of every memfd or /dev/shm file held open (each once), ``exempt`` files (dev, inode) aside."""
+    the allocated size of every memfd, /dev/shm file or SysV segment held open or mapped (each once: a memfd filled
+    with ``write``, mapped by one page and closed is in no fd table and barely in RSS), ``exempt`` files (dev,
+    inode) aside. /proc is read as bytes: a process name (``PR_SET_NAME``) is not necessarily UTF-8."""
     try:
         procs = [psutil.Process(root_pid)]
         procs += procs[0].children(recursive=True)
     except psutil.Error:
         return 0
     total, seen = 0, set(exempt)
+
+    def add_file(path: str) -> None:
+        nonlocal total
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+
     for p in procs:
         try:
-            status = Path(f"/proc/{p.pid}/status").read_text()
+            status = Path(f"/proc/{p.pid}/status").read_bytes()
         except OSError:
             continue
         for line in status.splitlines():
-            if line.startswith(("RssAnon:", "RssShmem:")):
+            if line.startswith((b"RssAnon:", b"RssShmem:")):
                 total += int(line.split()[1]) * 1024
-        fd_dir = Path(f"/proc/{p.pid}/fd")
+        fd_dir = f"/proc/{p.pid}/fd"
         try:
-            fds = list(fd_dir.iterdir())
+            fds = os.listdir(fd_dir)
         except OSError:
-            continue
+            fds = []
         for fd in fds:
             try:
-                target = os.readlink(fd)
-                if not (target.startswith("/memfd:") or target.startswith("/dev/shm/")):
-                    continue
-                st = os.stat(fd)
+                target = os.readlink(os.path.join(fd_dir, fd).encode())
             except OSError:
                 continue
-            if (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                total += st.st_blocks * 512
+            if target.startswith(_SHARED_PREFIXES):
+                add_file(os.path.join(fd_dir, fd))
+        try:
+            maps = Path(f"/proc/{p.pid}/maps").read_bytes()
+        except OSError:
+            continue
+        for line in maps.splitlines():
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith(_SHARED_PREFIXES):
+                add_file(f"/proc/{p.pid}/map_files/{parts[0].decode()}")
     return total
 
 
@@ -393,15 +413,26 @@ class _Watcher:
             for cap in caps:
                 if cap.pid is None or cap.killed:
                     continue
-                if cap.mode == "watch":
-                    used = tree_usage(cap.pid, cap._exempt)
-                    cap.peak_bytes = max(cap.peak_bytes, used)
-                    if used > cap.limit_bytes:
-                        cap.exceeded_bytes = used
-                        cap.kill_tree()
-                elif cap.exceeded():
+                try:
+                    self.check(cap)
+                except Exception as e:  # noqa: BLE001 - the one thread must outlive any one tree's odd /proc state
+                    # A tree that cannot be measured is not trusted to stay under its cap.
+                    print(f"WARNING: evaluation sandbox: memory watch of pid {cap.pid} failed "
+                          f"({type(e).__name__}: {e}); killing its tree", file=sys.stderr)
+                    cap.exceeded_bytes = cap.exceeded_bytes or cap.limit_bytes + 1
                     cap.kill_tree()
             time.sleep(POLL_S)
+
+    @staticmethod
+    def check(cap: TreeMemoryCap) -> None:
+        if cap.mode == "watch":
+            used = tree_usage(cap.pid, cap._exempt)
+            cap.peak_bytes = max(cap.peak_bytes, used)
+            if used > cap.limit_bytes:
+                cap.exceeded_bytes = used
+                cap.kill_tree()
+        elif cap.exceeded():
+            cap.kill_tree()
 
 
 _WATCHER: list[_Watcher] = []
