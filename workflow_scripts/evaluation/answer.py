@@ -813,6 +813,10 @@ def _result(cfg: EvalConfig, status: Status, ev: _Evaluation | None, error: str 
 
 def _verdict(cfg: EvalConfig, ev: _Evaluation, static: _Static, phases: dict[str, float]) -> EvalResult:
     all_launched = all((t.launches or 0) > 0 for t in ev.trials if t.kind in ("seeded", "hidden"))
+    cap = ev.slot.child.cap
+    if cap is not None and cap.exceeded() and ev.failure is None:
+        ev.failure = Status.CRASH  # the host-memory cap killed the tree, whenever that was
+        ev.error = f"the child was {cap.describe()}" + (f"\n{ev.error}" if ev.error else "")
     status = decide_status(
         imported=ev.imported, pre_import_status=ev.pre_import_status, failure=ev.failure,
         trial_verdicts=[t.verdict for t in ev.trials], flags=ev.flags + static.flags,
@@ -955,6 +959,9 @@ class ProblemEvaluator:
             ev = _Evaluation(self.reference, slot, path, cfg, self.gpu, self.lease, list(started))
             try:
                 ev.run()
+                # Ended before the verdict: a tree that reaches its memory cap after its last message (or a
+                # process it started that still runs) is judged on its whole life.
+                slot.child.kill()
                 results.append(_verdict(cfg, ev, static, self.phases))
             finally:
                 slot.close()

@@ -8,14 +8,16 @@ So the cap is on the whole tree, in one of two ways, the first the host allows:
   where swap accounting exists, ``memory.memsw.limit_in_bytes``). The child's first process joins it before it
   execs anything (``prefix``), so every process the answer starts is in it; the kernel charges its anonymous and
   shared pages and kills inside it when the limit is reached. The child cannot leave it: inside the sandbox every
-  mount, /sys/fs/cgroup included, is read-only. At the end every process still in the cgroup is killed and the
-  cgroup removed.
+  mount, /sys/fs/cgroup included, is read-only. A v1 OOM kill takes only the largest process; the trusted side's
+  watcher then kills the whole tree (v2: ``memory.oom.group``). At the end every process still in the cgroup is
+  killed and the cgroup removed.
 * ``watch``: where no cgroup can be made (a container without a writable memory hierarchy), the trusted side
   polls the tree every ``POLL_S`` seconds: the resident anonymous and shared pages of every process in it
   (``RssAnon + RssShmem``) plus the allocated size of every memfd or /dev/shm file any of them holds open (written
   but unmapped memory is in no process's RSS), the child's own transport areas excepted; over the limit, the tree is
-  killed. An allocation faster than the poll can overshoot by what it allocates in one interval (a few hundred MB).
-  Said loudly, once per process.
+  killed. An allocation faster than the poll can overshoot by what it allocates in one interval (a few hundred MB),
+  and memory that is in no process's pages or file table is not seen (``WATCH_LIMITS``): evidence against a hostile
+  answer, not a bound. Said loudly, once per process, and recorded in every result's isolation warnings.
 
 The limit is the configured memory (``RunConfig.memory_limit_gib``) plus the child's transport areas (its inputs
 and outputs, which the trusted side sizes: they are mapped into the child and count against a cgroup once touched).
@@ -37,6 +39,10 @@ from typing import Any
 import psutil
 
 MODES = ("auto", "cgroup", "watch")
+# What polling cannot see (found by attacking it, docs/evaluation.md): recorded with every result it bounded.
+WATCH_LIMITS = ("host memory capped by polling, not by the kernel: socket buffers, memfds held only in flight over "
+                "a socket, unmapped SysV segments and files in the private tmpfs (bounded by its own size cap) are "
+                "not counted, and a fast allocation overshoots by one 50 ms poll; a memory cgroup holds all of them")
 POLL_S = 0.05
 CGROUP_FS = Path("/sys/fs/cgroup")
 _PREFIX = "kbeval-"  # per-child cgroup names: kbeval-<evaluator pid>-<token>

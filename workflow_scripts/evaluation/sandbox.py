@@ -483,8 +483,11 @@ class ChildProcess:
         except memory_cap.MemoryCapUnavailable as e:
             raise SandboxUnavailable(str(e)) from None
         if self.cap is not None:  # recorded with the isolation: what bounded the tree's host memory
-            self.sandbox = dataclasses.replace(self.sandbox, host_memory=self.cap.mode if self.cap.mode == "watch"
-                                               else f"cgroup_v{self.cap.version}")
+            if self.cap.mode == "watch":
+                self.sandbox = dataclasses.replace(self.sandbox, host_memory="watch", warnings=(
+                    *self.sandbox.warnings, memory_cap.WATCH_LIMITS))
+            else:
+                self.sandbox = dataclasses.replace(self.sandbox, host_memory=f"cgroup_v{self.cap.version}")
         key = secrets.token_bytes(32)
         rfd, wfd = os.pipe()
         prefix = sandbox_command(self.sandbox.tool, self.workdir, self.limits, self.device,
