@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from processes import processes_with
 
 from workflow_scripts.core import configuration
 from workflow_scripts.core.statuses import Status
@@ -270,18 +271,6 @@ def _from_template(tmp_path: Path, name: str, **subs: str) -> Path:
     return out
 
 
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if marker.encode() in (d / "cmdline").read_bytes():
-                    found.append(int(d.name))
-            except OSError:
-                continue
-    return found
-
-
 SANDBOX_TOOLS = [pytest.param("bwrap", marks=pytest.mark.skipif(
                      shutil.which("bwrap") is None, reason="bubblewrap is not installed (make test installs it)")),
                  "unshare"]
@@ -337,7 +326,7 @@ def sandboxed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
                 p.unlink(missing_ok=True)
         listener.close()
         abstract.close()
-        for pid in _processes_with(f"kbmark{token}"):  # only on failure: a survivor of this test
+        for pid in processes_with(f"kbmark{token}"):  # only on failure: a survivor of this test
             os.kill(pid, 9)
 
 
@@ -347,9 +336,9 @@ def test_no_process_started_by_an_answer_outlives_it(sandboxed: dict) -> None:
     res = sandboxed["results"]["spawn"]
     assert res.status == Status.CORRECT.value, (res.status, res.error)
     deadline = time.monotonic() + 3.0
-    while _processes_with(sandboxed["marker"]) and time.monotonic() < deadline:
+    while processes_with(sandboxed["marker"]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _processes_with(sandboxed["marker"]) == [], "a process the answer started outlived its evaluation"
+    assert processes_with(sandboxed["marker"]) == [], "a process the answer started outlived its evaluation"
     assert not sandboxed["early"].exists(), "a process the answer started wrote into the repository"
     assert not sandboxed["late"].exists()
 
@@ -389,9 +378,9 @@ def test_no_process_outlives_the_evaluation_by_double_fork_setsid_nohup_or_a_nes
     res = sandboxed["results"]["double_fork"]
     assert res.status == Status.CORRECT.value, (res.status, res.error)
     deadline = time.monotonic() + 3.0
-    while _processes_with(sandboxed["marker"]) and time.monotonic() < deadline:
+    while processes_with(sandboxed["marker"]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _processes_with(sandboxed["marker"]) == [], "a process the answer started outlived its evaluation"
+    assert processes_with(sandboxed["marker"]) == [], "a process the answer started outlived its evaluation"
 
 
 def test_the_evaluator_cannot_be_signalled_traced_read_or_reached_over_sockets(sandboxed: dict) -> None:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import processes_with
 
 from workflow_scripts.core.statuses import Status
 from workflow_scripts.evaluation import memory_cap
@@ -31,18 +32,6 @@ MODES = [pytest.param("cgroup", marks=pytest.mark.skipif(memory_cap.cgroup_root(
          "watch"]
 
 
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if marker.encode() in (d / "cmdline").read_bytes():
-                    found.append(int(d.name))
-            except OSError:
-                continue
-    return found
-
-
 @pytest.fixture(scope="module", params=MODES)
 def capped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp(f"cap-{request.param}")
@@ -59,7 +48,7 @@ def capped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         results = dict(zip(answers, evaluate_answers(ADD, list(answers.values()), cfg)))
         yield {"mode": request.param, "results": results, "marker": marker}
     finally:
-        for pid in _processes_with(marker):  # only on failure
+        for pid in processes_with(marker):  # only on failure
             os.kill(pid, 9)
 
 
@@ -74,9 +63,9 @@ def test_a_tree_over_the_cap_is_killed_and_not_credited(capped: dict, how: str) 
     assert record["limit_bytes"] >= LIMIT_GIB * (1 << 30)
     assert res.protocol["isolation"]["host_memory"] == record["mode"]
     deadline = time.monotonic() + 3.0
-    while _processes_with(capped["marker"]) and time.monotonic() < deadline:
+    while processes_with(capped["marker"]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _processes_with(capped["marker"]) == [], "a hog process outlived its evaluation"
+    assert processes_with(capped["marker"]) == [], "a hog process outlived its evaluation"
 
 
 def test_an_honest_answer_beside_them_is_judged_under_the_cap(capped: dict) -> None:
