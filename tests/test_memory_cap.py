@@ -73,7 +73,8 @@ def test_an_honest_answer_beside_them_is_judged_under_the_cap(capped: dict) -> N
     assert res.status == Status.CORRECT.value, (res.status, res.error)
     record = res.protocol["host_memory"]
     assert record["exceeded"] is False
-    assert 0 < record["peak_bytes"] < record["limit_bytes"]
+    # No peak where the kernel keeps none (cgroup v2 before Linux 5.19 has no memory.peak).
+    assert record["peak_bytes"] is None or 0 < record["peak_bytes"] < record["limit_bytes"]
 
 
 def test_tree_usage_counts_children_and_unmapped_memfds_but_not_the_exempt_areas() -> None:
@@ -83,10 +84,12 @@ def test_tree_usage_counts_children_and_unmapped_memfds_but_not_the_exempt_areas
     os.write(area, b"a" * (128 << 20))
     code = ("import os, sys, time; held = b'x' * (256 << 20); fd = os.memfd_create('m'); "
             "os.write(fd, b'y' * (256 << 20)); print('ready', flush=True); time.sleep(30)")
-    outer = subprocess.Popen(["/bin/sh", "-c", f'exec "{sys.executable}" -c "$0"', code], stdout=subprocess.PIPE,
+    # The shell stays (no exec): the memory is in its child, found only by walking the tree.
+    outer = subprocess.Popen(["/bin/sh", "-c", f'"{sys.executable}" -c "$0"; :', code], stdout=subprocess.PIPE,
                              pass_fds=(area,), start_new_session=True)
     try:
         assert outer.stdout is not None and outer.stdout.readline().strip() == b"ready"
+        assert memory_cap.psutil.Process(outer.pid).children(), "the memory must be in a child of the root"
         st = os.fstat(area)
         exempt = frozenset({(st.st_dev, st.st_ino)})
         used = memory_cap.tree_usage(outer.pid, exempt)
@@ -153,3 +156,36 @@ def test_a_process_name_that_is_not_utf8_neither_hides_memory_nor_stops_the_watc
         if p.poll() is None:
             p.kill()
         p.wait()
+
+
+def test_a_tree_the_watcher_cannot_measure_is_killed_and_said_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A poll that raises kills that one tree (not trusted to stay under its cap), names why, and the watcher goes on
+    polling the others."""
+    def broken(pid: int, exempt: frozenset = frozenset()) -> int:
+        raise ValueError("odd /proc")
+
+    monkeypatch.setattr(memory_cap, "tree_usage", broken)
+    victim = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    cap = memory_cap.TreeMemoryCap("watch", 1 << 40)
+    cap.attach(victim.pid)
+    try:
+        assert victim.wait(timeout=5) == -9
+        assert cap.exceeded() and "could not be measured" in cap.describe() and "odd /proc" in cap.describe()
+        assert memory_cap._watcher().thread.is_alive()
+    finally:
+        cap.close()
+        if victim.poll() is None:
+            victim.kill()
+
+
+def test_the_cgroup_is_made_in_the_evaluators_own_never_above_it(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answers stay inside whatever bounds the evaluator (a Slurm step, a systemd scope): with its own cgroup
+    visible, the mount's root is no candidate; only a namespaced view (own path not visible) falls back to it."""
+    mount = tmp_path / "unified"
+    (mount / "job" / "step").mkdir(parents=True)
+    monkeypatch.setattr(memory_cap, "_mounts", lambda: [(str(mount), "cgroup2", {"rw"})])
+    monkeypatch.setattr(memory_cap, "_own_paths", lambda: {"2": "/job/step"})
+    assert [r.path for r in memory_cap._candidates()] == [mount / "job" / "step"]
+    monkeypatch.setattr(memory_cap, "_own_paths", lambda: {"2": "/not/visible/here"})
+    assert [r.path for r in memory_cap._candidates()] == [mount]

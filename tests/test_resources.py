@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -65,8 +66,11 @@ def test_demo_problems_are_sized_exactly(tmp_path: Path) -> None:
 def test_a_huge_problem_is_sized_without_allocating(tmp_path: Path) -> None:
     path = tmp_path / "19_HugeReLU.py"
     path.write_text(HUGE_PROBLEM)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB, this process's peak so far
     sizes = problem_sizes(path)
     assert sizes.input_bytes == sizes.output_bytes == 6 * GIB and sizes.param_bytes == 0
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 512 * 1024, f"sizing a 6 GiB problem raised the peak by {grown_kib / 1024:.0f} MiB"
 
 
 def test_a_problem_the_meta_device_cannot_build_gets_a_reason_not_a_failure(tmp_path: Path) -> None:
@@ -142,7 +146,8 @@ def test_the_estimate_is_monotone_in_every_size_and_in_the_answers_judged() -> N
                 assert [m.gpu_mem_gb for m in seen] == sorted(m.gpu_mem_gb for m in seen), (config, field)
         by_answers = [evaluate_memory(sizes(1), config, n) for n in (1, 2, 5, 15)]
         assert [m.mem_mb for m in by_answers] == sorted(m.mem_mb for m in by_answers)
-    # On CUDA 15 answers live at once (prestart 15, plus the next batch's first); on the CPU two.
+    # On CUDA up to 16 answer processes live at once (the one judged plus a batch of 15), capped by the answers; on
+    # the CPU two.
     assert evaluate_memory(sizes(1), CUDA, 15).mem_mb > evaluate_memory(sizes(1), CUDA, 2).mem_mb
     assert evaluate_memory(sizes(1), CPU, 15) == evaluate_memory(sizes(1), CPU, 2)
 

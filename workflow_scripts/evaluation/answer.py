@@ -889,7 +889,7 @@ class ProblemEvaluator:
                 "cast_integers": cfg.integer_inputs == "cast"}
         child = ChildProcess("answer", work, self.base / "logs" / f"answer{self._count}", cfg.device, init,
                              gpu=self.gpu, isolation=cfg.isolation, bwrap=cfg.bwrap, limits=cfg.limits(),
-                             memory_cap_mode=cfg.memory_cap,
+                             memory_cap_mode=cfg.memory_cap, child_written_fds=(output.fd,),
                              extra_env=cfg.cpu_thread_env(), fds=tuple(a["fd"] for a in areas.values()),
                              hidden=self.hidden_sources(work))
         try:

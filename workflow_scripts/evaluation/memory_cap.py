@@ -25,6 +25,7 @@ and outputs, which the trusted side sizes: they are mapped into the child and co
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import signal
@@ -102,11 +103,14 @@ def _candidates() -> list[CgroupRoot]:
             version, rel = 1, own.get("memory", "/")
         else:
             continue
-        # Our own cgroup first (as a container or a systemd slice sees it), then the mount's root (a namespaced view
-        # where the own path does not exist).
-        for base in (Path(mount) / rel.lstrip("/"), Path(mount)):
-            if base.is_dir() and CgroupRoot(version, base) not in found:
-                found.append(CgroupRoot(version, base))
+        # Our own cgroup, never one above it: answers stay inside whatever bounds the evaluator (a Slurm step, a
+        # systemd scope, a container). The mount's root only where our path is not visible in it (a cgroup
+        # namespace: its root is our cgroup).
+        base = Path(mount) / rel.lstrip("/")
+        if not base.is_dir():
+            base = Path(mount)
+        if base.is_dir() and CgroupRoot(version, base) not in found:
+            found.append(CgroupRoot(version, base))
     return sorted(found, key=lambda r: -r.version)  # v2 where both are there
 
 
@@ -136,14 +140,57 @@ def _usable(root: CgroupRoot) -> bool:
 
 
 _ROOT: list[CgroupRoot | None] = []  # detected once per process
-_ROOT_LOCK = threading.Lock()
+_LOCK = threading.Lock()
 
 
 def cgroup_root() -> CgroupRoot | None:
-    with _ROOT_LOCK:
+    with _LOCK:
         if not _ROOT:
-            _ROOT.append(next((r for r in _candidates() if _usable(r)), None))
+            root = next((r for r in _candidates() if _usable(r)), None)
+            if root is not None:
+                _sweep(root)
+            _ROOT.append(root)
         return _ROOT[0]
+
+
+def _sweep(root: CgroupRoot) -> None:
+    """Remove the cgroups an evaluator that died (its pid is in the name) left behind."""
+    for d in root.path.glob(f"{_PREFIX}*"):
+        try:
+            owner = int(d.name[len(_PREFIX):].split("-")[0])
+        except ValueError:
+            continue
+        if owner != os.getpid() and not psutil.pid_exists(owner):
+            _empty_and_remove(d, 2 if (d / "cgroup.kill").exists() else 1)
+
+
+def _empty_and_remove(cgroup: Path, version: int, wait_s: float = 5.0) -> bool:
+    """Kill every process in ``cgroup`` (v2: ``cgroup.kill``) and remove it; False (said) if it could not be."""
+    if version == 2 and (cgroup / "cgroup.kill").exists():
+        try:
+            (cgroup / "cgroup.kill").write_text("1")
+        except OSError:
+            pass
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            pids = [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            pids = []
+        if not pids:
+            break
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+    try:
+        cgroup.rmdir()
+        return True
+    except OSError as e:
+        print(f"WARNING: evaluation sandbox: could not remove the memory cgroup {cgroup}: {e}", file=sys.stderr)
+        return False
 
 
 def resolve_mode(mode: str) -> str:
@@ -185,7 +232,8 @@ class TreeMemoryCap:
     peak_bytes: int = 0  # watch: the largest tree usage seen
     exceeded_bytes: int | None = None  # watch: the usage that had it killed
     pid: int | None = None
-    killed: bool = False  # by the watcher, for reaching the cap
+    killed: bool = False  # by the watcher: the cap was reached, or the tree could not be measured (failure)
+    failure: str | None = None  # why the watcher could not measure the tree
     final: dict[str, Any] | None = None  # record() as it was when closed (a removed cgroup has no counters)
     _exempt: frozenset[tuple[int, int]] = field(default=frozenset())
 
@@ -206,7 +254,10 @@ class TreeMemoryCap:
                 if self.version == 2:  # an OOM kill takes the whole tree, not only its largest process
                     (self.cgroup / "memory.oom.group").write_text("1")
             except OSError:
-                self.cgroup.rmdir()
+                try:
+                    self.cgroup.rmdir()
+                except OSError:
+                    pass  # the original error says why
                 raise
         else:
             exempt = set()
@@ -235,12 +286,17 @@ class TreeMemoryCap:
         """Whether the tree was killed for reaching the cap."""
         if self.final is not None:
             return bool(self.final["exceeded"])
-        if self.mode == "watch":
-            return self.exceeded_bytes is not None
+        if self.mode == "watch" or self.failure:
+            return self.exceeded_bytes is not None or self.failure is not None
         assert self.cgroup is not None
+        # Killed for memory and the cgroup's own limit reached (a host-wide OOM kill alone is not the cap).
         if self.version == 2:
-            return _read_key(self.cgroup / "memory.events", "oom_kill") > 0
-        return _read_key(self.cgroup / "memory.oom_control", "oom_kill") > 0
+            events = self.cgroup / "memory.events"
+            return _read_key(events, "oom_kill") > 0 and (_read_key(events, "oom") > 0 or _read_key(events, "max") > 0)
+        # v1: failcnt is not kept by every kernel (0 here after an OOM kill at the limit): the peak at the limit says it
+        reached = (_read_int(self.cgroup / "memory.failcnt") > 0
+                   or _read_int(self.cgroup / "memory.max_usage_in_bytes") >= self.limit_bytes - (1 << 20))
+        return _read_key(self.cgroup / "memory.oom_control", "oom_kill") > 0 and reached
 
     def peak(self) -> int | None:
         """The tree's largest memory use, where the mechanism records it (bytes)."""
@@ -252,6 +308,11 @@ class TreeMemoryCap:
         v = _read_int(self.cgroup / ("memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"))
         return v if v >= 0 else None
 
+    def stop_watching(self) -> None:
+        """The watcher lets go of this tree (it waits for a poll in progress): its owner kills and reaps it now."""
+        if self.pid is not None:
+            _watcher().remove(self)
+
     def kill_tree(self) -> None:
         self.killed = True
         try:
@@ -260,14 +321,21 @@ class TreeMemoryCap:
             pass
 
     def describe(self) -> str:
+        if self.failure:
+            return f"killed: its host memory could not be measured against the cap ({self.failure})"
         used = self.exceeded_bytes if self.mode == "watch" else self.peak()
         return (f"killed: host memory cap exceeded ({_gib(used)} used, the cap is {_gib(self.limit_bytes)}; "
                 f"{self.mode})")
 
+    @property
+    def mechanism(self) -> str:
+        """What the results record: "cgroup_v2" | "cgroup_v1" | "watch"."""
+        return f"cgroup_v{self.version}" if self.mode == "cgroup" else "watch"
+
     def record(self) -> dict[str, Any]:
         if self.final is not None:
             return self.final
-        return {"mode": f"cgroup_v{self.version}" if self.mode == "cgroup" else "watch",
+        return {"mode": self.mechanism,
                 "limit_bytes": self.limit_bytes, "peak_bytes": self.peak(), "exceeded": self.exceeded()}
 
     def close(self) -> None:
@@ -280,38 +348,47 @@ class TreeMemoryCap:
             return
         if self.cgroup is None or not self.cgroup.exists():
             return
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:
-            try:
-                pids = [int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()]
-            except (OSError, ValueError):
-                pids = []
-            if not pids:
-                break
-            for p in pids:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.05)
         self.final = self.record()
-        try:
-            self.cgroup.rmdir()
-        except OSError:
-            pass
+        if not _empty_and_remove(self.cgroup, self.version):
+            _LEFT_BEHIND.append((self.cgroup, self.version))  # retried when the evaluator exits
 
 
-def for_child(mode: str, memory_bytes: int | None, area_fds: tuple[int, ...]) -> TreeMemoryCap | None:
-    """The cap for a child whose own memory may be ``memory_bytes`` (None: no cap) beside its transport areas."""
+_LEFT_BEHIND: list[tuple[Path, int]] = []
+
+
+@atexit.register
+def _remove_left_behind() -> None:
+    for cgroup, version in _LEFT_BEHIND:
+        _empty_and_remove(cgroup, version, wait_s=10.0)
+
+
+def for_child(mode: str, memory_bytes: int | None, area_fds: tuple[int, ...],
+              child_written_fds: tuple[int, ...] = ()) -> TreeMemoryCap | None:
+    """The cap for a child whose own memory may be ``memory_bytes`` (None: no cap) beside its transport areas
+    ``area_fds``. A cgroup is charged only for the pages its processes touch first: of the areas, those the child
+    writes before the trusted side does (``child_written_fds``: on the CPU its output area; on CUDA the trusted side
+    page-locks them first). Polling sees every mapped area page: it allows for all of them."""
     if memory_bytes is None:
         return None
-    areas = 0
-    for fd in area_fds:
+
+    def size(fds: tuple[int, ...]) -> int:
+        total = 0
+        for fd in fds:
+            try:
+                total += os.fstat(fd).st_size
+            except OSError:
+                pass
+        return total
+
+    resolved = resolve_mode(mode)
+    if resolved == "cgroup":
         try:
-            areas += os.fstat(fd).st_size
-        except OSError:
-            pass
-    return TreeMemoryCap(resolve_mode(mode), int(memory_bytes) + areas, exempt_fds=area_fds)
+            return TreeMemoryCap("cgroup", int(memory_bytes) + size(child_written_fds), exempt_fds=area_fds)
+        except OSError as e:
+            if mode == "cgroup":
+                raise MemoryCapUnavailable(f"memory_cap=cgroup: could not make a memory cgroup: {e}") from None
+            _warn_once(f"host memory cap by polling: a memory cgroup could not be made ({e})")
+    return TreeMemoryCap("watch", int(memory_bytes) + size(area_fds), exempt_fds=area_fds)
 
 
 def _gib(n: int | None) -> str:
@@ -414,20 +491,24 @@ class _Watcher:
 
     def run(self) -> None:
         while True:
+            # Checks run under the lock: once remove() returned, the watcher never touches that tree (its pid may
+            # be reaped and reused).
             with self.lock:
-                caps = list(self.caps)
-            for cap in caps:
-                if cap.pid is None or cap.killed:
-                    continue
-                try:
-                    self.check(cap)
-                except Exception as e:  # noqa: BLE001 - the one thread must outlive any one tree's odd /proc state
-                    # A tree that cannot be measured is not trusted to stay under its cap.
-                    print(f"WARNING: evaluation sandbox: memory watch of pid {cap.pid} failed "
-                          f"({type(e).__name__}: {e}); killing its tree", file=sys.stderr)
-                    cap.exceeded_bytes = cap.exceeded_bytes or cap.limit_bytes + 1
-                    cap.kill_tree()
+                self.check_all()
             time.sleep(POLL_S)
+
+    def check_all(self) -> None:
+        for cap in self.caps:
+            if cap.pid is None or cap.killed:
+                continue
+            try:
+                self.check(cap)
+            except Exception as e:  # noqa: BLE001 - the one thread must outlive any one tree's odd /proc state
+                # A tree that cannot be measured is not trusted to stay under its cap.
+                print(f"WARNING: evaluation sandbox: memory watch of pid {cap.pid} failed "
+                      f"({type(e).__name__}: {e}); killing its tree", file=sys.stderr)
+                cap.failure = f"{type(e).__name__}: {e}"
+                cap.kill_tree()
 
     @staticmethod
     def check(cap: TreeMemoryCap) -> None:
@@ -445,7 +526,7 @@ _WATCHER: list[_Watcher] = []
 
 
 def _watcher() -> _Watcher:
-    with _ROOT_LOCK:
+    with _LOCK:
         if not _WATCHER:
             _WATCHER.append(_Watcher())
         return _WATCHER[0]

@@ -1,4 +1,4 @@
-"""The memory an evaluate job and a baseline job need: host MiB (Snakemake's ``mem_mb``) and GPU GiB
+"""The memory an evaluate job and a baseline job need: host MB (Snakemake's ``mem_mb``, 10^6 bytes) and GPU GiB
 (``gpu_mem_gb``), from the sizes of the problem's tensors (the problems table: ``input_bytes``, ``param_bytes``,
 ``output_bytes``, computed on the meta device by ``suite.sizes``) and the evaluation configuration.
 
@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
+
+from workflow_scripts.evaluation.reference import PARALLEL_INPUTS_MIN_BYTES
 
 GIB = 1 << 30
 # The host memory every evaluate and baseline job declared before the estimate: no job gets less (small problems).
@@ -53,7 +56,8 @@ class Sizes:
 
 @dataclass(frozen=True)
 class Memory:
-    """What a job declares: host MiB (mem_mb) and GPU GiB (gpu_mem_gb; 0 on the CPU)."""
+    """What a job declares: host MB (mem_mb, 10^6 bytes, as Snakemake counts it) and GPU GiB (gpu_mem_gb; 0 on
+    the CPU)."""
 
     mem_mb: int
     gpu_mem_gb: int
@@ -80,7 +84,7 @@ def evaluate_memory(sizes: Sizes | None, evaluation: Mapping[str, Any], answers:
     """An evaluate job: the problem's trusted side and every answer to it that the job judges (``answers``)."""
     cuda = evaluation.get("device", "cpu") == "cuda"
     if sizes is None:
-        return Memory(FALLBACK_MEM_MB, int(evaluation.get("memory_gb", 40)) if cuda else 0)
+        return Memory(FALLBACK_MEM_MB, math.ceil(evaluation.get("memory_gb", 40)) if cuda else 0)
     i, p, o = (sizes.input_bytes / GIB, sizes.param_bytes / GIB, sizes.output_bytes / GIB)
     trials = int(evaluation.get("correctness_trials", 5))
     timed = bool(evaluation.get("time_answer", True))
@@ -89,7 +93,9 @@ def evaluate_memory(sizes: Sizes | None, evaluation: Mapping[str, Any], answers:
     host = TRUSTED_PROCESS_GIB
     host += p  # Model(*init) is built on the host and then moved (.to(device)); on the CPU it stays there
     host += trials * i  # one sealed input area per seeded trial (KernelBench's 5 inputs), held for the whole job
-    host += i  # the trial being built by get_inputs() on the CPU before it is written into its area
+    # The trials being built by get_inputs() on the CPU before they are written into their areas: one, or for
+    # multi-GB inputs one per helper process, side by side (reference._build_in_parallel; at most one per trial).
+    host += (trials if sizes.input_bytes >= PARALLEL_INPUTS_MIN_BYTES else 1) * i
     host += i if timed else 0  # the timing inputs' area, shared by every answer
     host += slots * (i + o)  # each live answer's own secret-input and output areas (start_slot)
     host += slots * CHILD_PROCESS_GIB  # each live answer process beyond those areas
@@ -102,7 +108,7 @@ def evaluate_memory(sizes: Sizes | None, evaluation: Mapping[str, Any], answers:
         # The running answer's tensors: no device memory on the CPU, so its forward (its copy of the inputs read
         # from the areas, its outputs, intermediates) and the trusted side's copy of its outputs are host memory.
         host += forward_gib(i, o, p) + o
-    mem_mb = max(FLOOR_MEM_MB, math.ceil(host * 1024))
+    mem_mb = max(FLOOR_MEM_MB, math.ceil(host * GIB / 1e6))
 
     gpu = 0.0
     if cuda:
@@ -126,7 +132,7 @@ def baseline_memory(sizes: Sizes | None, evaluation: Mapping[str, Any]) -> Memor
     model and the seed-42 inputs itself (``child._run_baseline``)."""
     cuda = evaluation.get("device", "cpu") == "cuda"
     if sizes is None:
-        return Memory(FALLBACK_MEM_MB, int(evaluation.get("memory_gb", 40)) if cuda else 0)
+        return Memory(FALLBACK_MEM_MB, math.ceil(evaluation.get("memory_gb", 40)) if cuda else 0)
     i, p, o = (sizes.input_bytes / GIB, sizes.param_bytes / GIB, sizes.output_bytes / GIB)
 
     host = TRUSTED_PROCESS_GIB  # the stage process
@@ -135,7 +141,7 @@ def baseline_memory(sizes: Sizes | None, evaluation: Mapping[str, Any]) -> Memor
     host += o  # the eager outputs copied to the CPU (compile_max_abs_diff_vs_eager is taken against them)
     if not cuda:
         host += forward_gib(i, o, p) + o  # the forward itself, and the compiled model's first outputs beside it
-    mem_mb = max(FLOOR_MEM_MB, math.ceil(host * 1024))
+    mem_mb = max(FLOOR_MEM_MB, math.ceil(host * GIB / 1e6))
 
     gpu = 0.0
     if cuda:
@@ -170,7 +176,11 @@ def table_sizes(problems: Path | str, level: int, problem_id: int) -> Sizes | No
 def _read(path: str) -> dict[tuple[int, int], Sizes | None]:
     import pyarrow.parquet as pq
 
-    schema = pq.read_schema(path)
+    try:
+        schema = pq.read_schema(path)
+    except Exception as e:  # noqa: BLE001 - a resource callable must not stop the scheduler: fall back, said
+        print(f"WARNING: memory resources: cannot read {path} ({e}); using the configured fallback", file=sys.stderr)
+        return {}
     if not all(c in schema.names for c in SIZE_COLUMNS):
         return {}  # a table written before the sizes were recorded
     table = pq.read_table(path, columns=["level", "problem_id", *SIZE_COLUMNS]).to_pylist()

@@ -435,6 +435,7 @@ class ChildProcess:
     sandbox: Isolation | None = None  # what was in force (set by start)
     started_at: float = 0.0
     fds: tuple[int, ...] = ()  # memory areas the child inherits (transport.Area)
+    child_written_fds: tuple[int, ...] = ()  # of those, the ones the child touches first (memory_cap.for_child)
     hello: Message | None = None
 
     MAX_EVENTS: int = 256  # monitor reports kept (the answer's process sends them; it could send millions)
@@ -479,34 +480,37 @@ class ChildProcess:
         self.logdir.mkdir(parents=True, exist_ok=True)
         self.sandbox = probe_isolation(self.isolation, self.limits, self.device, self.bwrap)
         try:
-            self.cap = memory_cap.for_child(self.memory_cap_mode, self.limits.memory_bytes, self.fds)
+            self.cap = memory_cap.for_child(self.memory_cap_mode, self.limits.memory_bytes, self.fds,
+                                            self.child_written_fds)
         except memory_cap.MemoryCapUnavailable as e:
             raise SandboxUnavailable(str(e)) from None
         if self.cap is not None:  # recorded with the isolation: what bounded the tree's host memory
-            if self.cap.mode == "watch":
-                self.sandbox = dataclasses.replace(self.sandbox, host_memory="watch", warnings=(
-                    *self.sandbox.warnings, memory_cap.WATCH_LIMITS))
-            else:
-                self.sandbox = dataclasses.replace(self.sandbox, host_memory=f"cgroup_v{self.cap.version}")
+            notes = [memory_cap.WATCH_LIMITS] if self.cap.mode == "watch" else []
+            if not self.sandbox.sandboxed and self.cap.mode == "cgroup":
+                notes.append("no OS sandbox: the answer's process could move itself out of its memory cgroup")
+            self.sandbox = dataclasses.replace(self.sandbox, host_memory=self.cap.mechanism,
+                                               warnings=(*self.sandbox.warnings, *notes))
         key = secrets.token_bytes(32)
-        rfd, wfd = os.pipe()
-        prefix = sandbox_command(self.sandbox.tool, self.workdir, self.limits, self.device,
-                                 self.sandbox.binary if self.sandbox.tool == "bwrap" else None, self.hidden)
-        cmd = (self.cap.prefix() if self.cap else []) + prefix + [self.python, "-B", "-s", "-m", CHILD_MODULE]
-        out = open(self.logdir / f"{self.role}.log", "wb")
+        rfd = wfd = -1
         try:
-            self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir, env=self.env(),
-                pass_fds=(wfd, *self.fds), start_new_session=True, close_fds=True,
-            )
+            rfd, wfd = os.pipe()
+            prefix = sandbox_command(self.sandbox.tool, self.workdir, self.limits, self.device,
+                                     self.sandbox.binary if self.sandbox.tool == "bwrap" else None, self.hidden)
+            cmd = (self.cap.prefix() if self.cap else []) + prefix + [self.python, "-B", "-s", "-m", CHILD_MODULE]
+            with open(self.logdir / f"{self.role}.log", "wb") as out:
+                self.proc = subprocess.Popen(
+                    cmd, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir,
+                    env=self.env(), pass_fds=(wfd, *self.fds), start_new_session=True, close_fds=True,
+                )
         except BaseException:
-            os.close(rfd)
+            if rfd >= 0:
+                os.close(rfd)
             if self.cap is not None:
-                self.cap.close()
+                self.cap.close()  # no cgroup left behind
             raise
         finally:
-            out.close()
-            os.close(wfd)
+            if wfd >= 0:
+                os.close(wfd)
         if self.cap is not None:
             self.cap.attach(self.proc.pid)
         self.started_at = time.monotonic()
@@ -580,6 +584,8 @@ class ChildProcess:
         its PID namespace: every process the answer started dies with it."""
         if self.proc is None:
             return
+        if self.cap is not None:
+            self.cap.stop_watching()  # before the pid can be reaped and reused
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
