@@ -862,6 +862,7 @@ class ProblemEvaluator:
             reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer,
                               atol=cfg.atol, rtol=cfg.rtol)
             self.reference = reference  # only a fully prepared side judges answers
+            self.phases.update(reference.prepare_phases)
         except ReferenceFailed as e:
             self.reference_error = str(e)[:4000]
             if reference is not None:

@@ -86,6 +86,9 @@ class ReferenceSide:
         self.timing_seed = timing_seed if timing_seed is not None else secrets.randbelow(2**32 - 1)
         self.input_bytes = 0
         self.output_bytes = 0
+        # Where prepare's time goes (seconds; merged into every answer's phases_s): the seeded inputs built, read onto
+        # the device and run, and the timing inputs with their two reference forwards.
+        self.prepare_phases: dict[str, float] = {}
         try:
             self.problem_path = Path(problem_path)
             self.problem = load_problem(problem_path)
@@ -128,8 +131,13 @@ class ReferenceSide:
         inputs (one sealed area shared by every answer) with the reference's outputs on them (``timing_trial``:
         what a timed call's output is checked against, within ``atol``/``rtol``)."""
         torch = self.torch
+        clock, phases = time.monotonic, self.prepare_phases
+        t0 = clock()
         built = self._build_in_parallel(trial_seeds)
+        phases["prepare_parallel_inputs_s"] = clock() - t0
+        phases["prepare_seeded_inputs_s"] = phases["prepare_seeded_forward_s"] = 0.0
         for i, seed in enumerate(trial_seeds):
+            t0 = clock()
             if built is not None:
                 area, entries = built[i]
                 device_inputs = area.read(entries, self.device)
@@ -146,14 +154,18 @@ class ReferenceSide:
                 del inputs
             self.areas[area.name] = area
             self.input_bytes = max(self.input_bytes, area.size)
+            t1 = clock()
+            phases["prepare_seeded_inputs_s"] += t1 - t0
             self.seeded.append(self._forward(device_inputs, "seeded", seed, area.name, entries))
             del device_inputs
+            phases["prepare_seeded_forward_s"] += clock() - t1
         total = sum(sum(o.numel() * o.element_size() for o in t.outputs) for t in self.seeded)
         if self.device_kind == "cuda" and total > DEVICE_OUTPUT_SHARE * torch.cuda.get_device_properties(0).total_memory:
             for t in self.seeded:
                 t.outputs = [o.cpu() for o in t.outputs]
             torch.cuda.empty_cache()
         if timing:
+            t0 = clock()
             inputs = self.secret_inputs(self.timing_seed)
             area = Area("timing", max(tensor_bytes(inputs), 1))
             self.timing_entries = self._write(area, inputs)
@@ -176,6 +188,7 @@ class ReferenceSide:
             del trial
             if self.device_kind == "cuda":
                 torch.cuda.empty_cache()
+            phases["prepare_timing_s"] = clock() - t0
 
     def _build_in_parallel(self, seeds: list[int]) -> list[tuple[Area, list[dict[str, Any]]]] | None:
         """Multi-GB problems: each seeded trial's inputs built by its own helper process
