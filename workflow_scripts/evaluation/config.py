@@ -66,12 +66,11 @@ class RunConfig:
         return float(self.timeout_s) if self.timeout_s else self.default_timeout_s[self.device]
 
     def limits(self) -> Limits:
-        as_bytes = None
-        if self.device == "cpu" and self.memory_limit_gib:
-            as_bytes = int(self.memory_limit_gib * (1 << 30))
+        # The tree's cap; on the CPU also each process's address space (CUDA reserves far more than any cap).
+        memory_bytes = int(self.memory_limit_gib * (1 << 30)) if self.memory_limit_gib else None
+        as_bytes = memory_bytes if self.device == "cpu" else None
         # CPU time: a backstop behind the wall-clock timeout (a spinning CUDA synchronize costs CPU time too).
         cpu_seconds = int(4 * self.effective_timeout()) + 60
-        memory_bytes = int(self.memory_limit_gib * (1 << 30)) if self.memory_limit_gib else None
         return Limits(as_bytes=as_bytes, cpu_seconds=cpu_seconds, tmp_bytes=int(self.tmp_size_mib) << 20,
                       tmp_inodes=int(self.tmp_inodes), memory_bytes=memory_bytes)
 
