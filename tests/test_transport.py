@@ -1,6 +1,7 @@
 """The memory areas between the trusted side and an answer's process (workflow_scripts.evaluation.transport), and
 the trusted side's seeded inputs (reference.py): sealed areas cannot be changed by anyone, forged slots are refused,
-values keep their types, and inputs built by parallel helpers are byte for byte the serial ones."""
+values keep their types, inputs built by parallel helpers are byte for byte the serial ones, and areas reach an
+answer's process after it started."""
 
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ def test_forged_slots_are_refused(slot: dict, message: str) -> None:
 
 def test_seeded_inputs_from_parallel_helpers_equal_the_serial_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     seeds = kernelbench_trial_seeds(42, 3)
-    serial = reference.ReferenceSide(DEMO_PROBLEM, 42, "cpu", None, "pytorch_default")
-    serial.prepare(seeds, timing=False)
+    serial = reference.ReferenceSide(DEMO_PROBLEM, 42, "cpu", None, "pytorch_default", timing_seed=1234)
+    serial.prepare(seeds, timing=True)
     monkeypatch.setattr(reference, "PARALLEL_INPUTS_MIN_BYTES", 0)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     helpers: list[object] = []
@@ -60,9 +61,17 @@ def test_seeded_inputs_from_parallel_helpers_equal_the_serial_ones(monkeypatch: 
         return popen(*args, **kwargs)
 
     monkeypatch.setattr(reference.subprocess, "Popen", counting_popen)
-    parallel = reference.ReferenceSide(DEMO_PROBLEM, 42, "cpu", None, "pytorch_default")
-    parallel.prepare(seeds, timing=False)
+    parallel = reference.ReferenceSide(DEMO_PROBLEM, 42, "cpu", None, "pytorch_default", timing_seed=1234)
+    parallel.prepare(seeds, timing=True)  # the timing inputs prepared while the helpers run
     assert len(helpers) == len(seeds)  # one helper process per seeded trial
+    assert "prepare_parallel_start_s" in parallel.prepare_phases
+    for side in (serial, parallel):
+        assert side.timing_trial is not None
+    xs = serial.areas["timing"].read(serial.timing_entries, "cpu")
+    ys = parallel.areas["timing"].read(parallel.timing_entries, "cpu")
+    assert all(torch.equal(x, y) for x, y in zip(xs, ys, strict=True))
+    assert all(torch.equal(x, y) for x, y in zip(serial.timing_trial.outputs, parallel.timing_trial.outputs,
+                                                 strict=True))
     for a, b in zip(serial.seeded, parallel.seeded, strict=True):
         xs = serial.areas[a.area].read(a.entries, "cpu")
         ys = parallel.areas[b.area].read(b.entries, "cpu")
@@ -70,3 +79,62 @@ def test_seeded_inputs_from_parallel_helpers_equal_the_serial_ones(monkeypatch: 
         assert all(torch.equal(x, y) for x, y in zip(a.outputs, b.outputs, strict=True))
     serial.close()
     parallel.close()
+
+
+def test_the_first_answers_child_starts_before_the_problem_is_prepared(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """The first child is running (its interpreter, torch and Triton loading) while the trusted side builds the
+    inputs; it gets its areas over its socket afterwards and is judged as before, and its setup is recorded."""
+    from workflow_scripts.core.statuses import Status
+    from workflow_scripts.evaluation import answer
+
+    seen: list[int | None] = []
+    prepare = reference.ReferenceSide.prepare
+
+    def watching_prepare(self: reference.ReferenceSide, *args: object, **kwargs: object) -> None:
+        seen.extend(slot.child.returncode for slot in evaluators[0]._slots)  # None: started and running
+        prepare(self, *args, **kwargs)
+
+    evaluators: list[answer.ProblemEvaluator] = []
+    init = answer.ProblemEvaluator.__init__
+
+    def remember(self: answer.ProblemEvaluator, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)
+        evaluators.append(self)
+
+    monkeypatch.setattr(reference.ReferenceSide, "prepare", watching_prepare)
+    monkeypatch.setattr(answer.ProblemEvaluator, "__init__", remember)
+    (tmp_path / "same.py").write_text(DEMO_PROBLEM.read_text() + "\nModelNew = Model\n")
+    cfg = answer.EvalConfig(device="cpu", time_answer=False, run_static=False, require_triton=False)
+    results = answer.evaluate_answers(DEMO_PROBLEM, [tmp_path / "same.py", tmp_path / "same.py"], cfg)
+    assert seen == [None]
+    assert [r.status for r in results] == [Status.CORRECT.value] * 2
+    for r in results:
+        assert r.phases_s["child_startup_s"] > 0 and r.phases_s["slot_wait_s"] >= 0
+        assert r.phases_s["child_areas_wait_s"] >= 0
+
+
+def test_areas_handed_over_later_widen_the_cap_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Polling allows for every area and stops counting it; a cgroup's limits (v1: memory and memory+swap) grow
+    by the areas the child may touch first only."""
+    from workflow_scripts.evaluation import memory_cap
+
+    inputs, outputs = os.memfd_create("inputs"), os.memfd_create("outputs")
+    os.ftruncate(inputs, 64 << 20)
+    os.ftruncate(outputs, 16 << 20)
+    try:
+        watch = memory_cap.TreeMemoryCap("watch", 1 << 30)
+        watch.add_areas((inputs, outputs), (outputs,))
+        assert watch.limit_bytes == (1 << 30) + (80 << 20)
+        st = os.fstat(inputs)
+        assert (st.st_dev, st.st_ino) in watch._exempt
+        monkeypatch.setattr(memory_cap, "cgroup_root", lambda: memory_cap.CgroupRoot(1, tmp_path))
+        cgroup = memory_cap.TreeMemoryCap("cgroup", 1 << 30)
+        assert cgroup.cgroup is not None
+        (cgroup.cgroup / "memory.memsw.limit_in_bytes").write_text(str(1 << 30))
+        cgroup.add_areas((inputs, outputs), (outputs,))
+        for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
+            assert int((cgroup.cgroup / name).read_text()) == (1 << 30) + (16 << 20) == cgroup.limit_bytes
+    finally:
+        os.close(inputs)
+        os.close(outputs)

@@ -271,16 +271,17 @@ def _text(x: Any, limit: int = 6000) -> str | None:
 
 @dataclass
 class _AnswerSlot:
-    """An answer's process, started ahead of its answer, with its own writable areas (secret inputs, outputs)."""
+    """An answer's process, started ahead of its answer, with its own writable areas (secret inputs, outputs) once
+    the trusted side has handed it its areas (``ProblemEvaluator.hand_areas``)."""
 
     child: ChildProcess
-    secret: Area
-    output: Area
+    secret: Area | None = None
+    output: Area | None = None
     pinning: threading.Thread | None = None
 
     def ready(self) -> None:
-        """This side's mappings of the answer's areas are page-locked (done in the background while the previous
-        answer ran)."""
+        """The child has its areas and this side's mappings of the answer's areas are page-locked (done in the
+        background while the previous answer ran)."""
         if self.pinning is not None:
             self.pinning.join()
             self.pinning = None
@@ -288,8 +289,9 @@ class _AnswerSlot:
     def close(self) -> None:
         self.ready()
         self.child.kill()
-        self.secret.close()
-        self.output.close()
+        for area in (self.secret, self.output):
+            if area is not None:
+                area.close()
 
 
 class _Evaluation:
@@ -375,12 +377,16 @@ class _Evaluation:
             if m.type != "hello":
                 raise InfrastructureError(f"answer child setup failed: {m.header.get('error') or m.type}")
             self.tf32 = m.header.get("tf32")
+            setup = m.header.get("setup_s")
+            for k, v in (setup.items() if isinstance(setup, dict) else ()):
+                if k in ("startup_s", "areas_wait_s", "areas_pin_s") and _num(v) is not None:
+                    self.phases[f"child_{k}"] = float(v)  # as the child reports it: not a verdict input
             if bool(m.header.get("interpret")) != (cfg.device == "cpu"):
                 raise InfrastructureError("TRITON_INTERPRET does not match the device")
             self.phases["child_ready_wait_s"] = time.monotonic() - t_start
             phase = "import"
             t_load = time.monotonic()
-            ans.send("load")
+            ans.send("load", init_inputs=ref.init_entries)
             m = ans.recv(self.deadline)
             answer_running = m.type == "loading"  # from here on the answer's code runs in that process
             if answer_running:
@@ -851,11 +857,16 @@ class ProblemEvaluator:
         self.phases: dict[str, float] = {}
         self._count = 0
         self._slots: list[_AnswerSlot] = []  # every slot started, so close() leaves no process behind
+        self._early: deque[_AnswerSlot] = deque()  # started while the problem was prepared
 
     def prepare(self) -> None:
+        """The trusted side of the problem; the first answer's child starts meanwhile (its interpreter, torch, CUDA
+        context and Triton get ready while the inputs are built) and gets its areas once they exist."""
         t0 = time.monotonic()
         cfg = self.cfg
         reference = None
+        first = self.start_slot()
+        self._early.append(first)
         try:
             reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32,
                                       timing_seed=cfg.timing_seed, cast_integers=cfg.integer_inputs == "cast")
@@ -868,43 +879,54 @@ class ProblemEvaluator:
             if reference is not None:
                 reference.close()
         self.phases["reference_prepare_s"] = time.monotonic() - t0
+        if self.reference is not None:
+            self.hand_areas(first)
 
     def start_slot(self) -> _AnswerSlot:
-        """A child for the next answer: started now, ready (torch, CUDA, Triton's driver) when its answer comes."""
-        cfg, ref = self.cfg, self.reference
-        assert ref is not None
+        """A child for the next answer: started now, ready (torch, CUDA, Triton's driver) when its answer comes. It
+        gets its areas from ``hand_areas``: at once when the trusted side is prepared, else once it is."""
+        cfg = self.cfg
         self._count += 1
         work = self.base / f"answer{self._count}"
         work.mkdir()
         if self.triton_template is not None:
             # Triton's driver stub as the first child built it before any answer ran: not rebuilt by gcc each time.
             shutil.copytree(self.triton_template, work / ".triton")
-        secret = Area("secret", ref.input_bytes)
-        output = Area("output", ref.output_capacity())
-        secret.fix_seals()
-        output.fix_seals()
-        areas = {name: a.spec() for name, a in ref.areas.items()}
-        areas.update(secret=secret.spec(), output=output.spec())
         init = {"answer": "answer.py", "seed": cfg.seed, "tf32": cfg.tf32, "timing": cfg.timing_protocol().to_dict(),
-                "require_triton": cfg.require_triton, "areas": areas, "init_inputs": ref.init_entries,
-                "cast_integers": cfg.integer_inputs == "cast"}
+                "require_triton": cfg.require_triton, "cast_integers": cfg.integer_inputs == "cast"}
         child = ChildProcess("answer", work, self.base / "logs" / f"answer{self._count}", cfg.device, init,
                              gpu=self.gpu, isolation=cfg.isolation, bwrap=cfg.bwrap, limits=cfg.limits(),
-                             memory_cap_mode=cfg.memory_cap, child_written_fds=(output.fd,),
-                             extra_env=cfg.cpu_thread_env(), fds=tuple(a["fd"] for a in areas.values()),
+                             memory_cap_mode=cfg.memory_cap, extra_env=cfg.cpu_thread_env(), areas_later=True,
                              hidden=self.hidden_sources(work))
         try:
             child.start()
         except SandboxUnavailable as e:
-            secret.close()
-            output.close()
             raise InfrastructureError(f"the configured sandbox is unavailable: {e}") from None
-        slot = _AnswerSlot(child, secret, output)
+        slot = _AnswerSlot(child)
         self._slots.append(slot)
-        if cfg.device == "cuda":
+        if self.reference is not None:
+            self.hand_areas(slot)
+        return slot
+
+    def hand_areas(self, slot: _AnswerSlot) -> None:
+        """The child's areas: the problem's sealed ones and its own secret-input and output areas. On CUDA this side
+        page-locks the latter in the background (``_AnswerSlot.ready``)."""
+        ref = self.reference
+        assert ref is not None and slot.secret is None
+        slot.secret = Area("secret", ref.input_bytes)
+        slot.output = Area("output", ref.output_capacity())
+        slot.secret.fix_seals()
+        slot.output.fix_seals()
+        areas = {name: a.spec() for name, a in ref.areas.items()}
+        areas.update(secret=slot.secret.spec(), output=slot.output.spec())
+        # The cap allows for the pages the child may touch first: its outputs, and on CUDA its secret area too (its
+        # page-locking may reach pages before this side's does).
+        first_touch = (slot.output.fd,) if self.cfg.device == "cpu" else (slot.secret.fd, slot.output.fd)
+        slot.child.deliver_areas(areas, child_written_fds=first_touch)
+        if self.cfg.device == "cuda":
+            secret, output = slot.secret, slot.output
             slot.pinning = threading.Thread(target=lambda: (secret.pin(), output.pin()), daemon=True)
             slot.pinning.start()
-        return slot
 
     def hidden_sources(self, workdir: Path) -> tuple[str, ...]:
         """What the answer's sandbox shows empty: the problem's sources (its suite checkout), the repository's default
@@ -947,7 +969,7 @@ class ProblemEvaluator:
         batch = self.batch_size()
         self.phases["children_batch"] = float(batch)
         self.phases["answers_judged_together"] = float(len(answers))  # against this one reference side
-        started: deque[_AnswerSlot] = deque()
+        started, self._early = self._early, deque()
         for k, (path, static) in enumerate(answers):
             if not started:
                 started.extend(self.start_slot() for _ in range(min(batch, len(answers) - k)))
@@ -955,9 +977,12 @@ class ProblemEvaluator:
             if not started and k + 1 < len(answers):
                 # The next batch starts now, while this answer is checked (before it is timed).
                 started.extend(self.start_slot() for _ in range(min(batch, len(answers) - k - 1)))
+            t_wait = time.monotonic()
             slot.ready()
             self._keep_triton_template(slot)
+            slot_wait_s = time.monotonic() - t_wait
             ev = _Evaluation(self.reference, slot, path, cfg, self.gpu, self.lease, list(started))
+            ev.phases["slot_wait_s"] = slot_wait_s  # its child getting ready after the evaluator needed it
             try:
                 ev.run()
                 # Ended before the verdict: a tree that reaches its memory cap after its last message (or a

@@ -157,11 +157,10 @@ class _Child:
         from workflow_scripts.evaluation import environment, transport
 
         self.tf32 = environment.configure_tf32(init.get("tf32", "pytorch_default"))
-        # The memory areas the trusted side passed (answer role): inputs in, outputs out (transport).
-        self.areas = transport.open_areas(init.get("areas") or {})
-        if self.device_kind == "cuda":
-            for area in self.areas.values():
-                area.pin()  # before the answer arrives: this process was started ahead of it
+        self.transport = transport
+        # The memory areas (answer role): inputs in, outputs out (transport); they arrive later (receive_areas).
+        self.areas: dict[str, Any] = {}
+        self.setup_s: dict[str, float] = {}  # what getting ready took, reported in the hello
         from workflow_scripts.evaluation import timing
         self.timing = timing
         tp = init.get("timing") or {}
@@ -182,6 +181,29 @@ class _Child:
                     triton.runtime.driver.active.utils  # noqa: B018
                 except Exception:  # noqa: BLE001 - the answer's own launch will report it
                     pass
+
+    def receive_areas(self) -> None:
+        """The memory areas, handed over once the trusted side built them (``sandbox.ChildProcess.deliver_areas``):
+        this process was started before that, so its interpreter, torch, CUDA context and Triton got ready while the
+        trusted side prepared the problem. Page-locked here, before the answer arrives."""
+        import socket
+
+        fd = self.init.get("area_socket")
+        if fd is None:
+            return
+        t0 = time.monotonic()
+        sock = socket.socket(fileno=int(fd))
+        data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 256)
+        sock.close()
+        if not data:
+            os._exit(3)  # the parent is gone
+        specs = json.loads(data)
+        t1 = time.monotonic()
+        self.areas = self.transport.open_areas({name: dict(s, fd=fds[int(s["fd"])]) for name, s in specs.items()})
+        if self.device_kind == "cuda":
+            for area in self.areas.values():
+                area.pin()
+        self.setup_s.update(areas_wait_s=t1 - t0, areas_pin_s=time.monotonic() - t1)
 
     # -- problem loading -------------------------------------------------------------------------------------
     def load_module(self, path: str, name: str) -> Any:
@@ -296,6 +318,7 @@ def _read_cmd(stdin: Any) -> dict[str, Any]:
 def _run_answer(c: _Child, init: dict[str, Any]) -> None:
     import threading
 
+    c.receive_areas()  # before the monitors: the areas' socket is the harness's own
     torch = c.torch
     sender = c.sender
     require_triton = bool(init.get("require_triton", True))
@@ -342,12 +365,14 @@ def _run_answer(c: _Child, init: dict[str, Any]) -> None:
             flag(f"global_state_changed:{name[5:]}")
 
     sender.send({"type": "hello", "tf32": c.tf32, "interpret": launch.interpret, "pid": os.getpid(),
-                 "torch": torch.__version__, "triton": c.triton.__version__ if c.triton else None})
+                 "torch": torch.__version__, "triton": c.triton.__version__ if c.triton else None,
+                 "setup_s": c.setup_s})
     # Started ahead of its answer: wait until the answer is in the working directory.
-    if _read_cmd(c.stdin).get("cmd") != "load":
+    cmd = _read_cmd(c.stdin)
+    if cmd.get("cmd") != "load":
         os._exit(0)
     try:
-        init_inputs = c.area_inputs({"area": "init", "entries": init["init_inputs"]})
+        init_inputs = c.area_inputs({"area": "init", "entries": cmd.get("init_inputs")})
     except Exception:  # noqa: BLE001
         sender.send({"type": "setup_error", "error": _fmt_exc()})
         os._exit(0)
@@ -627,8 +652,10 @@ def main() -> None:
     import faulthandler
 
     faulthandler.enable()
+    t0 = time.monotonic()
     try:
         c = _Child(init, sender)
+        c.setup_s["startup_s"] = time.monotonic() - t0
     except Exception:  # noqa: BLE001
         sender.send({"type": "setup_error", "error": _fmt_exc()})
         os._exit(0)

@@ -62,7 +62,7 @@ class CgroupRoot:
 
     @property
     def limit_files(self) -> tuple[str, ...]:
-        return ("memory.max",) if self.version == 2 else ("memory.limit_in_bytes",)
+        return _limit_files(self.version)
 
 
 def _mounts() -> list[tuple[str, str, set[str]]]:
@@ -260,20 +260,30 @@ class TreeMemoryCap:
                     pass  # the original error says why
                 raise
         else:
-            exempt = set()
-            for fd in self.exempt_fds:
-                try:
-                    st = os.fstat(fd)
-                    exempt.add((st.st_dev, st.st_ino))
-                except OSError:
-                    pass
-            self._exempt = frozenset(exempt)
+            self._exempt = _inodes(self.exempt_fds)
 
     def prefix(self) -> list[str]:
         """The command prefix: the child's first process joins the cgroup, then execs the rest (cgroup mode)."""
         if self.cgroup is None:
             return []
         return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.cgroup / "cgroup.procs")]
+
+    def add_areas(self, area_fds: tuple[int, ...], child_written_fds: tuple[int, ...] = ()) -> None:
+        """Transport areas handed to the running tree (``sandbox.ChildProcess.deliver_areas``): before the tree gets
+        them, the limit grows by what it may be charged for (``for_child``) and polling stops counting them."""
+        grow = _area_allowance(self.mode, area_fds, child_written_fds)
+        with _watcher().lock:  # the watcher compares against limit_bytes and skips _exempt under this lock
+            if self.mode == "cgroup" and grow:
+                assert self.cgroup is not None
+                new = self.limit_bytes + grow
+                # v1: the memory+swap limit may never be below the memory limit: it goes up first
+                names = (("memory.memsw.limit_in_bytes",) if self.version == 1 else ()) + _limit_files(self.version)
+                for name in names:
+                    if (self.cgroup / name).exists():
+                        (self.cgroup / name).write_text(str(new))
+            self.limit_bytes += grow
+            self.exempt_fds = (*self.exempt_fds, *area_fds)
+            self._exempt = self._exempt | _inodes(area_fds)
 
     def attach(self, pid: int) -> None:
         """Start watching the tree of ``pid`` (the child leads its session): polled against the cap in watch mode;
@@ -362,33 +372,52 @@ def _remove_left_behind() -> None:
         _empty_and_remove(cgroup, version, wait_s=10.0)
 
 
-def for_child(mode: str, memory_bytes: int | None, area_fds: tuple[int, ...],
+def for_child(mode: str, memory_bytes: int | None, area_fds: tuple[int, ...] = (),
               child_written_fds: tuple[int, ...] = ()) -> TreeMemoryCap | None:
     """The cap for a child whose own memory may be ``memory_bytes`` (None: no cap) beside its transport areas
-    ``area_fds``. A cgroup is charged only for the pages its processes touch first: of the areas, those the child
-    writes before the trusted side does (``child_written_fds``: on the CPU its output area; on CUDA the trusted side
-    page-locks them first). Polling sees every mapped area page: it allows for all of them."""
+    ``area_fds`` (areas handed over later: ``TreeMemoryCap.add_areas``)."""
     if memory_bytes is None:
         return None
-
-    def size(fds: tuple[int, ...]) -> int:
-        total = 0
-        for fd in fds:
-            try:
-                total += os.fstat(fd).st_size
-            except OSError:
-                pass
-        return total
-
     resolved = resolve_mode(mode)
     if resolved == "cgroup":
         try:
-            return TreeMemoryCap("cgroup", int(memory_bytes) + size(child_written_fds), exempt_fds=area_fds)
+            return TreeMemoryCap("cgroup", int(memory_bytes) + _area_allowance("cgroup", area_fds, child_written_fds),
+                                 exempt_fds=area_fds)
         except OSError as e:
             if mode == "cgroup":
                 raise MemoryCapUnavailable(f"memory_cap=cgroup: could not make a memory cgroup: {e}") from None
             _warn_once(f"host memory cap by polling: a memory cgroup could not be made ({e})")
-    return TreeMemoryCap("watch", int(memory_bytes) + size(area_fds), exempt_fds=area_fds)
+    return TreeMemoryCap("watch", int(memory_bytes) + _area_allowance("watch", area_fds, child_written_fds),
+                         exempt_fds=area_fds)
+
+
+def _area_allowance(mode: str, area_fds: tuple[int, ...], child_written_fds: tuple[int, ...]) -> int:
+    """What a tree's cap allows for its transport areas. A cgroup is charged only for the pages its processes touch
+    first: of the areas, those the child writes before the trusted side does (``child_written_fds``: its output
+    area; the trusted side allocates the others' pages before handing them over). Polling sees every mapped area
+    page: it allows for all of them."""
+    total = 0
+    for fd in child_written_fds if mode == "cgroup" else area_fds:
+        try:
+            total += os.fstat(fd).st_size
+        except OSError:
+            pass
+    return total
+
+
+def _inodes(fds: tuple[int, ...]) -> frozenset[tuple[int, int]]:
+    out = set()
+    for fd in fds:
+        try:
+            st = os.fstat(fd)
+            out.add((st.st_dev, st.st_ino))
+        except OSError:
+            pass
+    return frozenset(out)
+
+
+def _limit_files(version: int) -> tuple[str, ...]:
+    return ("memory.max",) if version == 2 else ("memory.limit_in_bytes",)
 
 
 def _gib(n: int | None) -> str:

@@ -129,12 +129,22 @@ class ReferenceSide:
     def prepare(self, trial_seeds: list[int], timing: bool, atol: float = 1e-4, rtol: float = 1e-4) -> None:
         """The seeded trials (KernelBench's inputs, on the CPU, one sealed area each) and, if ``timing``, the timing
         inputs (one sealed area shared by every answer) with the reference's outputs on them (``timing_trial``:
-        what a timed call's output is checked against, within ``atol``/``rtol``)."""
+        what a timed call's output is checked against, within ``atol``/``rtol``). Where helper processes build the
+        seeded inputs, the timing inputs are prepared while they run."""
         torch = self.torch
         clock, phases = time.monotonic, self.prepare_phases
         t0 = clock()
-        built = self._build_in_parallel(trial_seeds)
-        phases["prepare_parallel_inputs_s"] = clock() - t0
+        builders = self._start_builders(trial_seeds, timing)
+        phases["prepare_parallel_start_s"] = clock() - t0
+        try:
+            if timing and builders is not None:
+                self._prepare_timing(atol, rtol)  # on the device, while the helpers build on the CPU
+            t0 = clock()
+            built = builders.collect() if builders is not None else None
+            phases["prepare_parallel_inputs_s"] = clock() - t0
+        finally:
+            if builders is not None:
+                builders.stop()
         phases["prepare_seeded_inputs_s"] = phases["prepare_seeded_forward_s"] = 0.0
         for i, seed in enumerate(trial_seeds):
             t0 = clock()
@@ -164,36 +174,43 @@ class ReferenceSide:
             for t in self.seeded:
                 t.outputs = [o.cpu() for o in t.outputs]
             torch.cuda.empty_cache()
-        if timing:
-            t0 = clock()
-            inputs = self.secret_inputs(self.timing_seed)
-            area = Area("timing", max(tensor_bytes(inputs), 1))
-            self.timing_entries = self._write(area, inputs)
-            area.seal()
-            self.areas["timing"] = area
-            self.input_bytes = max(self.input_bytes, area.size)
-            self.timing_inputs = inputs  # the reference is timed on them too, paired with each answer
-            trial = self._forward(inputs, "timing", self.timing_seed, "timing", self.timing_entries)
-            try:
-                again = self._forward(inputs, "timing", self.timing_seed ^ 1, "timing", self.timing_entries)
-                comparable = compare_outputs(trial.outputs, again.outputs, atol, rtol)[0] == "ok"
-                del again
-            except (ReferenceFailed, RuntimeError):  # e.g. no device memory for a second set of outputs
-                comparable = False  # timed outputs then go unchecked; the problem itself ran
-            if comparable:
-                if tensor_bytes(trial.outputs) >= LARGE_OUTPUT_BYTES:
-                    # Checked once or a few times per answer: on the host, so the GPU keeps room for answers.
-                    trial.outputs = [o.cpu() for o in trial.outputs]
-                self.timing_trial = trial
-            del trial
-            if self.device_kind == "cuda":
-                torch.cuda.empty_cache()
-            phases["prepare_timing_s"] = clock() - t0
+        if timing and builders is None:
+            self._prepare_timing(atol, rtol)
 
-    def _build_in_parallel(self, seeds: list[int]) -> list[tuple[Area, list[dict[str, Any]]]] | None:
-        """Multi-GB problems: each seeded trial's inputs built by its own helper process
-        (``reference_inputs``), as many side by side as cores and memory allow. None where that does not pay (small
-        inputs) or the input sizes cannot be known beforehand (inputs that are not all tensors)."""
+    def _prepare_timing(self, atol: float, rtol: float) -> None:
+        """The timing inputs (a secret seed, built on the device) in their sealed area, and the reference's outputs
+        on them, kept only when a second forward agrees (a stochastic forward leaves timed outputs unchecked)."""
+        torch = self.torch
+        t0 = time.monotonic()
+        inputs = self.secret_inputs(self.timing_seed)
+        area = Area("timing", max(tensor_bytes(inputs), 1))
+        self.timing_entries = self._write(area, inputs)
+        area.seal()
+        self.areas["timing"] = area
+        self.input_bytes = max(self.input_bytes, area.size)
+        self.timing_inputs = inputs  # the reference is timed on them too, paired with each answer
+        trial = self._forward(inputs, "timing", self.timing_seed, "timing", self.timing_entries)
+        try:
+            again = self._forward(inputs, "timing", self.timing_seed ^ 1, "timing", self.timing_entries)
+            comparable = compare_outputs(trial.outputs, again.outputs, atol, rtol)[0] == "ok"
+            del again
+        except (ReferenceFailed, RuntimeError):  # e.g. no device memory for a second set of outputs
+            comparable = False  # timed outputs then go unchecked; the problem itself ran
+        if comparable:
+            if tensor_bytes(trial.outputs) >= LARGE_OUTPUT_BYTES:
+                # Checked once or a few times per answer: on the host, so the GPU keeps room for answers.
+                trial.outputs = [o.cpu() for o in trial.outputs]
+            self.timing_trial = trial
+        del trial
+        if self.device_kind == "cuda":
+            torch.cuda.empty_cache()
+        self.prepare_phases["prepare_timing_s"] = time.monotonic() - t0
+
+    def _start_builders(self, seeds: list[int], timing: bool) -> "_InputBuilders | None":
+        """Multi-GB problems: each seeded trial's inputs built by its own helper process (``reference_inputs``), as
+        many side by side as cores and memory allow (the timing inputs, built meanwhile, counted). None where that
+        does not pay (small inputs) or the input sizes cannot be known beforehand (inputs that are not all
+        tensors)."""
         torch = self.torch
         try:
             with torch.device("meta"):
@@ -205,38 +222,12 @@ class ReferenceSide:
         per_trial = tensor_bytes([self._process(x, "meta") for x in probe])
         if per_trial < PARALLEL_INPUTS_MIN_BYTES or len(seeds) < 2:
             return None
-        # Room for every trial's area plus, per running helper, its own copy of the inputs.
-        spare = available_memory() * 0.8 - per_trial * len(seeds)
+        # Room for every trial's area (and the timing area) plus, per running helper, its own copy of the inputs.
+        spare = available_memory() * 0.8 - per_trial * (len(seeds) + int(timing))
         width = int(min(len(seeds), max(1, (os.cpu_count() or 1) - 1), max(1, spare // per_trial)))
         if width < 2:
             return None
-        areas = [Area(f"seeded{i}", per_trial) for i in range(len(seeds))]
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONPATH=_PACKAGE_ROOT)
-        results: list[tuple[Area, list[dict[str, Any]]]] = []
-        pending = list(zip(areas, seeds))
-        running: list[tuple[Area, subprocess.Popen[bytes]]] = []
-        try:
-            while pending or running:
-                while pending and len(running) < width:
-                    area, seed = pending.pop(0)
-                    job = json.dumps({"problem": str(self.problem_path), "seed": seed, "fd": area.fd,
-                                      "size": area.size, "cast_integers": self.cast_integers})
-                    proc = subprocess.Popen([sys.executable, "-m", "workflow_scripts.evaluation.reference_inputs", job],
-                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                            pass_fds=(area.fd,))
-                    running.append((area, proc))
-                area, proc = running.pop(0)
-                out, err = proc.communicate()
-                if proc.returncode != 0:
-                    raise ReferenceFailed(f"the reference failed in get_inputs() (seeded inputs helper): "
-                                          f"{err.decode(errors='replace')[-2500:]}")
-                results.append((area, json.loads(out.decode().strip().splitlines()[-1])))
-        finally:
-            for _, proc in running:
-                proc.kill()
-        for area, _ in results:
-            area.seal()
-        return results
+        return _InputBuilders(self.problem_path, self.cast_integers, seeds, per_trial, width)
 
     def _write(self, area: Area, inputs: list[Any]) -> list[dict[str, Any]]:
         try:
@@ -337,6 +328,59 @@ class ReferenceSide:
         self.timing_inputs = []
         self.timing_trial = None
         self._clock = None
+
+
+class _InputBuilders:
+    """Helper processes building seeded trials' inputs into their areas, ``width`` at a time: started at once,
+    collected later (``collect``), stopped in any case (``stop``)."""
+
+    def __init__(self, problem_path: Path, cast_integers: bool, seeds: list[int], per_trial: int,
+                 width: int) -> None:
+        self.problem_path = problem_path
+        self.cast_integers = cast_integers
+        self.width = width
+        self.areas = [Area(f"seeded{i}", per_trial) for i in range(len(seeds))]
+        self.pending = list(zip(self.areas, seeds))
+        self.running: list[tuple[Area, subprocess.Popen[bytes]]] = []
+        self.env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONPATH=_PACKAGE_ROOT)
+        self.done = False
+        self._launch()
+
+    def _launch(self) -> None:
+        while self.pending and len(self.running) < self.width:
+            area, seed = self.pending.pop(0)
+            job = json.dumps({"problem": str(self.problem_path), "seed": seed, "fd": area.fd, "size": area.size,
+                              "cast_integers": self.cast_integers})
+            proc = subprocess.Popen([sys.executable, "-m", "workflow_scripts.evaluation.reference_inputs", job],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
+                                    pass_fds=(area.fd,))
+            self.running.append((area, proc))
+
+    def collect(self) -> list[tuple[Area, list[dict[str, Any]]]]:
+        """Every trial's area, sealed, with its entries, in seed order."""
+        results: list[tuple[Area, list[dict[str, Any]]]] = []
+        while self.running:
+            area, proc = self.running.pop(0)
+            out, err = proc.communicate()
+            if proc.returncode != 0:
+                raise ReferenceFailed(f"the reference failed in get_inputs() (seeded inputs helper): "
+                                      f"{err.decode(errors='replace')[-2500:]}")
+            results.append((area, json.loads(out.decode().strip().splitlines()[-1])))
+            self._launch()
+        for area, _ in results:
+            area.seal()
+        self.done = True
+        return results
+
+    def stop(self) -> None:
+        """Kill helpers still running; without a full collect, the areas go too (nothing else holds them)."""
+        for _, proc in self.running:
+            proc.kill()
+            proc.wait()
+        self.running.clear()
+        if not self.done:
+            for area in self.areas:
+                area.close()
 
 
 def as_input(x: Any, device: Any, cast_integers: bool = False) -> Any:

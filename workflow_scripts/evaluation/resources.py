@@ -94,7 +94,7 @@ def evaluate_memory(sizes: Sizes | None, evaluation: Mapping[str, Any], answers:
     host += p  # Model(*init) is built on the host and then moved (.to(device)); on the CPU it stays there
     host += trials * i  # one sealed input area per seeded trial (KernelBench's 5 inputs), held for the whole job
     # The trials being built by get_inputs() on the CPU before they are written into their areas: one, or for
-    # multi-GB inputs one per helper process, side by side (reference._build_in_parallel; at most one per trial).
+    # multi-GB inputs one per helper process, side by side (reference._start_builders; at most one per trial).
     host += (trials if sizes.input_bytes >= PARALLEL_INPUTS_MIN_BYTES else 1) * i
     host += i if timed else 0  # the timing inputs' area, shared by every answer
     host += slots * (i + o)  # each live answer's own secret-input and output areas (start_slot)

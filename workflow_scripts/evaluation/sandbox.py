@@ -39,6 +39,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -434,9 +435,9 @@ class ChildProcess:
     events: list[dict[str, Any]] = field(default_factory=list)
     sandbox: Isolation | None = None  # what was in force (set by start)
     started_at: float = 0.0
-    fds: tuple[int, ...] = ()  # memory areas the child inherits (transport.Area)
-    child_written_fds: tuple[int, ...] = ()  # of those, the ones the child touches first (memory_cap.for_child)
+    areas_later: bool = False  # its memory areas (transport.Area) come after start, by deliver_areas
     hello: Message | None = None
+    _area_socket: socket.socket | None = None
 
     MAX_EVENTS: int = 256  # monitor reports kept (the answer's process sends them; it could send millions)
 
@@ -480,8 +481,7 @@ class ChildProcess:
         self.logdir.mkdir(parents=True, exist_ok=True)
         self.sandbox = probe_isolation(self.isolation, self.limits, self.device, self.bwrap)
         try:
-            self.cap = memory_cap.for_child(self.memory_cap_mode, self.limits.memory_bytes, self.fds,
-                                            self.child_written_fds)
+            self.cap = memory_cap.for_child(self.memory_cap_mode, self.limits.memory_bytes)
         except memory_cap.MemoryCapUnavailable as e:
             raise SandboxUnavailable(str(e)) from None
         if self.cap is not None:  # recorded with the isolation: what bounded the tree's host memory
@@ -492,25 +492,35 @@ class ChildProcess:
                                                warnings=(*self.sandbox.warnings, *notes))
         key = secrets.token_bytes(32)
         rfd = wfd = -1
+        theirs: socket.socket | None = None
         try:
             rfd, wfd = os.pipe()
+            inherited: tuple[int, ...] = (wfd,)
+            if self.areas_later:
+                self._area_socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                inherited += (theirs.fileno(),)
             prefix = sandbox_command(self.sandbox.tool, self.workdir, self.limits, self.device,
                                      self.sandbox.binary if self.sandbox.tool == "bwrap" else None, self.hidden)
             cmd = (self.cap.prefix() if self.cap else []) + prefix + [self.python, "-B", "-s", "-m", CHILD_MODULE]
             with open(self.logdir / f"{self.role}.log", "wb") as out:
                 self.proc = subprocess.Popen(
                     cmd, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir,
-                    env=self.env(), pass_fds=(wfd, *self.fds), start_new_session=True, close_fds=True,
+                    env=self.env(), pass_fds=inherited, start_new_session=True, close_fds=True,
                 )
         except BaseException:
             if rfd >= 0:
                 os.close(rfd)
+            if self._area_socket is not None:
+                self._area_socket.close()
+                self._area_socket = None
             if self.cap is not None:
                 self.cap.close()  # no cgroup left behind
             raise
         finally:
             if wfd >= 0:
                 os.close(wfd)
+            if theirs is not None:
+                theirs.close()
         if self.cap is not None:
             self.cap.attach(self.proc.pid)
         self.started_at = time.monotonic()
@@ -518,7 +528,27 @@ class ChildProcess:
         init = dict(self.init, role=self.role, nonce=key.hex(), fd=wfd, device=self.device,
                     limits=self.limits.to_dict(), workdir=str(self.workdir),
                     inbox=INBOX if self.sandbox.sandboxed else ".", user_namespace=self.sandbox.user_namespace)
+        if theirs is not None:
+            init["area_socket"] = inherited[1]  # pass_fds keeps the number
         self._write_line(init)
+
+    def deliver_areas(self, areas: dict[str, dict[str, Any]], child_written_fds: tuple[int, ...] = ()) -> None:
+        """Hand the started child its memory areas (``transport.Area.spec``: fd, size, writable), once, over its own
+        socket (``SCM_RIGHTS``): a child can be started before the trusted side has built what it will read. Its
+        memory cap grows first by what the tree may be charged for (``child_written_fds``: the areas it may touch
+        before the trusted side does)."""
+        assert self.areas_later and self._area_socket is not None, "deliver_areas: once, to a child started for it"
+        fds = [int(a["fd"]) for a in areas.values()]
+        if self.cap is not None:
+            self.cap.add_areas(tuple(fds), child_written_fds)
+        payload = {name: dict(a, fd=i) for i, (name, a) in enumerate(areas.items())}
+        try:
+            socket.send_fds(self._area_socket, [json.dumps(payload).encode()], fds)
+        except OSError:
+            pass  # the child is gone; recv will say so
+        finally:
+            self._area_socket.close()
+            self._area_socket = None
 
     def private_dir(self) -> Path:
         """The child's private directory as this process can read it: through the sandbox's mount namespace
@@ -607,6 +637,9 @@ class ChildProcess:
             except OSError:
                 pass
             self.reader = None
+        if self._area_socket is not None:
+            self._area_socket.close()
+            self._area_socket = None
 
     def log_tail(self, n: int = 3000) -> str:
         p = self.logdir / f"{self.role}.log"

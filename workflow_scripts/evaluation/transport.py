@@ -1,8 +1,9 @@
 """Tensors between the trusted side of an evaluation and an answer's process, without pipes: memory areas.
 
 An ``Area`` is one anonymous in-memory file (``memfd_create``) that both processes map. The trusted side writes a
-list of values into it and passes the answer's process the file descriptor at spawn and, per message, where each
-tensor lies (``Slot``: offset, shape, dtype). Two kinds:
+list of values into it and hands the answer's process the file descriptor (over a socket, ``SCM_RIGHTS``:
+``sandbox.ChildProcess.deliver_areas``) and, per message, where each tensor lies (``Slot``: offset, shape, dtype).
+Two kinds:
 
 * **sealed** areas (a problem's seeded correctness inputs, its timing inputs, init inputs): written once by the
   trusted side, then sealed (``F_SEAL_WRITE``, ``F_SEAL_SHRINK``, ``F_SEAL_GROW``): no process, the answer's included,
@@ -231,7 +232,7 @@ class Area:
             self.fd = -1
 
     def spec(self) -> dict[str, Any]:
-        """What the answer's process needs to map the area (its fd is passed at spawn)."""
+        """What the answer's process needs to map the area (its fd goes with it: ``ChildProcess.deliver_areas``)."""
         return {"fd": self.fd, "size": self.size, "writable": not self.sealed}
 
 
