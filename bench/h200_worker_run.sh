@@ -15,6 +15,9 @@ python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__ver
 python3 -c "from workflow_scripts.evaluation import memory_cap as m; r = m.cgroup_root(); print('memory cap:', 'cgroup v%d at %s' % (r.version, r.path) if r else 'watch (no writable memory cgroup)')" >> "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
 B="python3 bench/gpu_problem_worker.py"
+# A bench cut off by its timeout can leave its pool worker (the trusted side) holding GPU memory: none may outlive it.
+cleanup() { pkill -9 -f "bench/gpu_problem_worker.py|workflow_scripts.evaluation" 2>/dev/null; sleep 3; }
+cleanup
 TP_PROBLEMS=${TP_PROBLEMS:-"L1_1 L1_40 L1_95 L2_12 L2_71 L2_99 L1_88 L2_40 L2_76 L2_82"}
 for bench in $1; do
   SECONDS=0
@@ -28,5 +31,5 @@ for bench in $1; do
     pytest) KB_TEST_DEVICE=cuda timeout ${PYTEST_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider ${PYTEST_FILES:-tests/test_cheats.py tests/test_timed_checks.py tests/test_memory_cap.py} > "$OUT/pytest.log" 2>&1 ;;
     calibration) timeout "${CAL_TIMEOUT:-420}" $B calibration --parallel ${CAL_PARALLEL:-1} ${CAL_ARGS:-} --suite .kb --problems ${CAL_PROBLEMS:-$(cat bench/calibration_order.txt)} --out "$OUT" > "$OUT/calibration.log" 2>&1 ;;
   esac
-  echo "$bench: rc=$? in ${SECONDS}s"; rm -rf "$OUT/locks"; tail -c 1500 "$OUT/$bench.log"
+  echo "$bench: rc=$? in ${SECONDS}s"; cleanup; rm -rf "$OUT/locks"; tail -c 1500 "$OUT/$bench.log"
 done

@@ -393,9 +393,9 @@ def for_child(mode: str, memory_bytes: int | None, area_fds: tuple[int, ...] = (
 
 def _area_allowance(mode: str, area_fds: tuple[int, ...], child_written_fds: tuple[int, ...]) -> int:
     """What a tree's cap allows for its transport areas. A cgroup is charged only for the pages its processes touch
-    first: of the areas, those the child writes before the trusted side does (``child_written_fds``: its output
-    area; the trusted side allocates the others' pages before handing them over). Polling sees every mapped area
-    page: it allows for all of them."""
+    first: of the areas, those the child may touch before the trusted side does (``child_written_fds``: its output
+    area, and on CUDA its secret-input area, which both sides page-lock at once; the trusted side wrote every sealed
+    area before handing it over). Polling sees every mapped area page: it allows for all of them."""
     total = 0
     for fd in child_written_fds if mode == "cgroup" else area_fds:
         try:
