@@ -138,3 +138,38 @@ def test_areas_handed_over_later_widen_the_cap_first(tmp_path: Path, monkeypatch
     finally:
         os.close(inputs)
         os.close(outputs)
+
+
+def test_a_broken_reference_stays_a_reference_error_where_no_child_can_start(monkeypatch: pytest.MonkeyPatch,
+                                                                             tmp_path: Path) -> None:
+    """The first child starts before the reference side: when the sandbox refuses it, a problem whose Model fails
+    is still the problem's fault (reference_error), as it was when children started after the reference."""
+    from workflow_scripts.core.statuses import Status
+    from workflow_scripts.evaluation import answer, sandbox
+
+    def refused(self: sandbox.ChildProcess) -> None:
+        raise sandbox.SandboxUnavailable("refused for the test")
+
+    monkeypatch.setattr(sandbox.ChildProcess, "start", refused)
+    problem = tmp_path / "1_Broken.py"
+    problem.write_text(DEMO_PROBLEM.read_text().replace("self.alpha = alpha", "raise RuntimeError('broken model')"))
+    (tmp_path / "same.py").write_text(DEMO_PROBLEM.read_text() + "\nModelNew = Model\n")
+    cfg = answer.EvalConfig(device="cpu", time_answer=False, run_static=False, require_triton=False)
+    [result] = answer.evaluate_answers(problem, [tmp_path / "same.py"], cfg)
+    assert result.status == Status.REFERENCE_ERROR.value and "broken model" in (result.error or "")
+
+
+def test_a_helper_that_cannot_start_leaves_none_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    popen = reference.subprocess.Popen
+    started: list[object] = []
+
+    def second_fails(*args: object, **kwargs: object) -> object:
+        if started:
+            raise OSError("no more processes")
+        started.append(popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(reference.subprocess, "Popen", second_fails)
+    with pytest.raises(OSError, match="no more processes"):
+        reference._InputBuilders(DEMO_PROBLEM, False, kernelbench_trial_seeds(42, 3), 1 << 20, 3)
+    assert started and started[0].returncode is not None  # killed and reaped

@@ -865,8 +865,11 @@ class ProblemEvaluator:
         t0 = time.monotonic()
         cfg = self.cfg
         reference = None
-        first = self.start_slot()
-        self._early.append(first)
+        try:
+            first: _AnswerSlot | None = self.start_slot()
+            self._early.append(first)
+        except InfrastructureError:
+            first = None  # started after the reference side, as every other child: evaluate() says why it cannot
         try:
             reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32,
                                       timing_seed=cfg.timing_seed, cast_integers=cfg.integer_inputs == "cast")
@@ -879,7 +882,7 @@ class ProblemEvaluator:
             if reference is not None:
                 reference.close()
         self.phases["reference_prepare_s"] = time.monotonic() - t0
-        if self.reference is not None:
+        if self.reference is not None and first is not None:
             self.hand_areas(first)
 
     def start_slot(self) -> _AnswerSlot:
@@ -922,7 +925,10 @@ class ProblemEvaluator:
         # The cap allows for the pages the child may touch first: its outputs, and on CUDA its secret area too (its
         # page-locking may reach pages before this side's does).
         first_touch = (slot.output.fd,) if self.cfg.device == "cpu" else (slot.secret.fd, slot.output.fd)
-        slot.child.deliver_areas(areas, child_written_fds=first_touch)
+        try:
+            slot.child.deliver_areas(areas, child_written_fds=first_touch)
+        except SandboxUnavailable as e:
+            raise InfrastructureError(f"the configured sandbox is unavailable: {e}") from None
         if self.cfg.device == "cuda":
             secret, output = slot.secret, slot.output
             slot.pinning = threading.Thread(target=lambda: (secret.pin(), output.pin()), daemon=True)

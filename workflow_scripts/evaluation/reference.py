@@ -130,15 +130,18 @@ class ReferenceSide:
         """The seeded trials (KernelBench's inputs, on the CPU, one sealed area each) and, if ``timing``, the timing
         inputs (one sealed area shared by every answer) with the reference's outputs on them (``timing_trial``:
         what a timed call's output is checked against, within ``atol``/``rtol``). Where helper processes build the
-        seeded inputs, the timing inputs are prepared while they run."""
+        seeded inputs, the timing inputs are built while they run; the reference's forwards keep KernelBench's
+        order (the seeded trials first: a forward may change the model's state)."""
         torch = self.torch
         clock, phases = time.monotonic, self.prepare_phases
+        phases["prepare_timing_s"] = 0.0
         t0 = clock()
-        builders = self._start_builders(trial_seeds, timing)
-        phases["prepare_parallel_start_s"] = clock() - t0
+        builders = None
         try:
+            builders = self._start_builders(trial_seeds, timing)
+            phases["prepare_parallel_start_s"] = clock() - t0
             if timing and builders is not None:
-                self._prepare_timing(atol, rtol)  # on the device, while the helpers build on the CPU
+                self._build_timing_inputs()  # on the device, while the helpers build on the CPU
             t0 = clock()
             built = builders.collect() if builders is not None else None
             phases["prepare_parallel_inputs_s"] = clock() - t0
@@ -174,13 +177,13 @@ class ReferenceSide:
             for t in self.seeded:
                 t.outputs = [o.cpu() for o in t.outputs]
             torch.cuda.empty_cache()
-        if timing and builders is None:
-            self._prepare_timing(atol, rtol)
+        if timing:
+            if "timing" not in self.areas:
+                self._build_timing_inputs()
+            self._timing_forwards(atol, rtol)
 
-    def _prepare_timing(self, atol: float, rtol: float) -> None:
-        """The timing inputs (a secret seed, built on the device) in their sealed area, and the reference's outputs
-        on them, kept only when a second forward agrees (a stochastic forward leaves timed outputs unchecked)."""
-        torch = self.torch
+    def _build_timing_inputs(self) -> None:
+        """The timing inputs (a secret seed, built on the device) in their sealed area."""
         t0 = time.monotonic()
         inputs = self.secret_inputs(self.timing_seed)
         area = Area("timing", max(tensor_bytes(inputs), 1))
@@ -189,6 +192,14 @@ class ReferenceSide:
         self.areas["timing"] = area
         self.input_bytes = max(self.input_bytes, area.size)
         self.timing_inputs = inputs  # the reference is timed on them too, paired with each answer
+        self.prepare_phases["prepare_timing_s"] += time.monotonic() - t0
+
+    def _timing_forwards(self, atol: float, rtol: float) -> None:
+        """The reference's outputs on the timing inputs, kept only when a second forward agrees (a stochastic
+        forward leaves timed outputs unchecked)."""
+        torch = self.torch
+        t0 = time.monotonic()
+        inputs = self.timing_inputs
         trial = self._forward(inputs, "timing", self.timing_seed, "timing", self.timing_entries)
         try:
             again = self._forward(inputs, "timing", self.timing_seed ^ 1, "timing", self.timing_entries)
@@ -204,7 +215,7 @@ class ReferenceSide:
         del trial
         if self.device_kind == "cuda":
             torch.cuda.empty_cache()
-        self.prepare_phases["prepare_timing_s"] = time.monotonic() - t0
+        self.prepare_phases["prepare_timing_s"] += time.monotonic() - t0
 
     def _start_builders(self, seeds: list[int], timing: bool) -> "_InputBuilders | None":
         """Multi-GB problems: each seeded trial's inputs built by its own helper process (``reference_inputs``), as
@@ -222,8 +233,10 @@ class ReferenceSide:
         per_trial = tensor_bytes([self._process(x, "meta") for x in probe])
         if per_trial < PARALLEL_INPUTS_MIN_BYTES or len(seeds) < 2:
             return None
-        # Room for every trial's area (and the timing area) plus, per running helper, its own copy of the inputs.
-        spare = available_memory() * 0.8 - per_trial * (len(seeds) + int(timing))
+        # Room for every trial's area and the timing area (on the CPU its inputs too) plus, per running helper, its own
+        # copy of the inputs.
+        timing_copies = (2 if self.device_kind == "cpu" else 1) if timing else 0
+        spare = available_memory() * 0.8 - per_trial * (len(seeds) + timing_copies)
         width = int(min(len(seeds), max(1, (os.cpu_count() or 1) - 1), max(1, spare // per_trial)))
         if width < 2:
             return None
@@ -344,7 +357,11 @@ class _InputBuilders:
         self.running: list[tuple[Area, subprocess.Popen[bytes]]] = []
         self.env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONPATH=_PACKAGE_ROOT)
         self.done = False
-        self._launch()
+        try:
+            self._launch()
+        except BaseException:  # a helper that could not start: none of the others is left running
+            self.stop()
+            raise
 
     def _launch(self) -> None:
         while self.pending and len(self.running) < self.width:
@@ -376,7 +393,7 @@ class _InputBuilders:
         """Kill helpers still running; without a full collect, the areas go too (nothing else holds them)."""
         for _, proc in self.running:
             proc.kill()
-            proc.wait()
+            proc.communicate()  # reaped, its pipes closed
         self.running.clear()
         if not self.done:
             for area in self.areas:

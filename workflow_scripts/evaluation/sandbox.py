@@ -412,6 +412,10 @@ def probe_isolation(mode: str, limits: Limits, device: str, bwrap: str | None = 
         return iso
 
 
+# Descriptors one SCM_RIGHTS message may carry (the kernel's SCM_MAX_FD): the areas a child gets at once.
+MAX_AREAS = 253
+
+
 @dataclass
 class ChildProcess:
     """One child: ``start`` it, ``send`` JSON commands on its stdin, ``recv`` authenticated messages."""
@@ -539,12 +543,17 @@ class ChildProcess:
         before the trusted side does)."""
         assert self.areas_later and self._area_socket is not None, "deliver_areas: once, to a child started for it"
         fds = [int(a["fd"]) for a in areas.values()]
-        if self.cap is not None:
-            self.cap.add_areas(tuple(fds), child_written_fds)
+        if len(fds) > MAX_AREAS:
+            raise ValueError(f"{len(fds)} memory areas for one child: one message carries at most {MAX_AREAS}")
+        try:
+            if self.cap is not None:
+                self.cap.add_areas(tuple(fds), child_written_fds)
+        except OSError as e:
+            raise SandboxUnavailable(f"the memory cap could not be widened for the child's areas: {e}") from None
         payload = {name: dict(a, fd=i) for i, (name, a) in enumerate(areas.items())}
         try:
             socket.send_fds(self._area_socket, [json.dumps(payload).encode()], fds)
-        except OSError:
+        except (BrokenPipeError, ConnectionResetError):
             pass  # the child is gone; recv will say so
         finally:
             self._area_socket.close()
