@@ -189,3 +189,30 @@ def test_the_cgroup_is_made_in_the_evaluators_own_never_above_it(tmp_path: Path,
     assert [r.path for r in memory_cap._candidates()] == [mount / "job" / "step"]
     monkeypatch.setattr(memory_cap, "_own_paths", lambda: {"2": "/not/visible/here"})
     assert [r.path for r in memory_cap._candidates()] == [mount]
+
+
+@pytest.mark.skipif(memory_cap.cgroup_root() is None, reason="no writable memory cgroup on this host")
+def test_the_memory_a_process_may_still_take_respects_its_cgroups_limit() -> None:
+    """A Slurm job's or container's memory limit bounds what the evaluator plans with (input areas on the host, helper
+    processes, answer batches), where the host's MemAvailable does not see it."""
+    from workflow_scripts.evaluation.reference import available_memory
+
+    root = memory_cap.cgroup_root()
+    assert root is not None
+    limit = 3 << 30
+    cgroup = root.path / f"{memory_cap._PREFIX}headroom-{os.getpid()}-{secrets.token_hex(3)}"
+    cgroup.mkdir()
+    try:
+        for name in root.limit_files:
+            (cgroup / name).write_text(str(limit))
+        code = ("import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
+                "from workflow_scripts.evaluation import memory_cap, reference; "
+                "print(memory_cap.cgroup_headroom(), reference.available_memory())")
+        procs = cgroup / "cgroup.procs"
+        # The child joins the cgroup before it measures: the shell moves itself in, then execs Python.
+        out = subprocess.run(["sh", "-c", f'echo $$ > {procs} && exec "$0" -c "$1" /dev/null', sys.executable,
+                              code], capture_output=True, text=True, cwd=REPO, check=True).stdout.split()
+        headroom, available = int(out[0]), int(out[1])
+        assert 0 < headroom < limit and available <= headroom
+    finally:
+        cgroup.rmdir()

@@ -173,3 +173,62 @@ def test_a_helper_that_cannot_start_leaves_none_running(monkeypatch: pytest.Monk
     with pytest.raises(OSError, match="no more processes"):
         reference._InputBuilders(DEMO_PROBLEM, False, kernelbench_trial_seeds(42, 3), 1 << 20, 3)
     assert started and started[0].returncode is not None  # killed and reaped
+
+
+def test_the_host_keeps_as_many_seeded_trials_as_fit_its_share() -> None:
+    gib = 1 << 30
+    assert reference.host_resident_trials(5, 6 * gib, True, 120 * gib) == 5  # L1/19 on a 128 GiB host: all sealed
+    assert reference.host_resident_trials(5, 8 * gib, True, 120 * gib) == 5  # L1/47
+    assert reference.host_resident_trials(5, 16 * gib, True, 120 * gib) == 2  # L1/45: three wait on the device
+    assert reference.host_resident_trials(5, 16 * gib, False, 120 * gib) == 3  # no timing area beside them
+    assert reference.host_resident_trials(5, 16 * gib, True, 20 * gib) == 0
+    assert reference.host_resident_trials(5, 0, True, 0) == 0  # nothing available: nothing sealed on the host
+
+
+SPILL_ANSWERS = {
+    "same": "\nModelNew = Model\n",
+    # Right on the first three calls, wrong from the fourth on: the fourth and fifth seeded trials wait on the device.
+    "late_wrong": ("\nclass ModelNew(Model):\n    calls = 0\n    def forward(self, a, b):\n"
+                   "        ModelNew.calls += 1\n        out = super().forward(a, b)\n"
+                   "        return out if ModelNew.calls <= 3 else out + 1.0\n"),
+    # Changes its inputs in place after computing its output: the next answer must still get pristine inputs.
+    "mutates": ("\nclass ModelNew(Model):\n    def forward(self, a, b):\n        out = super().forward(a, b)\n"
+                "        a.zero_()\n        return out\n"),
+}
+
+
+def test_seeded_trials_beyond_the_host_share_wait_on_the_device_with_the_same_verdicts(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where five sealed input copies would not fit the host (L1/45), trials beyond HOST_INPUT_SHARE keep their
+    inputs on the trusted side's device and each answer gets them through its own input area when the trial starts:
+    every verdict is what the all-sealed run gives, a later trial's outputs are really judged, and an answer that
+    changes its inputs changes nothing another answer reads."""
+    from workflow_scripts.evaluation import answer
+
+    paths = []
+    for name, code in SPILL_ANSWERS.items():
+        paths.append(tmp_path / f"{name}.py")
+        paths[-1].write_text(DEMO_PROBLEM.read_text() + code)
+    paths.append(paths[0])  # the honest answer again, after the one that changed its inputs
+    cfg = answer.EvalConfig(device=os.environ.get("KB_TEST_DEVICE", "cpu"), time_answer=False, run_static=False,
+                            require_triton=False, hidden_trials=0, post_timing_check=False)
+    sealed = [(r.status, r.flags) for r in answer.evaluate_answers(DEMO_PROBLEM, paths, cfg)]
+    assert [s for s, _ in sealed] == ["correct", "mismatch", "rejected_runtime", "correct"]
+
+    placed: list[tuple[list[str], list[bool]]] = []  # (sealed seeded areas, which trials wait on the device)
+    prepare = reference.ReferenceSide.prepare
+
+    def keeping_prepare(self: reference.ReferenceSide, *args: object, **kwargs: object) -> None:
+        prepare(self, *args, **kwargs)
+        placed.append((sorted(n for n in self.areas if n.startswith("seeded")),
+                       [t.device_inputs is not None for t in self.seeded]))
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)  # the meta probe runs on small machines too
+    monkeypatch.setattr(reference, "host_resident_trials", lambda trials, *_: 2)
+    monkeypatch.setattr(reference.ReferenceSide, "prepare", keeping_prepare)
+    spilled = answer.evaluate_answers(DEMO_PROBLEM, paths, cfg)
+    assert [(r.status, r.flags) for r in spilled] == sealed
+    late = spilled[1]
+    assert [t["verdict"] for t in late.trials] == ["ok", "ok", "ok", "value_mismatch"]  # the fourth trial failed
+    assert placed == [(["seeded0", "seeded1"], [False, False, True, True, True])]
+    assert "prepare_device_inputs_s" in spilled[0].phases_s

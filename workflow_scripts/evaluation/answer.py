@@ -425,7 +425,7 @@ class _Evaluation:
             plan += [(len(plan) + j, "hidden", s) for j, s in enumerate(self.hidden_seeds)]
             for idx, kind, seed in plan:
                 rt = ref.seeded[idx] if kind == "seeded" else self._secret_trial(kind, seed)
-                ans.send("trial", seed=seed, index=idx, kind=kind, inputs={"area": rt.area, "entries": rt.entries},
+                ans.send("trial", seed=seed, index=idx, kind=kind, inputs=ref.trial_inputs(rt, self.slot.secret),
                          rng=rt.rng)
                 if not self._answer_trial(ans, rt, idx, kind, seed):
                     break
@@ -491,8 +491,8 @@ class _Evaluation:
                     t_post = time.monotonic()
                     # Built only now: the answer could not have seen these inputs before or while it was timed.
                     rpost = self._secret_trial("post_timing", self.post_seed)
-                    ans.send("post_timing", seed=self.post_seed, inputs={"area": rpost.area,
-                                                                         "entries": rpost.entries}, rng=rpost.rng)
+                    ans.send("post_timing", seed=self.post_seed, inputs=ref.trial_inputs(rpost, self.slot.secret),
+                             rng=rpost.rng)
                     self._answer_trial(ans, rpost, "post_timing", "post_timing", self.post_seed)
                     self.phases["post_timing_s"] = time.monotonic() - t_post
 

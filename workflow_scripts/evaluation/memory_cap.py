@@ -114,6 +114,35 @@ def _candidates() -> list[CgroupRoot]:
     return sorted(found, key=lambda r: -r.version)  # v2 where both are there
 
 
+def cgroup_headroom() -> int | None:
+    """Bytes this process's memory cgroup can still be charged before a limit on it or on any cgroup above it is
+    reached (the least of limit - usage over them), e.g. a Slurm job's memory; None where no limit applies or none
+    can be read. The host's ``MemAvailable`` does not see such limits."""
+    own = _own_paths()
+    least: int | None = None
+    for mount, fstype, opts in _mounts():
+        if fstype == "cgroup2":
+            rel, limit_file, usage_file = own.get("2"), "memory.max", "memory.current"
+        elif "memory" in opts:
+            rel, limit_file, usage_file = own.get("memory"), "memory.limit_in_bytes", "memory.usage_in_bytes"
+        else:
+            continue
+        if rel is None:
+            continue
+        root = Path(mount)
+        cgroup = root / rel.lstrip("/")
+        if not cgroup.is_dir():
+            cgroup = root  # a cgroup namespace: its root is our cgroup
+        while True:
+            limit, usage = _read_int(cgroup / limit_file), _read_int(cgroup / usage_file)
+            if 0 <= limit < 1 << 62 and usage >= 0:  # "max" (v2) reads -1; v1's unlimited is near 2^63
+                least = min(least if least is not None else limit, max(0, limit - usage))
+            if cgroup == root:
+                break
+            cgroup = cgroup.parent
+    return least
+
+
 def _usable(root: CgroupRoot) -> bool:
     """A cgroup can be made under ``root`` with a memory limit of its own (tried, then removed)."""
     probe = root.path / f"{_PREFIX}probe-{os.getpid()}-{secrets.token_hex(3)}"

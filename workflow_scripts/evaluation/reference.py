@@ -4,7 +4,10 @@ answer's.
 It loads the problem's ``Model`` (KernelBench's code, trusted), builds the five seeded correctness inputs once,
 exactly as KernelBench does (seed, ``get_inputs()`` on the CPU, floating tensors cast to float32), computes the
 reference outputs once, and keeps them (on the device when they fit the budget, else on the host) for every answer
-to the problem. The inputs go to the answers through sealed memory areas (``transport``). Secret-seed inputs
+to the problem. The inputs go to the answers through sealed memory areas (``transport``); where five sealed copies
+would not fit the host (the 16 GiB level-1 problem 45 on a 128 GiB host), the trials beyond ``HOST_INPUT_SHARE`` of
+its memory keep their inputs on the device instead, and each answer gets them through its own input area when the
+trial starts (``trial_inputs``). Secret-seed inputs
 (hidden and post-timing trials, drawn per answer; timing, drawn per problem) need only the distribution, so they
 are built on the device. Answers' outputs are judged here, on the device, with ``protocol.compare_outputs``.
 
@@ -38,6 +41,10 @@ PARALLEL_INPUTS_MIN_BYTES = 256 << 20
 # judging an answer is given back to the device after it (release_cached_memory), so the next answer's process
 # finds room for its multi-GB inputs and outputs.
 LARGE_OUTPUT_BYTES = 1 << 30
+# The sealed input areas (the timing inputs' and the seeded trials') may take this share of the host's available
+# memory; the seeded trials beyond it keep their inputs on the device (on the CPU, where the device is the host, in
+# this process: no saving there, the same path).
+HOST_INPUT_SHARE = 0.5
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -52,13 +59,16 @@ class ReferenceTrial:
 
     kind: str  # seeded | hidden | post_timing
     seed: int
-    area: str  # the area holding the inputs
+    area: str | None  # the area holding the inputs; None while they wait on the device (device_inputs)
     entries: list[dict[str, Any]]
     structure: str
     outputs: list[Any]
     forward_ms: float
     rng: dict[str, str | None]
     output_devices: list[str] = field(default_factory=list)
+    # A seeded trial's inputs kept on this side's device (HOST_INPUT_SHARE), written into each answer's own input
+    # area when its trial starts (ReferenceSide.trial_inputs).
+    device_inputs: list[Any] | None = None
 
 
 class ReferenceSide:
@@ -127,21 +137,31 @@ class ReferenceSide:
 
     # -- building inputs and reference outputs -------------------------------------------------------------------
     def prepare(self, trial_seeds: list[int], timing: bool, atol: float = 1e-4, rtol: float = 1e-4) -> None:
-        """The seeded trials (KernelBench's inputs, on the CPU, one sealed area each) and, if ``timing``, the timing
-        inputs (one sealed area shared by every answer) with the reference's outputs on them (``timing_trial``:
-        what a timed call's output is checked against, within ``atol``/``rtol``). Where helper processes build the
-        seeded inputs, the timing inputs are built while they run; the reference's forwards keep KernelBench's
-        order (the seeded trials first: a forward may change the model's state)."""
+        """The seeded trials (KernelBench's inputs, on the CPU, one sealed area each, or on the device beyond the
+        host's share: ``host_resident_trials``) and, if ``timing``, the timing inputs (one sealed area shared by every
+        answer) with the reference's outputs on them (``timing_trial``: what a timed call's output is checked
+        against, within ``atol``/``rtol``). Where helper processes build the seeded inputs, the timing inputs and the
+        device-resident trials' inputs are built while they run; the reference's forwards keep KernelBench's order
+        (the seeded trials first: a forward may change the model's state)."""
         torch = self.torch
         clock, phases = time.monotonic, self.prepare_phases
-        phases["prepare_timing_s"] = 0.0
+        phases["prepare_timing_s"] = phases["prepare_device_inputs_s"] = 0.0
         t0 = clock()
+        per_trial = self._probe_input_bytes()
+        on_host = len(trial_seeds) if per_trial is None else host_resident_trials(len(trial_seeds), per_trial, timing,
+                                                                                  available_memory())
         builders = None
+        on_device: dict[int, list[Any]] = {}
         try:
-            builders = self._start_builders(trial_seeds, timing)
+            builders = self._start_builders(trial_seeds[:on_host], per_trial, timing,
+                                            beside=on_host < len(trial_seeds))
             phases["prepare_parallel_start_s"] = clock() - t0
             if timing and builders is not None:
                 self._build_timing_inputs()  # on the device, while the helpers build on the CPU
+            t0 = clock()
+            for i in range(on_host, len(trial_seeds)):  # one at a time here, the helpers' trials meanwhile
+                on_device[i] = self._seeded_inputs(trial_seeds[i], self.device)
+            phases["prepare_device_inputs_s"] = clock() - t0
             t0 = clock()
             built = builders.collect() if builders is not None else None
             phases["prepare_parallel_inputs_s"] = clock() - t0
@@ -151,25 +171,31 @@ class ReferenceSide:
         phases["prepare_seeded_inputs_s"] = phases["prepare_seeded_forward_s"] = 0.0
         for i, seed in enumerate(trial_seeds):
             t0 = clock()
-            if built is not None:
+            area: Area | None = None
+            entries: list[dict[str, Any]] = []
+            if i in on_device:
+                kept = on_device.pop(i)
+                device_inputs = [self._copy(x) for x in kept]  # a forward may change its inputs: not the kept ones
+                self.input_bytes = max(self.input_bytes, tensor_bytes(kept))
+            elif built is not None:
                 area, entries = built[i]
                 device_inputs = area.read(entries, self.device)
             else:
-                try:
-                    self.set_seed(seed)
-                    inputs = [self._process(x, "cpu") for x in self.problem.get_inputs()]
-                except Exception as e:  # noqa: BLE001
-                    raise ReferenceFailed(_describe(e, f"get_inputs() for seed {seed}")) from None
+                inputs = self._seeded_inputs(seed, "cpu")
                 area = Area(f"seeded{i}", max(tensor_bytes(inputs), 1))
                 entries = self._write(area, inputs)
                 area.seal()
                 device_inputs = [self._process(x) for x in inputs]
                 del inputs
-            self.areas[area.name] = area
-            self.input_bytes = max(self.input_bytes, area.size)
+            if area is not None:
+                self.areas[area.name] = area
+                self.input_bytes = max(self.input_bytes, area.size)
             t1 = clock()
             phases["prepare_seeded_inputs_s"] += t1 - t0
-            self.seeded.append(self._forward(device_inputs, "seeded", seed, area.name, entries))
+            trial = self._forward(device_inputs, "seeded", seed, area.name if area else None, entries)
+            if area is None:
+                trial.device_inputs = kept
+            self.seeded.append(trial)
             del device_inputs
             phases["prepare_seeded_forward_s"] += clock() - t1
         total = sum(sum(o.numel() * o.element_size() for o in t.outputs) for t in self.seeded)
@@ -181,6 +207,26 @@ class ReferenceSide:
             if "timing" not in self.areas:
                 self._build_timing_inputs()
             self._timing_forwards(atol, rtol)
+
+    def _seeded_inputs(self, seed: int, device: Any) -> list[Any]:
+        """A seeded trial's inputs as KernelBench builds them (seed, ``get_inputs()`` on the CPU, processed), moved
+        to ``device``."""
+        try:
+            self.set_seed(seed)
+            return [self._process(x, device) for x in self.problem.get_inputs()]
+        except Exception as e:  # noqa: BLE001
+            raise ReferenceFailed(_describe(e, f"get_inputs() for seed {seed}")) from None
+
+    def _copy(self, x: Any) -> Any:
+        return x.clone() if isinstance(x, self.torch.Tensor) else x
+
+    def trial_inputs(self, trial: ReferenceTrial, area: Area) -> dict[str, Any]:
+        """Where an answer's process reads ``trial``'s inputs (the ``inputs`` of its trial message): the trial's own
+        area (sealed seeded inputs, or the answer's secret area a secret trial was written into), or, for a seeded
+        trial whose inputs wait on the device, the answer's own input ``area``, written now."""
+        if trial.device_inputs is None:
+            return {"area": trial.area, "entries": trial.entries}
+        return {"area": area.name, "entries": self._write(area, trial.device_inputs)}
 
     def _build_timing_inputs(self) -> None:
         """The timing inputs (a secret seed, built on the device) in their sealed area."""
@@ -217,12 +263,13 @@ class ReferenceSide:
             torch.cuda.empty_cache()
         self.prepare_phases["prepare_timing_s"] += time.monotonic() - t0
 
-    def _start_builders(self, seeds: list[int], timing: bool) -> "_InputBuilders | None":
-        """Multi-GB problems: each seeded trial's inputs built by its own helper process (``reference_inputs``), as
-        many side by side as cores and memory allow (the timing inputs, built meanwhile, counted). None where that
-        does not pay (small inputs) or the input sizes cannot be known beforehand (inputs that are not all
-        tensors)."""
+    def _probe_input_bytes(self) -> int | None:
+        """Bytes of one trial's inputs, from ``get_inputs()`` on the meta device (nothing allocated); None where the
+        meta device cannot build them or they are not all tensors, and on the CPU where the answer is not needed
+        (too few cores for helpers: the probe's first use of the meta device costs about two seconds)."""
         torch = self.torch
+        if self.device_kind != "cuda" and (os.cpu_count() or 1) < 3:
+            return None
         try:
             with torch.device("meta"):
                 probe = list(self.problem.get_inputs())
@@ -230,13 +277,20 @@ class ReferenceSide:
             return None
         if not probe or not all(isinstance(x, torch.Tensor) for x in probe):
             return None
-        per_trial = tensor_bytes([self._process(x, "meta") for x in probe])
-        if per_trial < PARALLEL_INPUTS_MIN_BYTES or len(seeds) < 2:
+        return tensor_bytes([self._process(x, "meta") for x in probe])
+
+    def _start_builders(self, seeds: list[int], per_trial: int | None, timing: bool,
+                        beside: bool) -> "_InputBuilders | None":
+        """Multi-GB problems: each host-resident seeded trial's inputs built by its own helper process
+        (``reference_inputs``), as many side by side as cores and memory allow (the timing inputs, built meanwhile,
+        and with ``beside`` the one device-resident trial built here at a time, counted). None where that does not pay
+        (small inputs) or the input sizes are unknown (``_probe_input_bytes``)."""
+        if per_trial is None or per_trial < PARALLEL_INPUTS_MIN_BYTES or len(seeds) < 2:
             return None
-        # Room for every trial's area and the timing area (on the CPU its inputs too) plus, per running helper, its own
-        # copy of the inputs.
+        # Room for every trial's area and the timing area (on the CPU its inputs too), a trial being built here, plus,
+        # per running helper, its own copy of the inputs.
         timing_copies = (2 if self.device_kind == "cpu" else 1) if timing else 0
-        spare = available_memory() * 0.8 - per_trial * (len(seeds) + timing_copies)
+        spare = available_memory() * 0.8 - per_trial * (len(seeds) + timing_copies + int(beside))
         width = int(min(len(seeds), max(1, (os.cpu_count() or 1) - 1), max(1, spare // per_trial)))
         if width < 2:
             return None
@@ -400,6 +454,14 @@ class _InputBuilders:
                 area.close()
 
 
+def host_resident_trials(trials: int, per_trial: int, timing: bool, available: int) -> int:
+    """How many of a problem's seeded trials keep their inputs in sealed host areas: as many as fit
+    ``HOST_INPUT_SHARE`` of the ``available`` host bytes beside the timing inputs' area. The rest wait on the
+    device."""
+    budget = HOST_INPUT_SHARE * available - (per_trial if timing else 0)
+    return int(min(trials, max(0, budget // max(per_trial, 1))))
+
+
 def as_input(x: Any, device: Any, cast_integers: bool = False) -> Any:
     """An input as the protocol passes it: KernelBench casts every input tensor to float32; we cast only floating
     ones (integer targets stay integer) unless ``cast_integers`` (EvalConfig.integer_inputs="cast", KernelBench's
@@ -414,14 +476,21 @@ def as_input(x: Any, device: Any, cast_integers: bool = False) -> Any:
 
 
 def available_memory() -> int:
+    """Host bytes this process may still take: the host's ``MemAvailable``, bounded by what its memory cgroups
+    allow (``memory_cap.cgroup_headroom``: a Slurm job's limit, a container's)."""
+    from workflow_scripts.evaluation.memory_cap import cgroup_headroom
+
+    available = 0
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    available = int(line.split()[1]) * 1024
+                    break
     except OSError:
         pass
-    return 0
+    headroom = cgroup_headroom()
+    return available if headroom is None else min(available, headroom)
 
 
 def _bind_gpu(gpu: str | None) -> None:
