@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (the device tool, nvidia-h200) for bench/gpu_problem_worker.py. Usage:
 #   bash bench/h200_worker_run.sh "big spin"            # benches to run, in order, each under its own timeout
-#   env: PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_TIMEOUT, TP_PROBLEMS, TP_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS
+#   env: RESUME (a gpu_problem_worker.jsonl to continue), PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_TIMEOUT, TP_PROBLEMS, TP_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS
 # Carry: .kb (KernelBench problems, and KernelBench's harness source in .kb/kbsrc), .kbwheels (pydantic, requests).
 set -uo pipefail
 OUT=${OUT:-/tmp/h200-out}
@@ -14,6 +14,8 @@ python3 -c "import torch, triton, sys; print(sys.version.split()[0], torch.__ver
 # What bounds an answer tree's host memory here (a memory cgroup, or the trusted side's polling)
 python3 -c "from workflow_scripts.evaluation import memory_cap as m; r = m.cgroup_root(); print('memory cap:', 'cgroup v%d at %s' % (r.version, r.path) if r else 'watch (no writable memory cgroup)')" >> "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
+# Resuming a bench cut off in an earlier call: its records (in the repository) go where the bench reads them.
+[ -n "${RESUME:-}" ] && [ -f "$RESUME" ] && cp "$RESUME" "$OUT/gpu_problem_worker.jsonl"
 B="python3 bench/gpu_problem_worker.py"
 # A bench cut off by its timeout can leave its pool worker (the trusted side) holding GPU memory: none may outlive it.
 cleanup() { pkill -9 -f "bench/gpu_problem_worker.py|workflow_scripts.evaluation" 2>/dev/null; sleep 3; }

@@ -73,15 +73,30 @@ def test_chunked_comparison_matches_allclose_and_max_diff() -> None:
         nan[n // 2], inf[-1] = float("nan"), float("inf")
         inf_off = inf.clone()
         inf_off[0] += 1.0
+        zeros = torch.zeros(n)
+        complex_a = torch.complex(a, a)
+        complex_nan = complex_a.clone()
+        complex_nan[-1] = complex(0.0, float("nan"))
         cases += [(a, far), (a, nan), (nan, nan.clone()), (inf, inf.clone()), (inf, inf_off),
-                  (a.double(), a.double() + 1e-9), (a.half(), a.half().clone()), (torch.complex(a, a),
-                                                                                   torch.complex(a, a) + 1e-6)]
+                  (a.double(), a.double() + 1e-9), (a.half(), a.half().clone()), (complex_a, complex_a + 1e-6),
+                  (zeros, -zeros),  # equal values in other bits
+                  (a.bfloat16(), a.bfloat16().clone()), (complex_a, complex_a.clone()), (complex_nan, complex_nan)]
     for ref, new in cases:
         expected_ok = bool(torch.allclose(ref, new, atol=1e-4, rtol=1e-4))
         expected_d = max_abs_diff(ref, new)
         ok, d = allclose_and_max_diff(ref, new, 1e-4, 1e-4)
         assert ok == expected_ok, (ref.numel(), ref.dtype)
         assert (d != d and expected_d != expected_d) or d == expected_d, (ref.numel(), ref.dtype, d, expected_d)
+
+
+def test_same_bits_compares_bytes_in_any_layout() -> None:
+    from workflow_scripts.evaluation.protocol import same_bits
+
+    a = torch.randn(1001)
+    assert same_bits(a, a.clone()) and not same_bits(a, torch.where(a == a[500], -a, a))
+    assert not same_bits(torch.zeros(8), -torch.zeros(8))  # equal values, other bits
+    assert same_bits(a[1:], a.clone()[1:])  # an offset that no wide integer view allows
+    assert same_bits(a.half()[3:6], a.half()[3:6].clone()) and same_bits(a[::2], a[::2].clone())
 
 
 def test_inf_matches_itself() -> None:

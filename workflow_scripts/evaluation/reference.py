@@ -30,16 +30,16 @@ from typing import Any
 
 from workflow_scripts.evaluation import environment, timing
 from workflow_scripts.evaluation.protocol import compare_outputs
-from workflow_scripts.evaluation.transport import Area, Slot, TransportError, tensor_bytes
+from workflow_scripts.evaluation.transport import Area, Slot, TransportError, aligned, tensor_bytes, torch_dtype
 
 # Seeded reference outputs stay on the GPU while they take at most this share of its memory; beyond it they wait
 # on the host and are copied over for each comparison.
 DEVICE_OUTPUT_SHARE = 0.3
 # Seeded inputs at least this large per trial are built by helper processes in parallel (reference_inputs).
 PARALLEL_INPUTS_MIN_BYTES = 256 << 20
-# Outputs at least this large: the reference's timing outputs wait on the host, and the memory this side cached for
-# judging an answer is given back to the device after it (release_cached_memory), so the next answer's process
-# finds room for its multi-GB inputs and outputs.
+# Outputs at least this large: the reference's timing outputs wait on the host. Inputs or outputs at least this
+# large: the memory this side cached for a secret trial or for judging an answer is given back to the device after
+# it (release_cached_memory), so the answer's process finds room for its multi-GB inputs and outputs.
 LARGE_OUTPUT_BYTES = 1 << 30
 # The sealed input areas (the timing inputs' and the seeded trials') may take this share of the host's available
 # memory; the seeded trials beyond it keep their inputs on the device (on the CPU, where the device is the host, in
@@ -92,6 +92,7 @@ class ReferenceSide:
         # when its forward is stochastic (two forwards on the same inputs disagree: dropout in training mode).
         self.timing_trial: ReferenceTrial | None = None
         self._clock: timing.Clock | None = None
+        self._judge_buffer: Any = None  # the answers' outputs copied out on the host (_host_copies)
         # One per problem (drawn here unless given, to replay a run): the timed values do not change the timing.
         self.timing_seed = timing_seed if timing_seed is not None else secrets.randbelow(2**32 - 1)
         self.input_bytes = 0
@@ -319,7 +320,10 @@ class ReferenceSide:
         writable ``area`` (only now, so the answer cannot see them earlier), and the reference's outputs on them."""
         inputs = self.secret_inputs(seed)
         entries = self._write(area, inputs)
-        return self._forward(inputs, kind, seed, area.name, entries)
+        trial = self._forward(inputs, kind, seed, area.name, entries)
+        del inputs
+        self.release_cached_memory()  # the answer's process reads them next, onto the same device
+        return trial
 
     def _forward(self, inputs: list[Any], kind: str, seed: int, area: str,
                  entries: list[dict[str, Any]]) -> ReferenceTrial:
@@ -369,22 +373,47 @@ class ReferenceSide:
         slots only)."""
         if not isinstance(metas, list) or not metas or len(metas) > 4096:
             raise TransportError("an output message without outputs")
-        outs = []
+        slots: list[Slot] = []
         end = 0
         for m in metas:
             slot = Slot.from_dict(m, area.size)
             if slot.offset < end:
                 raise TransportError("overlapping output slots")
             end = slot.offset + slot.nbytes
-            outs.append(area.read([{"tensor": slot.to_dict()}], device or self.device)[0])
+            slots.append(slot)
+        target = self.torch.device(device or self.device)
+        if target.type != "cpu":
+            return [area.read([{"tensor": slot.to_dict()}], target)[0] for slot in slots]
+        return self._host_copies(area, slots)
+
+    def _host_copies(self, area: Area, slots: list[Slot]) -> list[Any]:
+        """Copies of the slots' bytes on the host, typed, in a buffer this side keeps for every answer to the problem:
+        fresh multi-GB host memory costs its page faults each time (about 0.5 s per GiB), a copy into touched
+        memory a tenth of that. Valid until the next call."""
+        torch = self.torch
+        need = sum(aligned(slot.nbytes) for slot in slots)
+        if self._judge_buffer is None or self._judge_buffer.numel() < need:
+            self._judge_buffer = None
+            self._judge_buffer = torch.empty(need, dtype=torch.uint8)
+        outs, position = [], 0
+        for slot in slots:
+            dtype = torch_dtype(slot.dtype)
+            if not slot.nbytes:
+                outs.append(torch.empty(slot.shape, dtype=dtype))
+                continue
+            flat = self._judge_buffer[position:position + slot.nbytes]
+            flat.copy_(area.view(slot))
+            outs.append(flat.view(dtype).reshape(slot.shape))
+            position += aligned(slot.nbytes)
         return outs
 
     def output_capacity(self) -> int:
         return max(self.output_bytes, 1)
 
     def release_cached_memory(self) -> None:
-        """After an answer to a problem with large outputs: the device memory cached for judging it goes back."""
-        if self.device_kind == "cuda" and self.output_bytes >= LARGE_OUTPUT_BYTES:
+        """After a secret trial's forward or an answer, on a problem with large inputs or outputs: the device memory
+        cached for it (the secret inputs, the judged outputs) goes back."""
+        if self.device_kind == "cuda" and max(self.input_bytes, self.output_bytes) >= LARGE_OUTPUT_BYTES:
             self.torch.cuda.empty_cache()
 
     def close(self) -> None:
@@ -395,6 +424,7 @@ class ReferenceSide:
         self.timing_inputs = []
         self.timing_trial = None
         self._clock = None
+        self._judge_buffer = None
 
 
 class _InputBuilders:

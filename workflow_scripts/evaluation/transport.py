@@ -95,7 +95,7 @@ def _nat(x: Any) -> bool:
 _ALIGN = 64
 
 
-def _aligned(n: int) -> int:
+def aligned(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
@@ -103,7 +103,7 @@ def tensor_bytes(values: list[Any]) -> int:
     """Bytes an area needs for the tensors among ``values``."""
     import torch
 
-    return sum(_aligned(v.numel() * v.element_size()) for v in values if isinstance(v, torch.Tensor))
+    return sum(aligned(v.numel() * v.element_size()) for v in values if isinstance(v, torch.Tensor))
 
 
 class Area:
@@ -154,7 +154,7 @@ class Area:
         import torch
 
         entries: list[dict[str, Any]] = []
-        offset = _aligned(start)
+        offset = aligned(start)
         for v in values:
             if isinstance(v, torch.Tensor):
                 v = v.detach()
@@ -165,7 +165,7 @@ class Area:
                 if n:
                     self.view(slot).copy_(v.contiguous().reshape(-1).view(torch.uint8))
                 entries.append({"tensor": slot.to_dict()})
-                offset = _aligned(offset + n)
+                offset = aligned(offset + n)
             else:
                 entries.append({"value": _plain(v)})
         return entries
