@@ -24,14 +24,14 @@ TP_PROBLEMS=${TP_PROBLEMS:-"L1_1 L1_40 L1_95 L2_12 L2_71 L2_99 L1_88 L2_40 L2_76
 for bench in $1; do
   SECONDS=0
   case $bench in
-    big) timeout ${BIG_TIMEOUT:-330} $B big --suite .kb --problems ${BIG_PROBLEMS:-L1_19 L1_23 L1_47} --out "$OUT" > "$OUT/big.log" 2>&1 ;;
-    spin) timeout 150 $B spin --suite .kb --problems L2_71 L1_12 --out "$OUT" > "$OUT/spin.log" 2>&1 ;;
-    throughput) timeout ${TP_TIMEOUT:-330} $B throughput --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems $TP_PROBLEMS --out "$OUT" > "$OUT/throughput.log" 2>&1 ;;
-    scaling) timeout ${SCALING_TIMEOUT:-150} $B scaling --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems $TP_PROBLEMS --out "$OUT" > "$OUT/scaling.log" 2>&1 ;;
-    trivial) timeout ${TRIVIAL_TIMEOUT:-100} python3 bench/gpu_timing.py --suite .kb --out "$OUT" --repeats ${TRIVIAL_REPEATS:-5} > "$OUT/trivial.log" 2>&1 ;;
-    inputs_check) timeout ${CHECK_TIMEOUT:-300} $B inputs_check --suite .kb --problems ${CHECK_PROBLEMS:-L2_79 L2_15 L1_9 L1_81 L2_70 L2_18} --out "$OUT" > "$OUT/inputs_check.log" 2>&1 ;;
-    pytest) KB_TEST_DEVICE=cuda timeout ${PYTEST_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider ${PYTEST_FILES:-tests/test_cheats.py tests/test_timed_checks.py tests/test_memory_cap.py} > "$OUT/pytest.log" 2>&1 ;;
-    calibration) timeout "${CAL_TIMEOUT:-420}" $B calibration --parallel ${CAL_PARALLEL:-1} ${CAL_ARGS:-} --suite .kb --problems ${CAL_PROBLEMS:-$(cat bench/calibration_order.txt)} --out "$OUT" > "$OUT/calibration.log" 2>&1 ;;
+    big) timeout ${BIG_TIMEOUT:-330} $B big --suite .kb --problems ${BIG_PROBLEMS:-L1_19 L1_23 L1_47} --out "$OUT" >> "$OUT/big.log" 2>&1 ;;
+    spin) timeout 150 $B spin --suite .kb --problems L2_71 L1_12 --out "$OUT" >> "$OUT/spin.log" 2>&1 ;;
+    throughput) timeout ${TP_TIMEOUT:-330} $B throughput --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems $TP_PROBLEMS --out "$OUT" >> "$OUT/throughput.log" 2>&1 ;;
+    scaling) timeout ${SCALING_TIMEOUT:-150} $B scaling --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems $TP_PROBLEMS --out "$OUT" >> "$OUT/scaling.log" 2>&1 ;;
+    trivial) timeout ${TRIVIAL_TIMEOUT:-100} python3 bench/gpu_timing.py --suite .kb --out "$OUT" --repeats ${TRIVIAL_REPEATS:-5} >> "$OUT/trivial.log" 2>&1 ;;
+    inputs_check) timeout ${CHECK_TIMEOUT:-300} $B inputs_check --suite .kb --problems ${CHECK_PROBLEMS:-L2_79 L2_15 L1_9 L1_81 L2_70 L2_18} --out "$OUT" >> "$OUT/inputs_check.log" 2>&1 ;;
+    pytest) KB_TEST_DEVICE=cuda timeout ${PYTEST_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider ${PYTEST_FILES:-tests/test_cheats.py tests/test_timed_checks.py tests/test_memory_cap.py} >> "$OUT/pytest.log" 2>&1 ;;
+    calibration) timeout "${CAL_TIMEOUT:-420}" $B calibration --parallel ${CAL_PARALLEL:-1} ${CAL_ARGS:-} --suite .kb --problems ${CAL_PROBLEMS:-$(cat bench/calibration_order.txt)} --out "$OUT" >> "$OUT/calibration.log" 2>&1 ;;
   esac
   echo "$bench: rc=$? in ${SECONDS}s"; cleanup; rm -rf "$OUT/locks"; tail -c 1500 "$OUT/$bench.log"
 done

@@ -16,6 +16,7 @@ import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 from processes import processes_with
 
@@ -26,6 +27,7 @@ from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answer, eval
 from workflow_scripts.evaluation.sandbox import Limits, probe_isolation
 from workflow_scripts.generation.replay import rename_reference_model
 
+DEVICE = os.environ.get("KB_TEST_DEVICE", "cpu")
 REPO = Path(__file__).resolve().parent.parent
 CHEATS = REPO / "tests" / "cheats"
 ADD = CHEATS / "problems" / "1_ElementwiseAdd.py"
@@ -381,6 +383,35 @@ def test_no_process_outlives_the_evaluation_by_double_fork_setsid_nohup_or_a_nes
     while processes_with(sandboxed["marker"]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processes_with(sandboxed["marker"]) == [], "a process the answer started outlived its evaluation"
+
+
+@pytest.mark.parametrize("tool", SANDBOX_TOOLS)
+def test_every_process_of_an_answer_has_exited_when_its_child_is_killed(tool: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not merely soon after: the moment the kill returns, so the next answer never runs beside a dying process that
+    still holds its memory (seen on an H200: a multi-GB problem's next answer out of device memory while the last
+    one's process still held tens of GiB). The answer's process and one it started each hold 2 GiB on the test's
+    device (KB_TEST_DEVICE): a CUDA context that large takes a while to tear down after the sandbox's wrapper is
+    reaped; on the CPU the kernel frees it quickly, and the check mostly holds either way."""
+    if not SANDBOX_LEVEL.sandboxed:
+        pytest.skip("no OS sandbox on this host: " + "; ".join(SANDBOX_LEVEL.warnings))
+    from workflow_scripts.evaluation.sandbox import ChildProcess, exited
+
+    still_running: list[list[int]] = []  # per kill of a running child: its processes not yet exited afterwards
+    kill = ChildProcess.kill
+
+    def recording_kill(self: ChildProcess) -> None:
+        running = self.proc is not None and self.proc.poll() is None
+        tree = [self.proc.pid] + [p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)] if running else []
+        kill(self)
+        if running:
+            still_running.append([pid for pid in tree if not exited(pid)])
+
+    monkeypatch.setattr(ChildProcess, "kill", recording_kill)
+    cfg = EvalConfig(device=DEVICE, time_answer=False, run_static=False, isolation=tool, memory_limit_gib=8.0)
+    result = evaluate_answer(ADD, ANS / "sandbox" / "big_memory_at_exit.py", cfg)
+    assert result.status == Status.CORRECT.value, (result.status, result.error)
+    assert still_running and all(pids == [] for pids in still_running), still_running
 
 
 def test_the_evaluator_cannot_be_signalled_traced_read_or_reached_over_sockets(sandboxed: dict) -> None:

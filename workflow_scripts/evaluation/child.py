@@ -286,9 +286,10 @@ class _Child:
         # As the widest integers the layout allows: a byte-wise comparison is about eight times slower on the CPU.
         for wide in (torch.int64, torch.int32, torch.int16):
             try:
-                return bool(self.equal(self.view(ac, wide), self.view(bc, wide)))
-            except RuntimeError:  # a byte count or offset that is not a multiple of its size
-                continue
+                aw, bw = self.view(ac, wide), self.view(bc, wide)
+            except RuntimeError:  # a byte count or offset that is not a multiple of its size (and only that:
+                continue  # the comparison itself, e.g. out of device memory, is outside this try)
+            return bool(self.equal(aw, bw))
         return bool(self.equal(ac, bc))
 
     def write_outputs(self, tensors: list[Any]) -> tuple[list[dict[str, Any]], bool]:
@@ -443,6 +444,21 @@ def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
                      "error": err, "flags": flags})
         os._exit(0)
 
+    # Comparisons and copies of whole input lists live in functions of their own: a loop variable left in this loop's
+    # scope would keep a multi-GB tensor alive (and its device memory taken) until the next command.
+    def mutated(inputs: list[Any], snapshot: list[Any]) -> bool:
+        return any(_isinstance(x, Tensor) and not equal_bits(x, s) for x, s in zip(inputs, snapshot))
+
+    def refill(inputs: list[Any], fresh: list[Any]) -> None:
+        """Overwrite ``inputs`` in place (same storage, same addresses) with ``fresh`` where shapes and dtypes
+        allow; elsewhere the fresh value takes the place."""
+        with c.no_grad():
+            for i, (t, f) in enumerate(zip(inputs, fresh)):
+                if _isinstance(t, Tensor) and _isinstance(f, Tensor) and t.shape == f.shape and t.dtype == f.dtype:
+                    c.copy_(t, f)
+                else:
+                    inputs[i] = f
+
     def input_ptrs(inputs: list[Any]) -> set[int]:
         return {storage(x).data_ptr() for x in inputs if _isinstance(x, Tensor) and x.numel()}
 
@@ -489,10 +505,8 @@ def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
         ptrs = input_ptrs(inputs)
         if any(o.numel() and storage(o).data_ptr() in ptrs for o in outs):
             flag("output_aliases_input")
-        for x, s in zip(inputs, snapshot):
-            if _isinstance(x, Tensor) and not equal_bits(x, s):
-                flag("inputs_mutated")
-                break
+        if mutated(inputs, snapshot):
+            flag("inputs_mutated")
         check_tamper()
         metas, written = c.write_outputs(send_outs)
         sender.send({"type": "output", "index": index, "kind": kind, "structure": structure, "outputs": metas,
@@ -554,10 +568,8 @@ def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
                 fail("timing", "timing")
             finally:
                 launch.bare = False
-            for x, s in zip(timing_inputs, timing_snapshot):
-                if _isinstance(x, Tensor) and not equal_bits(x, s):
-                    flag("inputs_mutated")
-                    break
+            if mutated(timing_inputs, timing_snapshot):
+                flag("inputs_mutated")
             if require_triton and per_call and min(per_call) == 0:
                 flag("triton_launch_skipped_in_timing")
             check_tamper()
@@ -568,12 +580,7 @@ def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
                 raise RuntimeError("post_timing before time")
             timing_snapshot = []  # timing is over: the snapshot's memory goes back
             fresh = c.area_inputs(cmd["inputs"])
-            with c.no_grad():
-                for i, (t, f) in enumerate(zip(timing_inputs, fresh)):
-                    if _isinstance(t, Tensor) and _isinstance(f, Tensor) and t.shape == f.shape and t.dtype == f.dtype:
-                        c.copy_(t, f)
-                    else:
-                        timing_inputs[i] = f
+            refill(timing_inputs, fresh)
             del fresh
             run_once(timing_inputs, c.pristine_inputs(cmd["inputs"], timing_inputs), int(cmd["seed"]), "post_timing",
                      "post_timing", cmd.get("rng"))

@@ -145,9 +145,10 @@ def same_bits(a: Any, b: Any) -> bool:
     x, y = a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)
     for wide in (torch.int64, torch.int32, torch.int16):
         try:
-            return bool(torch.equal(x.view(wide), y.view(wide)))
-        except RuntimeError:  # a byte count or offset that is not a multiple of its size
-            continue
+            xw, yw = x.view(wide), y.view(wide)
+        except RuntimeError:  # a byte count or offset that is not a multiple of its size (and only that: the
+            continue  # comparison itself, e.g. out of device memory, is outside this try)
+        return bool(torch.equal(xw, yw))
     return bool(torch.equal(x, y))
 
 

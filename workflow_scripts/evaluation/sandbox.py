@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from workflow_scripts.evaluation import memory_cap
 from workflow_scripts.evaluation.channel import ChannelReader, ChildDied, Message
 
@@ -416,6 +418,41 @@ def probe_isolation(mode: str, limits: Limits, device: str, bwrap: str | None = 
 MAX_AREAS = 253
 
 
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _wait_exited(procs: list[psutil.Process], timeout: float) -> None:
+    """Until every process has exited, at most ``timeout`` seconds (``exited``)."""
+    end = time.monotonic() + timeout
+    alive = procs
+    while alive and time.monotonic() < end:
+        alive = [p for p in alive if not exited(p.pid)]
+        if alive:
+            time.sleep(0.01)
+
+
+def exited(pid: int) -> bool:
+    """Whether process ``pid`` has exited: it is gone, or a zombie none of whose threads still runs (its memory, its
+    device memory too, and its files are released once the last thread exits; a zombie need not be reaped soon: its
+    reaper may be a PID namespace's init already gone, or a container's init that never reaps)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        return all(_task_state(pid, t) in ("Z", "X") for t in tasks)
+    except OSError:
+        return True
+
+
+def _task_state(pid: int, tid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"  # gone meanwhile
+
+
 @dataclass
 class ChildProcess:
     """One child: ``start`` it, ``send`` JSON commands on its stdin, ``recv`` authenticated messages."""
@@ -619,20 +656,31 @@ class ChildProcess:
         return None if self.proc is None else self.proc.poll()
 
     def kill(self) -> None:
-        """Kill the child's whole process group (it is a session leader) and reap it. Inside a sandbox this ends
-        its PID namespace: every process the answer started dies with it."""
+        """Kill the child's whole process tree and reap it: its process group (it is a session leader; inside a
+        sandbox this ends its PID namespace) and every process under it, and return only once each has exited
+        (``_wait_exited``), so the next answer never starts beside a dying one that still holds its memory (tens of
+        GiB of device memory for a multi-GB problem: the sandbox's wrapper is reaped before the process inside has
+        released them)."""
         if self.proc is None:
             return
         if self.cap is not None:
             self.cap.stop_watching()  # before the pid can be reaped and reused
+        # Only while the child is not reaped: its pid is ours until then, never another process's.
+        tree = _descendants(self.proc.pid) if self.proc.returncode is None else []
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        for p in tree:  # those that left the group (setsid) too
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
+        _wait_exited(tree, timeout=30.0)
         if self.cap is not None:
             self.cap.close()  # cgroup: anything left in it is killed, then it is removed
         if self.proc.stdin is not None:
