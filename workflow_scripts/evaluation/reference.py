@@ -266,8 +266,9 @@ class ReferenceSide:
 
     def _probe_input_bytes(self) -> int | None:
         """Bytes of one trial's inputs, from ``get_inputs()`` on the meta device (nothing allocated); None where the
-        meta device cannot build them or they are not all tensors, and on the CPU where the answer is not needed
-        (too few cores for helpers: the probe's first use of the meta device costs about two seconds)."""
+        meta device cannot build them or they are not all tensors, and on a CPU-only host with too few cores for
+        helpers, where the size would decide nothing (no helpers; keeping trials "on the device" saves no host memory
+        there) and the probe's first use of the meta device costs about two seconds."""
         torch = self.torch
         if self.device_kind != "cuda" and (os.cpu_count() or 1) < 3:
             return None
