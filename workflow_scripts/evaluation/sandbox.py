@@ -430,7 +430,7 @@ def _wait_exited(procs: list[psutil.Process], timeout: float) -> None:
     end = time.monotonic() + timeout
     alive = procs
     while alive and time.monotonic() < end:
-        alive = [p for p in alive if not exited(p.pid)]
+        alive = [p for p in alive if p.is_running() and not exited(p.pid)]  # is_running: not a reused pid
         if alive:
             time.sleep(0.01)
 
