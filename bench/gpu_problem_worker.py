@@ -3,7 +3,8 @@ $OUT/gpu_problem_worker.jsonl, written as the run goes:
 
 * ``big``: multi-GB level-1 problems (done-when 1): several answers to one problem (the reference as its own answer,
   twice, and an honest Triton answer from bench/kernelbench_answers/ours when there is one); per answer its verdict
-  and seconds, and the problem's one-time preparation (seeded inputs built and the reference run once).
+  and seconds, and the problem's one-time preparation (seeded inputs built and the reference run once); with
+  ``--kernelbench``, KernelBench's harness on the first answer too, after ours, its wall time recorded.
 * ``spin``: honest answers evaluated alone, then the same answers beside a never-returning kernel (bench/spinning),
   in parallel jobs on the same GPU (done-when 5).
 * ``calibration``: the reference as its own answer on many problems; its eager speedup as the pipeline computes it
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -78,7 +80,12 @@ def ours_answer(key: str, tmp: Path) -> Path | None:
 
 def summarise(result) -> dict:
     checks = (result.timing_raw or {}).get("timed_checks") or {}
+    paired = (result.paired_reference or {}).get("stats") or {}
+    timed = result.runtime_ms and paired.get("mean")
     return {"status": result.status, "runtime_ms": result.runtime_ms, "max_abs_diff": result.max_abs_diff,
+            # the pipeline's eager speedup: the reference timed beside the answer (paired timing), means and medians
+            "speedup": paired["mean"] / result.runtime_ms if timed else None,
+            "median_speedup": paired["median"] / result.runtime_stats["median"] if timed else None,
             "flags": result.flags, "error": (result.error or "")[-1200:],  # the tail holds the exception
             "host_memory": (result.protocol or {}).get("host_memory"),  # the answer tree's cap and peak
             "phases_s": {k: round(v, 3) for k, v in result.phases_s.items()},
@@ -129,19 +136,20 @@ def inputs_key(problem: Path) -> str:
 
 def run_big(args, tmp: Path) -> None:
     done = {r["problem"] for r in read_log(args.out) if r.get("bench") == "big"}
-    todo = [(args.suite, args.out, k) for k in args.problems if k not in done]
+    todo = [(args.suite, args.out, k, args.kb_src if args.kernelbench else None) for k in args.problems
+            if k not in done]
     # A fresh process per problem: its peak host memory (ru_maxrss) and the trusted side's peak GPU memory are that
     # problem's own, the numbers a job's memory resources are declared from.
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1) as pool:
         list(pool.map(big_problem, todo))
 
 
-def big_problem(job: tuple[Path, Path, str]) -> None:
+def big_problem(job: tuple[Path, Path, str, Path | None]) -> None:
     import resource
 
     import torch
 
-    suite, out, key = job
+    suite, out, key, kb_src = job
     problem = problem_file(suite, key)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -152,6 +160,15 @@ def big_problem(job: tuple[Path, Path, str]) -> None:
         t0 = time.monotonic()
         results = evaluate_answers(problem, answers, config(require_triton=False))
         wall = time.monotonic() - t0
+        # KernelBench's own harness on the first answer, after ours (so it cannot slow ours down), in a fresh
+        # process: the time the first answer is held to, measured rather than estimated.
+        kernelbench = {}
+        if kb_src is not None:
+            t0 = time.monotonic()
+            kb = kernelbench_harness.run_in_process(kb_src, problem, answers[0], timeout_s=900)
+            kernelbench = {"kernelbench_wall_s": round(time.monotonic() - t0, 2),
+                           "kernelbench_correct": kb.get("correctness"), "kernelbench_runtime_ms": kb.get("runtime_ms"),
+                           "kernelbench_error": kb.get("error", "")[-300:]}
     memory = {"trusted_peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20), 2),
               "trusted_peak_gpu_gib": round(torch.cuda.max_memory_allocated() / (1 << 30), 2)
               if torch.cuda.is_available() else None}
@@ -166,7 +183,7 @@ def big_problem(job: tuple[Path, Path, str]) -> None:
                   "inputs_key": key_of_inputs,
                   "kernelbench_get_inputs_from": measured[0]["problem"] if measured else None,
                   "kernelbench_get_inputs_s": round(inputs_s, 2),
-                  "kernelbench_lower_bound_s": round(KERNELBENCH_INPUT_BUILDS * inputs_s, 1), **memory,
+                  "kernelbench_lower_bound_s": round(KERNELBENCH_INPUT_BUILDS * inputs_s, 1), **kernelbench, **memory,
                   **summarise(r)})
 
 
@@ -182,9 +199,9 @@ def run_spin(args, tmp: Path) -> None:
     for problem, answer in honest:
         t0 = time.monotonic()
         r = evaluate_answers(problem, [answer], cfg)[0]
-        alone[problem.name] = r.runtime_ms
+        alone[problem.name] = summarise(r)
         log(args.out, {"bench": "spin", "phase": "alone", "problem": problem.name, "wall_s": time.monotonic() - t0,
-                       **summarise(r)})
+                       **alone[problem.name]})
     jobs = [(ADD, SPINNER)] + honest
     t0 = time.monotonic()
 
@@ -195,10 +212,14 @@ def run_spin(args, tmp: Path) -> None:
 
     with ThreadPoolExecutor(len(jobs)) as pool:
         for (problem, answer), r, wall in pool.map(one, jobs):
-            ratio = (r.runtime_ms / alone[problem.name]) if (r.runtime_ms and alone.get(problem.name)) else None
+            beside, before = summarise(r), alone.get(problem.name) or {}
+
+            def ratio(key: str) -> float | None:
+                return beside[key] / before[key] if (beside.get(key) and before.get(key)) else None
+
             log(args.out, {"bench": "spin", "phase": "beside_spinner", "problem": problem.name, "answer": answer.name,
                            "wall_s": round(wall, 2), "since_start_s": round(time.monotonic() - t0, 2),
-                           "runtime_vs_alone": ratio, **summarise(r)})
+                           "runtime_vs_alone": ratio("runtime_ms"), "speedup_vs_alone": ratio("speedup"), **beside})
 
 
 def run_calibration(args, tmp: Path) -> None:
@@ -242,10 +263,6 @@ def calibrate_chunk(job: tuple[Path, Path, list[str], str, bool, int, float | No
             paired = ((r.paired_reference or {}).get("stats") or {}).get("mean")
             record = {"bench": "calibration", "problem": key, "gpu": gpu, "paired_eager_ms": paired,
                       "launch_headroom_us": (r.protocol.get("timing") or {}).get("launch_headroom_us"),
-                      # the pipeline's eager speedup: the reference timed beside the answer (paired timing)
-                      "speedup": paired / r.runtime_ms if (paired and r.runtime_ms) else None,
-                      "median_speedup": (r.paired_reference["stats"]["median"] / r.runtime_stats["median"])
-                      if (paired and r.runtime_ms) else None,
                       "sm_mhz": r.fingerprint.get("sm_clock_mhz"), "wall_s": round(time.monotonic() - t0, 2),
                       **summarise(r)}
             if copies > 1:
@@ -306,7 +323,10 @@ def evaluate_problem(job: tuple[Path, list[Path], list[str] | None, str]) -> dic
             "gpu": results[0].protocol.get("gpu"), "statuses": [r.status for r in results],
             "runtimes_ms": [r.runtime_ms for r in results],
             "children_batch": results[0].phases_s.get("children_batch"),
-            "prepare_s": results[0].phases_s.get("reference_prepare_s")}
+            "prepare_s": results[0].phases_s.get("reference_prepare_s"),
+            # where an answer's seconds go (the first answer's include the child's start and the preparation)
+            "phases_median_s": {k: round(statistics.median(r.phases_s.get(k, 0.0) for r in results), 4)
+                                for k in sorted({k for r in results for k in r.phases_s})}}
 
 
 def run_scaling(args, tmp: Path) -> None:
@@ -351,6 +371,8 @@ def main() -> None:
                         "problem (separate answer processes, one trusted side)")
     parser.add_argument("--headroom-us", type=float, default=None, help="calibration: launch_headroom_us (default: "
                         "the run configuration's; 0 for the no-headroom control)")
+    parser.add_argument("--kernelbench", action="store_true", help="big: also KernelBench's harness on the first "
+                        "answer of each problem, after ours (its wall time, the first answer's bound)")
     parser.add_argument("--kb-src", type=Path, default=ROOT / ".kb" / "kbsrc")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()

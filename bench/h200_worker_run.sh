@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call (the device tool, nvidia-h200) for bench/gpu_problem_worker.py. Usage:
 #   bash bench/h200_worker_run.sh "big spin"            # benches to run, in order, each under its own timeout
-#   env: RESUME (a gpu_problem_worker.jsonl to continue), PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_TIMEOUT, TP_PROBLEMS, TP_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS
-# Carry: .kb (KernelBench problems, and KernelBench's harness source in .kb/kbsrc), .kbwheels (pydantic, requests).
+#   env: RESUME (a gpu_problem_worker.jsonl to continue), PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_ARGS, BIG_TIMEOUT, TP_PROBLEMS, TP_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS
+# Carry: .kb (KernelBench problems, and KernelBench's harness source in .kb/kbsrc), .kbwheels (pydantic and its
+# dependencies for KernelBench's eval.py; psutil and nvidia-ml-py for the evaluator: requirements/gpu-host.txt).
 set -uo pipefail
 OUT=${OUT:-/tmp/h200-out}
 mkdir -p "$OUT"
@@ -18,13 +19,17 @@ cat "$OUT/gpu.txt"
 [ -n "${RESUME:-}" ] && [ -f "$RESUME" ] && cp "$RESUME" "$OUT/gpu_problem_worker.jsonl"
 B="python3 bench/gpu_problem_worker.py"
 # A bench cut off by its timeout can leave its pool worker (the trusted side) holding GPU memory: none may outlive it.
-cleanup() { pkill -9 -f "bench/gpu_problem_worker.py|workflow_scripts.evaluation" 2>/dev/null; sleep 3; }
+# Only interpreters running them: a shell whose command line merely mentions them (the device call's own) survives.
+cleanup() {
+  pkill -9 -f '^([^ ]*/)?python[0-9.]* (-[^ ]+ )*(bench/gpu_problem_worker.py|-m workflow_scripts\.evaluation)' 2>/dev/null
+  sleep 3
+}
 cleanup
 TP_PROBLEMS=${TP_PROBLEMS:-"L1_1 L1_40 L1_95 L2_12 L2_71 L2_99 L1_88 L2_40 L2_76 L2_82"}
 for bench in $1; do
   SECONDS=0
   case $bench in
-    big) timeout ${BIG_TIMEOUT:-330} $B big --suite .kb --problems ${BIG_PROBLEMS:-L1_19 L1_23 L1_47} --out "$OUT" >> "$OUT/big.log" 2>&1 ;;
+    big) timeout ${BIG_TIMEOUT:-330} $B big --suite .kb --problems ${BIG_PROBLEMS:-L1_19 L1_23 L1_47} ${BIG_ARGS:-} --out "$OUT" >> "$OUT/big.log" 2>&1 ;;
     spin) timeout 150 $B spin --suite .kb --problems L2_71 L1_12 --out "$OUT" >> "$OUT/spin.log" 2>&1 ;;
     throughput) timeout ${TP_TIMEOUT:-330} $B throughput --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems $TP_PROBLEMS --out "$OUT" >> "$OUT/throughput.log" 2>&1 ;;
     scaling) timeout ${SCALING_TIMEOUT:-150} $B scaling --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems $TP_PROBLEMS --out "$OUT" >> "$OUT/scaling.log" 2>&1 ;;

@@ -52,10 +52,49 @@ def test_cuda_fingerprint_from_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> No
         return [{f: row[f] for f in fields}]
 
     monkeypatch.setattr(environment, "nvidia_smi_query", fake)
+    monkeypatch.setattr(environment, "_nvml", lambda: None)  # no NVML: the clock from nvidia-smi too
     fp = fingerprint("cuda", gpu_index=3, sm_clock_mhz=environment.sample_sm_clock(3))
     assert fp["gpu_name"] == "NVIDIA H200" and fp["gpu_uuid"] == "GPU-1234" and fp["driver"] == "580.159.04"
     assert fp["gpu_memory_mib"] == 143771 and fp["gpu_index"] == "3" and fp["sm_clock_mhz"] == 1980.0
     assert all(g == 3 for _, g in calls)
+
+
+class FakeNvml:
+    """NVML's calls as nvidia-ml-py names them, over two GPUs (this machine has no driver to ask)."""
+
+    NVML_CLOCK_SM = 1
+
+    class NVMLError(Exception):
+        pass
+
+    clocks = {"GPU-aaaa": 1980.0, "GPU-bbbb": 1755.0}
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:  # noqa: N802 - NVML's name
+        if index >= len(self.clocks):
+            raise self.NVMLError("Invalid Argument")
+        return list(self.clocks)[index]
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:  # noqa: N802
+        if uuid not in self.clocks:
+            raise self.NVMLError("Not Found")
+        return uuid
+
+    def nvmlDeviceGetClockInfo(self, handle: str, kind: int) -> int:  # noqa: N802
+        assert kind == self.NVML_CLOCK_SM
+        return int(self.clocks[handle])
+
+
+def test_sm_clock_from_nvml_by_index_or_uuid_else_from_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> None:
+    smi = []
+    monkeypatch.setattr(environment, "_nvml", FakeNvml)
+    monkeypatch.setattr(environment, "nvidia_smi_query", lambda fields, gpu=None, timeout_s=20.0:
+                        smi.append(gpu) or [{"clocks.sm": "1410"}])
+    assert environment.sample_sm_clock(None) == 1980.0 and environment.sample_sm_clock("1") == 1755.0
+    assert environment.sample_sm_clock("GPU-bbbb") == 1755.0 and environment.sample_sm_clock(0) == 1980.0
+    assert smi == []
+    # A GPU NVML does not know (or a name it cannot parse) is asked of nvidia-smi, never read as another GPU.
+    assert environment.sample_sm_clock("7") == 1410.0 and environment.sample_sm_clock("GPU-cccc") == 1410.0
+    assert smi == ["7", "GPU-cccc"]
 
 
 def test_cuda_fingerprint_without_any_gpu_does_not_raise(monkeypatch: pytest.MonkeyPatch) -> None:

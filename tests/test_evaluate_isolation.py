@@ -261,6 +261,30 @@ def test_a_batch_of_children_gives_each_answer_its_own_verdict(child_pids: list[
                for pid in child_pids)
 
 
+def test_the_first_batch_starts_while_the_problem_is_prepared(child_pids: list[int],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # The input size is probed on hosts with cores for it (every GPU host; this CPU host may have two): then the
+    # whole first batch starts during the preparation, the answers get the verdicts they get alone, and no more
+    # children start than answers. Where the areas' memory would not allow a batch, only the first starts early.
+    import workflow_scripts.evaluation.answer as answer_module
+    import workflow_scripts.evaluation.reference as reference_module
+
+    monkeypatch.setattr(reference_module.os, "cpu_count", lambda: 4)
+    answers = [ANS / "honest/add_triton.py", ANS / "failures/forward_raises.py", ANS / "cheats/add_mutate_inputs.py"]
+    cfg = EvalConfig(device="cpu", time_answer=False, run_static=False, prestart=3)
+    batch = evaluate_answers(ADD, answers, cfg)
+    assert [r.status for r in batch[:2]] == [Status.CORRECT.value, Status.RUNTIME_ERROR.value]
+    assert batch[2].status not in (Status.CORRECT.value, Status.RUNTIME_ERROR.value)
+    assert {r.phases_s["children_started_early"] for r in batch} == {3.0} and len(child_pids) == 3
+    two = evaluate_answers(ADD, answers[:2], cfg)
+    assert two[0].phases_s["children_started_early"] == 2.0 and len(child_pids) == 5
+    # Room for one child's areas only: the first starts early, the others when the first answer is checked.
+    monkeypatch.setattr(answer_module, "available_memory", lambda: 4 * 2 * 64 * 128 * 4 * 2)
+    small = evaluate_answers(ADD, answers, cfg)
+    assert [r.status for r in small] == [r.status for r in batch]
+    assert small[0].phases_s["children_started_early"] == 1.0 and len(child_pids) == 8
+
+
 # ---- the OS sandbox: what an answer cannot do even where the in-process monitor does not see it ------------------
 
 

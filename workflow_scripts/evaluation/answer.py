@@ -337,6 +337,9 @@ class _Evaluation:
         if f not in self.flags and len(self.flags) < 64:
             self.flags.append(f)
 
+    def _add_phase(self, name: str, seconds: float) -> None:
+        self.phases[name] = self.phases.get(name, 0.0) + seconds
+
     def _merge(self, msg: Message | None) -> None:
         if msg is not None and isinstance(msg.header.get("flags"), list):
             for f in msg.header["flags"][:64]:
@@ -558,10 +561,12 @@ class _Evaluation:
             order = ("answer", "reference") if timing.answer_goes_first(i) else ("reference", "answer")
             for side in order if paired else ("answer",):
                 if side == "reference":
+                    t_ref = time.monotonic()
                     try:
                         reference_parts.append(ref.time_block(block, protocol.l2_flush_mib, cfg.cpu_threads))
                     except ReferenceFailed as e:
                         raise _RefFailed(str(e)) from None
+                    self._add_phase("timing_reference_s", time.monotonic() - t_ref)
                     continue
                 ans.send("time", seed=self.timing_seed, inputs={"area": "timing", "entries": ref.timing_entries},
                          block={"warmup": block.warmup, "trials": block.trials, "discard_first": block.discard_first})
@@ -615,6 +620,7 @@ class _Evaluation:
             if replied is not None:
                 checks.observe(reported, (now - replied) * 1e3)
             if checks.take():
+                t_check = time.monotonic()
                 ans.send("check")
                 om = recv()
                 if om.type == "bad_output":
@@ -623,6 +629,7 @@ class _Evaluation:
                     checks.judged(*self._judge_timed(om))
                 else:
                     return om
+                self._add_phase("timing_checks_s", time.monotonic() - t_check)
             replied = time.monotonic()  # before the reply: the next call cannot start earlier
             ans.send("next")
 
@@ -859,20 +866,25 @@ class ProblemEvaluator:
         self._slots: list[_AnswerSlot] = []  # every slot started, so close() leaves no process behind
         self._early: deque[_AnswerSlot] = deque()  # started while the problem was prepared
 
-    def prepare(self) -> None:
-        """The trusted side of the problem; the first answer's child starts meanwhile (its interpreter, torch, CUDA
-        context and Triton get ready while the inputs are built) and gets its areas once they exist."""
+    def prepare(self, answers: int = 1) -> None:
+        """The trusted side of the problem. The first answer's child starts meanwhile (its interpreter, torch, CUDA
+        context and Triton get ready while the inputs are built), and, once the inputs' size is known, the rest of
+        the first batch of the ``answers`` to come (``_early_count``): their starts, which the driver serialises,
+        overlap the preparation instead of holding up the first answer's timing. Each gets its areas once they
+        exist."""
         t0 = time.monotonic()
         cfg = self.cfg
         reference = None
         try:
-            first: _AnswerSlot | None = self.start_slot()
-            self._early.append(first)
+            self._early.append(self.start_slot())
         except InfrastructureError:
-            first = None  # started after the reference side, as every other child: evaluate() says why it cannot
+            pass  # started after the reference side, as every other child: evaluate() says why it cannot
         try:
             reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32,
                                       timing_seed=cfg.timing_seed, cast_integers=cfg.integer_inputs == "cast")
+            if self._early:
+                self._start_early(self._early_count(reference, answers) - 1)
+            self.phases["children_started_early"] = float(len(self._early))
             reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer,
                               atol=cfg.atol, rtol=cfg.rtol)
             self.reference = reference  # only a fully prepared side judges answers
@@ -882,8 +894,26 @@ class ProblemEvaluator:
             if reference is not None:
                 reference.close()
         self.phases["reference_prepare_s"] = time.monotonic() - t0
-        if self.reference is not None and first is not None:
-            self.hand_areas(first)
+        if self.reference is not None:
+            for slot in list(self._early)[:self.batch_size()]:  # the others get theirs when their answer comes
+                self.hand_areas(slot)
+
+    def _early_count(self, reference: ReferenceSide, answers: int) -> int:
+        """Children to start while the problem is prepared: a batch (``prestart_count``) where the inputs are small
+        enough, as ``batch_size`` bounds it with their outputs guessed as large as their inputs (the outputs are
+        known only once the reference has run); only the first where the size is unknown."""
+        per_trial = reference.trial_input_bytes
+        if per_trial is None:
+            return 1
+        budget = available_memory() // 4
+        return max(1, min(self.cfg.prestart_count(), answers, budget // max(2 * per_trial, 1)))
+
+    def _start_early(self, count: int) -> None:
+        for _ in range(count):
+            try:
+                self._early.append(self.start_slot())
+            except InfrastructureError:
+                return  # evaluate() starts them again, and says why it cannot
 
     def start_slot(self) -> _AnswerSlot:
         """A child for the next answer: started now, ready (torch, CUDA, Triton's driver) when its answer comes. It
@@ -977,9 +1007,12 @@ class ProblemEvaluator:
         self.phases["answers_judged_together"] = float(len(answers))  # against this one reference side
         started, self._early = self._early, deque()
         for k, (path, static) in enumerate(answers):
+            t_answer = time.monotonic()
             if not started:
                 started.extend(self.start_slot() for _ in range(min(batch, len(answers) - k)))
             slot = started.popleft()
+            if slot.secret is None:
+                self.hand_areas(slot)  # started early, beyond the batch the areas' memory allows at once
             if not started and k + 1 < len(answers):
                 # The next batch starts now, while this answer is checked (before it is timed).
                 started.extend(self.start_slot() for _ in range(min(batch, len(answers) - k - 1)))
@@ -993,13 +1026,17 @@ class ProblemEvaluator:
                 ev.run()
                 # Ended before the verdict: a tree that reaches its memory cap after its last message (or a
                 # process it started that still runs) is judged on its whole life.
-                slot.child.kill()
+                t_close = time.monotonic()
+                slot.close()
+                ev.phases["close_s"] = time.monotonic() - t_close  # its tree exited, its areas unmapped
                 results.append(_verdict(cfg, ev, static, self.phases))
             finally:
                 slot.close()
                 self.reference.release_cached_memory()
                 if self.lease is not None:
                     self.lease.downgrade()
+            # From taking up the answer to being ready for the next (what an answer costs the job).
+            results[-1].phases_s["answer_wall_s"] = time.monotonic() - t_answer
         return results
 
     def close(self) -> None:
@@ -1038,11 +1075,14 @@ def evaluate_answers(problem_path: Path, answer_paths: list[Path], config: EvalC
         with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False) as lease:
             evaluator = ProblemEvaluator(Path(problem_path), cfg, lease)
             try:
-                evaluator.prepare()
+                evaluator.prepare(len(runnable))
                 judged = evaluator.evaluate([(Path(answer_paths[i]), statics[i]) for i in runnable])
             finally:
+                t_close = time.monotonic()
                 evaluator.close()
+                close_s = time.monotonic() - t_close  # the children's areas unmapped, the trusted side's memory freed
         for i, r in zip(runnable, judged):
+            r.phases_s["problem_close_s"] = close_s
             results[i] = r
     for r in results:
         assert r is not None

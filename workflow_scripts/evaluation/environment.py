@@ -11,6 +11,7 @@ CLI: ``python -m workflow_scripts.evaluation.environment --device cpu|cuda [--gp
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -88,9 +89,33 @@ def nvidia_smi_query(fields: list[str], gpu: str | int | None = None, timeout_s:
     return rows
 
 
+@functools.cache
+def _nvml() -> Any:
+    """NVML (nvidia-ml-py), initialised once per process: a clock reading is then an ioctl, where each nvidia-smi
+    run starts a process and initialises NVML again (tens to hundreds of milliseconds, twice per answer). None
+    where the bindings or the driver are missing."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:  # noqa: BLE001 - ImportError, or NVMLError without a driver: nvidia-smi's turn
+        return None
+
+
 def sample_sm_clock(gpu: str | int | None) -> float | None:
-    """The SM clock (MHz) of one GPU right now; call it around timing, not while it runs (nvidia-smi stalls CUDA
-    calls on that GPU)."""
+    """The SM clock (MHz) of one GPU right now (``gpu``: its index in PCI bus order, as nvidia-smi counts, or its
+    UUID; None: the first GPU), from NVML, else from nvidia-smi. Call it around timing, not while it runs
+    (nvidia-smi stalls CUDA calls on that GPU)."""
+    nvml = _nvml()
+    if nvml is not None:
+        try:
+            name = "" if gpu is None else str(gpu)
+            handle = (nvml.nvmlDeviceGetHandleByUUID(name) if name.startswith(("GPU-", "MIG-"))
+                      else nvml.nvmlDeviceGetHandleByIndex(int(name or 0)))
+            return float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
+        except (nvml.NVMLError, ValueError):
+            pass
     rows = nvidia_smi_query(["clocks.sm"], gpu, timeout_s=10.0)
     try:
         return float(rows[0]["clocks.sm"]) if rows else None

@@ -17,6 +17,7 @@ prepared by threads of one process would interleave their draws (evaluate proble
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -148,7 +149,7 @@ class ReferenceSide:
         clock, phases = time.monotonic, self.prepare_phases
         phases["prepare_timing_s"] = phases["prepare_device_inputs_s"] = 0.0
         t0 = clock()
-        per_trial = self._probe_input_bytes()
+        per_trial = self.trial_input_bytes
         on_host = len(trial_seeds) if per_trial is None else host_resident_trials(len(trial_seeds), per_trial, timing,
                                                                                   available_memory())
         builders = None
@@ -264,29 +265,31 @@ class ReferenceSide:
             torch.cuda.empty_cache()
         self.prepare_phases["prepare_timing_s"] += time.monotonic() - t0
 
-    def _probe_input_bytes(self) -> int | None:
-        """Bytes of one trial's inputs, from ``get_inputs()`` on the meta device (nothing allocated); None where the
-        meta device cannot build them or they are not all tensors, and on a CPU-only host with too few cores for
-        helpers, where the size would decide nothing (no helpers; keeping trials "on the device" saves no host memory
-        there) and the probe's first use of the meta device costs about two seconds."""
+    @functools.cached_property
+    def trial_input_bytes(self) -> int | None:
+        """Bytes of one trial's inputs, from ``get_inputs()`` on the meta device (nothing allocated; probed once);
+        None where the meta device cannot build them or they are not all tensors, and on a CPU-only host with too
+        few cores for helpers, where the size would decide nothing (no helpers; keeping trials "on the device" saves
+        no host memory there; one child at a time) and the probe's first use of the meta device costs about two
+        seconds."""
         torch = self.torch
-        if self.device_kind != "cuda" and (os.cpu_count() or 1) < 3:
-            return None
-        try:
-            with torch.device("meta"):
-                probe = list(self.problem.get_inputs())
-        except Exception:  # noqa: BLE001 - a problem whose inputs the meta device cannot build: build them here
-            return None
-        if not probe or not all(isinstance(x, torch.Tensor) for x in probe):
-            return None
-        return tensor_bytes([self._process(x, "meta") for x in probe])
+        size = None
+        if self.device_kind == "cuda" or (os.cpu_count() or 1) >= 3:
+            try:
+                with torch.device("meta"):
+                    probe = list(self.problem.get_inputs())
+                if probe and all(isinstance(x, torch.Tensor) for x in probe):
+                    size = tensor_bytes([self._process(x, "meta") for x in probe])
+            except Exception:  # noqa: BLE001 - a problem whose inputs the meta device cannot build: built for real
+                size = None
+        return size
 
     def _start_builders(self, seeds: list[int], per_trial: int | None, timing: bool,
                         beside: bool) -> "_InputBuilders | None":
         """Multi-GB problems: each host-resident seeded trial's inputs built by its own helper process
         (``reference_inputs``), as many side by side as cores and memory allow (the timing inputs, built meanwhile,
         and with ``beside`` the one device-resident trial built here at a time, counted). None where that does not pay
-        (small inputs) or the input sizes are unknown (``_probe_input_bytes``)."""
+        (small inputs) or the input sizes are unknown (``trial_input_bytes``)."""
         if per_trial is None or per_trial < PARALLEL_INPUTS_MIN_BYTES or len(seeds) < 2:
             return None
         # Room for every trial's area and the timing area (on the CPU its inputs too), a trial being built here, plus,
