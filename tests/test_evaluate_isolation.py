@@ -438,6 +438,24 @@ def test_every_process_of_an_answer_has_exited_when_its_child_is_killed(tool: st
     assert still_running and all(pids == [] for pids in still_running), still_running
 
 
+def test_a_child_process_group_is_signalled_once(child_pids: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evaluator ends each answer's process in several places (after its verdict, on the slot's close, on the
+    evaluator's close); only the first signals its process group: once the group has exited its id may be a new
+    process's."""
+    signalled: list[int] = []
+    killpg = os.killpg
+
+    def recording_killpg(pgid: int, sig: int) -> None:
+        signalled.append(pgid)
+        killpg(pgid, sig)
+
+    monkeypatch.setattr(sandbox.os, "killpg", recording_killpg)
+    cfg = EvalConfig(device="cpu", time_answer=False, run_static=False, prestart=2)
+    results = evaluate_answers(ADD, [ANS / "honest/add_triton.py", ANS / "failures/forward_raises.py"], cfg)
+    assert [r.status for r in results] == [Status.CORRECT.value, Status.RUNTIME_ERROR.value]
+    assert len(child_pids) == 2 and sorted(signalled) == sorted(child_pids)
+
+
 def test_the_evaluator_cannot_be_signalled_traced_read_or_reached_over_sockets(sandboxed: dict) -> None:
     """From an unmonitored interpreter it starts, the answer cannot signal the evaluator or its process group, attach
     to it, read its memory, connect to its TCP or abstract unix sockets, nor leave a SysV segment in the host's IPC

@@ -76,7 +76,8 @@ from workflow_scripts.evaluation.protocol import (
     kernelbench_trial_seeds,
     timing_limit_s,
 )
-from workflow_scripts.evaluation.reference import ReferenceFailed, ReferenceSide, ReferenceTrial, available_memory
+from workflow_scripts.evaluation.reference import (ReferenceFailed, ReferenceSide, ReferenceTrial, available_memory,
+                                                   bind_gpu, input_bytes_on_meta, load_problem)
 from workflow_scripts.evaluation.sandbox import ChildProcess, SandboxUnavailable, hideable, problem_sources
 from workflow_scripts.evaluation.transport import Area, TransportError, dtype_name
 
@@ -868,10 +869,10 @@ class ProblemEvaluator:
 
     def prepare(self, answers: int = 1) -> None:
         """The trusted side of the problem. The first answer's child starts meanwhile (its interpreter, torch, CUDA
-        context and Triton get ready while the inputs are built), and, once the inputs' size is known, the rest of
-        the first batch of the ``answers`` to come (``_early_count``): their starts, which the driver serialises,
-        overlap the preparation instead of holding up the first answer's timing. Each gets its areas once they
-        exist."""
+        context and Triton get ready while the inputs are built) and, where the inputs are small enough, the rest of
+        the first batch of the ``answers`` to come (``_early_count``): their starts (their CUDA contexts are created
+        one after the other) overlap the preparation instead of holding up the first answer's timing. Each gets its
+        areas once they exist."""
         t0 = time.monotonic()
         cfg = self.cfg
         reference = None
@@ -879,12 +880,12 @@ class ProblemEvaluator:
             self._early.append(self.start_slot())
         except InfrastructureError:
             pass  # started after the reference side, as every other child: evaluate() says why it cannot
+        else:
+            self._start_early(self._early_count(answers) - 1)
+        self.phases["children_started_early"] = float(len(self._early))
         try:
             reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32,
                                       timing_seed=cfg.timing_seed, cast_integers=cfg.integer_inputs == "cast")
-            if self._early:
-                self._start_early(self._early_count(reference, answers) - 1)
-            self.phases["children_started_early"] = float(len(self._early))
             reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer,
                               atol=cfg.atol, rtol=cfg.rtol)
             self.reference = reference  # only a fully prepared side judges answers
@@ -898,11 +899,20 @@ class ProblemEvaluator:
             for slot in list(self._early)[:self.batch_size()]:  # the others get theirs when their answer comes
                 self.hand_areas(slot)
 
-    def _early_count(self, reference: ReferenceSide, answers: int) -> int:
-        """Children to start while the problem is prepared: a batch (``prestart_count``) where the inputs are small
-        enough, as ``batch_size`` bounds it with their outputs guessed as large as their inputs (the outputs are
-        known only once the reference has run); only the first where the size is unknown."""
-        per_trial = reference.trial_input_bytes
+    def _early_count(self, answers: int) -> int:
+        """Children to start before the problem is prepared: a batch (``prestart_count``) where the inputs are small
+        enough, as ``batch_size`` bounds it with the outputs guessed as large as the inputs (known only once the
+        reference has run); only the first where their size is unknown (``input_bytes_on_meta``; the problem loaded
+        here once more for it, before the trusted side loads it and starts CUDA)."""
+        if answers < 2 or self.cfg.prestart_count() < 2:
+            return 1
+        try:
+            if self.cfg.device == "cuda":
+                bind_gpu(self.gpu)  # before any problem code runs here, as the trusted side does
+            per_trial = input_bytes_on_meta(load_problem(self.problem_path), self.cfg.device,
+                                            self.cfg.integer_inputs == "cast")
+        except Exception:  # noqa: BLE001 - a problem that does not load: the trusted side reports it
+            return 1
         if per_trial is None:
             return 1
         budget = available_memory() // 4

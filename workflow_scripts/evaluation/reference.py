@@ -76,7 +76,7 @@ class ReferenceSide:
     def __init__(self, problem_path: Path, seed: int, device: str, gpu: str | None, tf32: str,
                  timing_seed: int | None = None, cast_integers: bool = False) -> None:
         if device == "cuda":
-            _bind_gpu(gpu)
+            bind_gpu(gpu)
         import torch
 
         self.torch = torch
@@ -267,22 +267,8 @@ class ReferenceSide:
 
     @functools.cached_property
     def trial_input_bytes(self) -> int | None:
-        """Bytes of one trial's inputs, from ``get_inputs()`` on the meta device (nothing allocated; probed once);
-        None where the meta device cannot build them or they are not all tensors, and on a CPU-only host with too
-        few cores for helpers, where the size would decide nothing (no helpers; keeping trials "on the device" saves
-        no host memory there; one child at a time) and the probe's first use of the meta device costs about two
-        seconds."""
-        torch = self.torch
-        size = None
-        if self.device_kind == "cuda" or (os.cpu_count() or 1) >= 3:
-            try:
-                with torch.device("meta"):
-                    probe = list(self.problem.get_inputs())
-                if probe and all(isinstance(x, torch.Tensor) for x in probe):
-                    size = tensor_bytes([self._process(x, "meta") for x in probe])
-            except Exception:  # noqa: BLE001 - a problem whose inputs the meta device cannot build: built for real
-                size = None
-        return size
+        """Bytes of one trial's inputs (``input_bytes_on_meta``), probed once."""
+        return input_bytes_on_meta(self.problem, self.device_kind, self.cast_integers)
 
     def _start_builders(self, seeds: list[int], per_trial: int | None, timing: bool,
                         beside: bool) -> "_InputBuilders | None":
@@ -496,6 +482,26 @@ def host_resident_trials(trials: int, per_trial: int, timing: bool, available: i
     return int(min(trials, max(0, budget // max(per_trial, 1))))
 
 
+def input_bytes_on_meta(problem: Any, device_kind: str, cast_integers: bool = False) -> int | None:
+    """Bytes of one trial's inputs of a loaded problem module, from ``get_inputs()`` on the meta device (nothing
+    allocated, no CUDA); None where the meta device cannot build them or they are not all tensors, and on a CPU-only
+    host with too few cores for helpers, where the size would decide nothing (no input-building helpers, one answer
+    process at a time; keeping trials "on the device" saves no host memory there) and the meta device's first use
+    costs about two seconds."""
+    import torch
+
+    if device_kind != "cuda" and (os.cpu_count() or 1) < 3:
+        return None
+    try:
+        with torch.device("meta"):
+            probe = list(problem.get_inputs())
+        if probe and all(isinstance(x, torch.Tensor) for x in probe):
+            return tensor_bytes([as_input(x, "meta", cast_integers) for x in probe])
+    except Exception:  # noqa: BLE001 - a problem whose inputs the meta device cannot build: built for real later
+        pass
+    return None
+
+
 def as_input(x: Any, device: Any, cast_integers: bool = False) -> Any:
     """An input as the protocol passes it: KernelBench casts every input tensor to float32; we cast only floating
     ones (integer targets stay integer) unless ``cast_integers`` (EvalConfig.integer_inputs="cast", KernelBench's
@@ -527,7 +533,7 @@ def available_memory() -> int:
     return available if headroom is None else min(available, headroom)
 
 
-def _bind_gpu(gpu: str | None) -> None:
+def bind_gpu(gpu: str | None) -> None:
     """Make the leased GPU this process's ``cuda:0`` (as each child sees it), before CUDA initialises here."""
     if gpu is None:
         return

@@ -479,6 +479,7 @@ class ChildProcess:
     areas_later: bool = False  # its memory areas (transport.Area) come after start, by deliver_areas
     hello: Message | None = None
     _area_socket: socket.socket | None = None
+    _killed: bool = False  # kill() has run: its process group id may since belong to another process
 
     MAX_EVENTS: int = 256  # monitor reports kept (the answer's process sends them; it could send millions)
 
@@ -661,8 +662,9 @@ class ChildProcess:
         (``_wait_exited``), so the next answer never starts beside a dying one that still holds its memory (tens of
         GiB of device memory for a multi-GB problem: the sandbox's wrapper is reaped before the process inside has
         released them)."""
-        if self.proc is None:
-            return
+        if self.proc is None or self._killed:
+            return  # a second kill would signal the group id again, which a new process may lead by now
+        self._killed = True
         if self.cap is not None:
             self.cap.stop_watching()  # before the pid can be reaped and reused
         # Only while the child is not reaped: its pid is ours until then, never another process's.
