@@ -38,6 +38,8 @@ def main() -> None:
         cfg = EvalConfig(device=args.device, require_triton=False, run_static=False, timing_trials=args.trials)
         result = evaluate_answers(PROBLEM, [answer], cfg)[0]
     phases = result.phases_s
+    if "timing_s" not in phases:
+        raise SystemExit(f"not timed: {result.status}: {result.error}")
     checks = (result.timing_raw or {}).get("timed_checks") or {}
     observed = checks.get("observed_ms") or []
     answer_blocks = phases["timing_s"] - phases.get("timing_reference_s", 0.0) - phases.get("timing_checks_s", 0.0)

@@ -165,7 +165,10 @@ def big_problem(job: tuple[Path, Path, str, Path | None]) -> None:
         kernelbench = {}
         if kb_src is not None:
             t0 = time.monotonic()
-            kb = kernelbench_harness.run_in_process(kb_src, problem, answers[0], timeout_s=900)
+            try:
+                kb = kernelbench_harness.run_in_process(kb_src, problem, answers[0], timeout_s=900)
+            except subprocess.TimeoutExpired:
+                kb = {"error": "KernelBench's harness ran past 900 s"}
             kernelbench = {"kernelbench_wall_s": round(time.monotonic() - t0, 2),
                            "kernelbench_correct": kb.get("correctness"), "kernelbench_runtime_ms": kb.get("runtime_ms"),
                            "kernelbench_error": kb.get("error", "")[-300:]}

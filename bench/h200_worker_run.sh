@@ -18,11 +18,11 @@ cat "$OUT/gpu.txt"
 # Resuming a bench cut off in an earlier call: its records (in the repository) go where the bench reads them.
 [ -n "${RESUME:-}" ] && [ -f "$RESUME" ] && cp "$RESUME" "$OUT/gpu_problem_worker.jsonl"
 B="python3 bench/gpu_problem_worker.py"
-# A bench cut off by its timeout can leave its pool worker (the trusted side, a multiprocessing spawn) holding GPU
-# memory: none may outlive it. Only interpreters running them are matched: a shell whose command line merely
-# mentions them (the device call's own) survives.
+# A bench cut off by its timeout can leave its pool worker (the trusted side, a multiprocessing spawn) or
+# KernelBench's harness holding GPU memory: none may outlive it. Only interpreters running them are matched: a shell
+# whose command line merely mentions them (the device call's own) survives.
 cleanup() {
-  pkill -9 -f '^([^ ]*/)?python[0-9.]* (-[^ ]+ )*(bench/gpu_problem_worker.py|-m workflow_scripts\.evaluation|from multiprocessing\.spawn)' 2>/dev/null
+  pkill -9 -f '^([^ ]*/)?python[0-9.]* (-[^ ]+ )*(([^ ]*/)?bench/(gpu_problem_worker|kernelbench_harness)\.py|-m workflow_scripts\.evaluation|from multiprocessing\.spawn)' 2>/dev/null
   sleep 3
 }
 cleanup

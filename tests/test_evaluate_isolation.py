@@ -279,10 +279,32 @@ def test_the_first_batch_starts_while_the_problem_is_prepared(child_pids: list[i
     two = evaluate_answers(ADD, answers[:2], cfg)
     assert two[0].phases_s["children_started_early"] == 2.0 and len(child_pids) == 5
     # Room for one child's areas only: the first starts early, the others when the first answer is checked.
-    monkeypatch.setattr(answer_module, "available_memory", lambda: 4 * 2 * 64 * 128 * 4 * 2)
+    room_for_one = 4 * 2 * 64 * 128 * 4 * 2
+    monkeypatch.setattr(answer_module, "available_memory", lambda: room_for_one)
     small = evaluate_answers(ADD, answers, cfg)
     assert [r.status for r in small] == [r.status for r in batch]
     assert small[0].phases_s["children_started_early"] == 1.0 and len(child_pids) == 8
+
+
+def test_early_children_beyond_the_batch_end_before_any_answer_waits_on_them(child_pids: list[int],
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # The early count guesses the outputs (as large as the inputs); where the batch, sized once the reference has
+    # run, is smaller, the surplus children end at once: a child without its areas never says it is ready, and a
+    # timed answer would wait on it (120 s each). Timed answers here, each as fast as alone.
+    import workflow_scripts.evaluation.answer as answer_module
+    import workflow_scripts.evaluation.reference as reference_module
+
+    monkeypatch.setattr(reference_module.os, "cpu_count", lambda: 4)
+    plenty, room_for_one = 1 << 40, 4 * 2 * 64 * 128 * 4 * 2
+    reads = iter([plenty])  # the early count's read; every later one (the batch's) finds room for one child
+    monkeypatch.setattr(answer_module, "available_memory", lambda: next(reads, room_for_one))
+    answers = [ANS / "honest/add_triton.py"] * 3
+    cfg = EvalConfig(device="cpu", run_static=False, prestart=3)
+    results = evaluate_answers(ADD, answers, cfg)
+    assert [r.status for r in results] == [Status.CORRECT.value] * 3
+    assert results[0].phases_s["children_started_early"] == 3.0 and results[0].phases_s["children_batch"] == 1.0
+    assert all(r.phases_s["answer_wall_s"] < 60 and r.phases_s.get("next_child_wait_s", 0.0) < 30 for r in results)
+    assert len(child_pids) == 5  # 3 early, 2 of them ended; then one per later answer
 
 
 # ---- the OS sandbox: what an answer cannot do even where the in-process monitor does not see it ------------------

@@ -896,7 +896,13 @@ class ProblemEvaluator:
                 reference.close()
         self.phases["reference_prepare_s"] = time.monotonic() - t0
         if self.reference is not None:
-            for slot in list(self._early)[:self.batch_size()]:  # the others get theirs when their answer comes
+            # The early count guessed the outputs; where they leave no room for every early child's areas, the
+            # surplus ends now (started again in a later batch): a child without its areas never says it is ready,
+            # and each answer is timed only once every started child is.
+            batch = self.batch_size()
+            while len(self._early) > batch:
+                self._early.pop().close()
+            for slot in self._early:
                 self.hand_areas(slot)
 
     def _early_count(self, answers: int) -> int:
@@ -1021,8 +1027,6 @@ class ProblemEvaluator:
             if not started:
                 started.extend(self.start_slot() for _ in range(min(batch, len(answers) - k)))
             slot = started.popleft()
-            if slot.secret is None:
-                self.hand_areas(slot)  # started early, beyond the batch the areas' memory allows at once
             if not started and k + 1 < len(answers):
                 # The next batch starts now, while this answer is checked (before it is timed).
                 started.extend(self.start_slot() for _ in range(min(batch, len(answers) - k - 1)))

@@ -425,14 +425,15 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _wait_exited(procs: list[psutil.Process], timeout: float) -> None:
-    """Until every process has exited, at most ``timeout`` seconds (``exited``)."""
+def _wait_exited(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Until every process has exited, at most ``timeout`` seconds (``exited``); those that have not."""
     end = time.monotonic() + timeout
     alive = procs
     while alive and time.monotonic() < end:
         alive = [p for p in alive if p.is_running() and not exited(p.pid)]  # is_running: not a reused pid
         if alive:
             time.sleep(0.01)
+    return alive
 
 
 def exited(pid: int) -> bool:
@@ -479,7 +480,8 @@ class ChildProcess:
     areas_later: bool = False  # its memory areas (transport.Area) come after start, by deliver_areas
     hello: Message | None = None
     _area_socket: socket.socket | None = None
-    _killed: bool = False  # kill() has run: its process group id may since belong to another process
+    _killed: bool = False  # kill() has run: once the child is reaped, its group id may be another process's
+    _left: list[psutil.Process] = field(default_factory=list)  # of its tree, what had not exited when kill() returned
 
     MAX_EVENTS: int = 256  # monitor reports kept (the answer's process sends them; it could send millions)
 
@@ -662,8 +664,18 @@ class ChildProcess:
         (``_wait_exited``), so the next answer never starts beside a dying one that still holds its memory (tens of
         GiB of device memory for a multi-GB problem: the sandbox's wrapper is reaped before the process inside has
         released them)."""
-        if self.proc is None or self._killed:
-            return  # a second kill would signal the group id again, which a new process may lead by now
+        if self.proc is None:
+            return
+        if self._killed and self.proc.returncode is not None:
+            # Killed and reaped: its group id may be a new process's by now, so only what of its tree had not exited
+            # (psutil checks each one's identity) is killed and waited for again.
+            for p in self._left:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            self._left = _wait_exited(self._left, timeout=30.0)
+            return
         self._killed = True
         if self.cap is not None:
             self.cap.stop_watching()  # before the pid can be reaped and reused
@@ -682,7 +694,7 @@ class ChildProcess:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
-        _wait_exited(tree, timeout=30.0)
+        self._left = _wait_exited(tree, timeout=30.0)
         if self.cap is not None:
             self.cap.close()  # cgroup: anything left in it is killed, then it is removed
         if self.proc.stdin is not None:
