@@ -921,8 +921,7 @@ class ProblemEvaluator:
             return 1
         if per_trial is None:
             return 1
-        budget = available_memory() // 4
-        return max(1, min(self.cfg.prestart_count(), answers, budget // max(2 * per_trial, 1)))
+        return min(answers, self._children_for(2 * per_trial))
 
     def _start_early(self, count: int) -> None:
         for _ in range(count):
@@ -987,12 +986,16 @@ class ProblemEvaluator:
         return hideable(problem_sources(self.problem_path) + extra, workdir)
 
     def batch_size(self) -> int:
-        """How many children to start at once: the configured count, bounded so that their areas (each child's
-        secret inputs and outputs, page-locked on the GPU) take at most a quarter of the host's available memory."""
+        """How many children to start at once (``_children_for``, with each child's areas as the reference sized
+        them)."""
         assert self.reference is not None
-        per_child = self.reference.input_bytes + self.reference.output_capacity()
+        return self._children_for(self.reference.input_bytes + self.reference.output_capacity())
+
+    def _children_for(self, area_bytes: int) -> int:
+        """The configured count of children, bounded so that their areas (``area_bytes`` each: secret inputs and
+        outputs, page-locked on the GPU) take at most a quarter of the host's available memory."""
         budget = available_memory() // 4
-        return max(1, min(self.cfg.prestart_count(), budget // max(per_child, 1)))
+        return max(1, min(self.cfg.prestart_count(), budget // max(area_bytes, 1)))
 
     def _keep_triton_template(self, slot: _AnswerSlot) -> None:
         """Triton's cache as the first child built it, taken once it is ready and before its answer is loaded: a
