@@ -329,7 +329,13 @@ def evaluate_problem(job: tuple[Path, list[Path], list[str] | None, str]) -> dic
             "prepare_s": results[0].phases_s.get("reference_prepare_s"),
             # where an answer's seconds go (the first answer's include the child's start and the preparation)
             "phases_median_s": {k: round(statistics.median(r.phases_s.get(k, 0.0) for r in results), 4)
-                                for k in sorted({k for r in results for k in r.phases_s})}}
+                                for k in sorted({k for r in results for k in r.phases_s})},
+            # each answer's own, in order (the start gate's waits, its timing's wall time and trial times)
+            "per_answer": [dict({k: round(v, 4) for k, v in sorted(r.phases_s.items())},
+                                timing_wall_s=round((r.timing_raw or {}).get("wall_s_parent") or 0.0, 4),
+                                trials_sum_s=round(sum((r.runtime_stats or {}).get("trials") or []) / 1e3, 4),
+                                warmup_s=round(sum((r.timing_raw or {}).get("warmup_ms") or []) / 1e3, 4))
+                           for r in results]}
 
 
 def run_scaling(args, tmp: Path) -> None:

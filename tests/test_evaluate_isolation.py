@@ -307,6 +307,38 @@ def test_early_children_beyond_the_batch_end_before_any_answer_waits_on_them(chi
     assert len(child_pids) == 5  # 3 early, 2 of them ended; then one per later answer
 
 
+def test_answer_processes_create_their_device_context_one_at_a_time_and_never_during_a_timing(
+        child_pids: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Four timed answers: the first's process starts during the preparation, the other three when the first answer
+    # is taken up, so their starts meet its timing. Their host parts run together, their device parts (the CUDA
+    # context on a GPU) one after the other, each outside every answer's timing.
+    import workflow_scripts.evaluation.answer as answer_module
+
+    monkeypatch.setattr(answer_module.ProblemEvaluator, "_early_count", lambda self, answers: 1)
+    cfg = EvalConfig(device="cpu", run_static=False, prestart=4)
+    answers = [ANS / "honest/add_triton.py"] * 4
+    evaluator = answer_module.ProblemEvaluator(ADD, cfg, None)
+    try:
+        evaluator.prepare(len(answers))
+        results = evaluator.evaluate([(a, answer_module._static(a, cfg)) for a in answers])
+        history = list(evaluator.gate.history)
+    finally:
+        evaluator.close()
+    assert [r.status for r in results] == [Status.CORRECT.value] * 4 and len(child_pids) == 4
+    assert all("child_gate_wait_s" in r.phases_s and "child_device_start_s" in r.phases_s for r in results)
+    starts: dict[int, list[float]] = {}
+    for event, at, n in history:
+        if event in ("go", "ready"):
+            starts.setdefault(n, []).append(at)
+    assert sorted(starts) == [0, 1, 2, 3] and all(len(v) == 2 and v[0] <= v[1] for v in starts.values())
+    spans = sorted(starts.values())
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # one at a time
+    quiet = [at for event, at, _ in history if event in ("pause", "resume")]
+    assert len(quiet) == 8  # each answer was timed once, the gate paused around it
+    windows = list(zip(quiet[::2], quiet[1::2]))
+    assert all(end <= w0 or start >= w1 for start, end in spans for w0, w1 in windows)
+
+
 # ---- the OS sandbox: what an answer cannot do even where the in-process monitor does not see it ------------------
 
 

@@ -79,12 +79,15 @@ from workflow_scripts.evaluation.protocol import (
 from workflow_scripts.evaluation.reference import (ReferenceFailed, ReferenceSide, ReferenceTrial, available_memory,
                                                    bind_gpu, input_bytes_on_meta, load_problem)
 from workflow_scripts.evaluation.sandbox import ChildProcess, SandboxUnavailable, hideable, problem_sources
+from workflow_scripts.evaluation.start_gate import StartGate
 from workflow_scripts.evaluation.transport import Area, TransportError, dtype_name
 
 
 # The repository's results folder, which holds every configuration's results_dir unless one is set elsewhere (the
 # pipeline's evaluate stage hides its own results folder and store too, through hidden_paths).
 DEFAULT_RESULTS = Path(__file__).resolve().parents[2] / "results"
+# What an answer's process reports its start took (child.main), kept as phases "child_<name>": not verdict inputs.
+CHILD_SETUP_PHASES = ("startup_s", "host_start_s", "gate_wait_s", "device_start_s", "areas_wait_s", "areas_pin_s")
 
 
 class InfrastructureError(RuntimeError):
@@ -300,10 +303,10 @@ class _Evaluation:
 
     def __init__(self, reference: ReferenceSide, slot: _AnswerSlot, answer_path: Path, config: EvalConfig,
                  gpu: str | None, lease: gpu_lock.GpuLease | None = None,
-                 pending: list[_AnswerSlot] | None = None) -> None:
+                 gate: StartGate | None = None) -> None:
         self.reference = reference
         self.slot = slot
-        self.pending = pending or []  # the processes started for later answers
+        self.gate = gate  # the later answers' processes start in the gaps between timings
         self.lease = lease
         self.deadline = 0.0
         # (limit s, reference forward ms) of the call the watchdog killed, if it did
@@ -367,6 +370,8 @@ class _Evaluation:
             self.failure = Status.REFERENCE_ERROR
             self.error = str(e)[:4000]
         finally:
+            if self.gate is not None:
+                self.gate.resume()  # paused for a timing that an error cut short
             self._events(ans)
             ans.kill()
             self.phases["total_s"] = time.monotonic() - t_start
@@ -383,7 +388,7 @@ class _Evaluation:
             self.tf32 = m.header.get("tf32")
             setup = m.header.get("setup_s")
             for k, v in (setup.items() if isinstance(setup, dict) else ()):
-                if k in ("startup_s", "areas_wait_s", "areas_pin_s") and _num(v) is not None:
+                if k in CHILD_SETUP_PHASES and _num(v) is not None:
                     self.phases[f"child_{k}"] = float(v)  # as the child reports it: not a verdict input
             if bool(m.header.get("interpret")) != (cfg.device == "cpu"):
                 raise InfrastructureError("TRITON_INTERPRET does not match the device")
@@ -443,15 +448,9 @@ class _Evaluation:
             # -- timing + post-timing check (only answers that can still be correct) -------------------------
             timeable = passed and not (integrity and cfg.reject_cheats) and (launched or not cfg.require_triton)
             if timeable and cfg.time_answer:
-                if self.pending:
-                    # The later answers' processes finish starting now, never while this one is timed.
-                    t_wait = time.monotonic()
-                    for later in self.pending:
-                        try:
-                            later.child.await_hello(time.monotonic() + 120.0)
-                        except Exception:  # noqa: BLE001 - its own evaluation will report it
-                            pass
-                    self.phases["next_child_wait_s"] = time.monotonic() - t_wait
+                if self.gate is not None:
+                    # No later answer's process starts while this one is timed (resumed once it is).
+                    self.phases["next_child_wait_s"] = self.gate.pause(timeout_s=120.0)
                     self.deadline += self.phases["next_child_wait_s"]
                 if self.lease is not None:
                     left = self.deadline - time.monotonic()
@@ -468,6 +467,8 @@ class _Evaluation:
                     tm, raw, per_call = self._time_paired(ans)
                 finally:
                     self._sample_clock()
+                    if self.gate is not None:
+                        self.gate.resume()
                 if tm.type in ("runtime_error", "cuda_error"):
                     self.failure = Status.CRASH if tm.type == "cuda_error" else Status.RUNTIME_ERROR
                     self.error = _text(tm.header.get("error"))
@@ -850,8 +851,8 @@ def _verdict(cfg: EvalConfig, ev: _Evaluation, static: _Static, phases: dict[str
 class ProblemEvaluator:
     """Every answer to one problem: the problem's trusted side (``ReferenceSide``) is built once, and each answer runs
     in a fresh child. Children are started in batches (``batch_size``), each batch while the last answer of the
-    previous one is checked; an answer is timed only once every started child is ready, so no process starts
-    during a timing."""
+    previous one is checked; their CUDA contexts are created one at a time in the gaps between timings
+    (``start_gate``), so no process starts during a timing."""
 
     def __init__(self, problem_path: Path, config: EvalConfig, lease: gpu_lock.GpuLease | None) -> None:
         self.problem_path = Path(problem_path)
@@ -866,6 +867,7 @@ class ProblemEvaluator:
         self._count = 0
         self._slots: list[_AnswerSlot] = []  # every slot started, so close() leaves no process behind
         self._early: deque[_AnswerSlot] = deque()  # started while the problem was prepared
+        self.gate = StartGate(config.effective_timeout())
 
     def prepare(self, answers: int = 1) -> None:
         """The trusted side of the problem. The first answer's child starts meanwhile (its interpreter, torch, CUDA
@@ -901,7 +903,9 @@ class ProblemEvaluator:
             # and each answer is timed only once every started child is.
             batch = self.batch_size()
             while len(self._early) > batch:
-                self._early.pop().close()
+                surplus = self._early.pop()
+                self.gate.forget(surplus.child)
+                surplus.close()
             for slot in self._early:
                 self.hand_areas(slot)
 
@@ -941,7 +945,8 @@ class ProblemEvaluator:
             # Triton's driver stub as the first child built it before any answer ran: not rebuilt by gcc each time.
             shutil.copytree(self.triton_template, work / ".triton")
         init = {"answer": "answer.py", "seed": cfg.seed, "tf32": cfg.tf32, "timing": cfg.timing_protocol().to_dict(),
-                "require_triton": cfg.require_triton, "cast_integers": cfg.integer_inputs == "cast"}
+                "require_triton": cfg.require_triton, "cast_integers": cfg.integer_inputs == "cast",
+                "start_gate": True}
         child = ChildProcess("answer", work, self.base / "logs" / f"answer{self._count}", cfg.device, init,
                              gpu=self.gpu, isolation=cfg.isolation, bwrap=cfg.bwrap, limits=cfg.limits(),
                              memory_cap_mode=cfg.memory_cap, extra_env=cfg.cpu_thread_env(), areas_later=True,
@@ -952,6 +957,7 @@ class ProblemEvaluator:
             raise InfrastructureError(f"the configured sandbox is unavailable: {e}") from None
         slot = _AnswerSlot(child)
         self._slots.append(slot)
+        self.gate.add(child)
         if self.reference is not None:
             self.hand_areas(slot)
         return slot
@@ -1034,10 +1040,11 @@ class ProblemEvaluator:
                 # The next batch starts now, while this answer is checked (before it is timed).
                 started.extend(self.start_slot() for _ in range(min(batch, len(answers) - k - 1)))
             t_wait = time.monotonic()
+            self.gate.wait_ready(slot.child)
             slot.ready()
             self._keep_triton_template(slot)
             slot_wait_s = time.monotonic() - t_wait
-            ev = _Evaluation(self.reference, slot, path, cfg, self.gpu, self.lease, list(started))
+            ev = _Evaluation(self.reference, slot, path, cfg, self.gpu, self.lease, self.gate)
             ev.phases["slot_wait_s"] = slot_wait_s  # its child getting ready after the evaluator needed it
             try:
                 ev.run()
@@ -1057,6 +1064,7 @@ class ProblemEvaluator:
         return results
 
     def close(self) -> None:
+        self.gate.close()  # its thread leaves every channel before the children end
         for slot in self._slots:
             slot.close()  # idempotent: kill() of a reaped child and close() of a closed area do nothing
         if self.reference is not None:

@@ -60,6 +60,10 @@ class ChannelReader:
         self._poll = select.poll()
         self._poll.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
 
+    def ready(self, timeout_s: float) -> bool:
+        """Whether a frame (or the channel's end) is waiting to be read, within ``timeout_s``; reads nothing."""
+        return bool(self._poll.poll(int(timeout_s * 1000)))
+
     def _read_exact(self, n: int, deadline: float, into: memoryview | None = None) -> bytes | None:
         buf = into if into is not None else memoryview(bytearray(n))
         got = 0

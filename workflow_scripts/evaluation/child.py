@@ -119,7 +119,9 @@ def _fmt_exc(limit: int = 4000) -> str:
 
 
 class _Child:
-    """Everything the child needs, set up before any answer code runs."""
+    """Everything the child needs, set up before any answer code runs: the host part here (interpreter, torch,
+    Triton and its driver's C helpers, in parallel with other children), the device part in ``start_device`` (a
+    started answer's process waits for the trusted side's ``go`` in between: ``start_gate``)."""
 
     def __init__(self, init: dict[str, Any], sender: Sender) -> None:
         import builtins
@@ -146,17 +148,10 @@ class _Child:
         self.equal = torch.equal
         self.untyped_storage = torch.Tensor.untyped_storage
         self.copy_ = torch.Tensor.copy_
-        if self.device_kind == "cuda":
-            if not torch.cuda.is_available():
-                raise RuntimeError("CUDA requested but torch.cuda.is_available() is False in the child")
-            torch.cuda.init()
-            self.device = torch.device("cuda", 0)
-            torch.cuda.set_device(0)
-        else:
-            self.device = torch.device("cpu")
+        self.device = torch.device("cuda", 0) if self.device_kind == "cuda" else torch.device("cpu")
         from workflow_scripts.evaluation import environment, transport
 
-        self.tf32 = environment.configure_tf32(init.get("tf32", "pytorch_default"))
+        self.tf32 = environment.configure_tf32(init.get("tf32", "pytorch_default"))  # flags only: no CUDA call
         self.transport = transport
         # The memory areas (answer role): inputs in, outputs out (transport); they arrive later (receive_areas).
         self.areas: dict[str, Any] = {}
@@ -166,7 +161,7 @@ class _Child:
         tp = init.get("timing") or {}
         self.cast_integers = bool(init.get("cast_integers"))
         self.protocol = timing.TimingProtocol(**tp) if tp else timing.TimingProtocol.for_device(self.device_kind)
-        self.clock = timing.Clock(self.device_kind, self.protocol.l2_flush_mib)
+        self.clock: Any = None  # built by start_device
         self.triton = None
         self.stdin = sys.stdin.buffer  # captured before any answer code runs
         if self.role == "answer":
@@ -175,12 +170,31 @@ class _Child:
 
             self.triton = triton
             if self.device_kind == "cuda":
-                # Build Triton's driver helpers now (it compiles a small C module), not inside the answer's call.
+                # Triton's driver helpers are a small C module, compiled by gcc unless Triton's cache has them:
+                # host work, done here (no CUDA call yet), not inside the answer's first launch.
                 try:
-                    triton.runtime.driver.active.get_current_device()
-                    triton.runtime.driver.active.utils  # noqa: B018
-                except Exception:  # noqa: BLE001 - the answer's own launch will report it
+                    from triton.backends.nvidia.driver import CudaUtils
+
+                    CudaUtils()
+                except Exception:  # noqa: BLE001 - built in start_device then, or by the answer's own launch
                     pass
+
+    def start_device(self) -> None:
+        """The device part of the setup: the CUDA context (created one process at a time by the driver), the L2 flush
+        buffer, Triton's driver bound to the device."""
+        torch = self.torch
+        if self.device_kind == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimeError("CUDA requested but torch.cuda.is_available() is False in the child")
+            torch.cuda.init()
+            torch.cuda.set_device(0)
+        self.clock = self.timing.Clock(self.device_kind, self.protocol.l2_flush_mib)
+        if self.triton is not None and self.device_kind == "cuda":
+            try:
+                self.triton.runtime.driver.active.get_current_device()
+                self.triton.runtime.driver.active.utils  # noqa: B018
+            except Exception:  # noqa: BLE001 - the answer's own launch will report it
+                pass
 
     def receive_areas(self) -> None:
         """The memory areas, handed over once the trusted side built them (``sandbox.ChildProcess.deliver_areas``):
@@ -671,7 +685,21 @@ def main() -> None:
     t0 = time.monotonic()
     try:
         c = _Child(init, sender)
-        c.setup_s["startup_s"] = time.monotonic() - t0
+        c.setup_s["host_start_s"] = time.monotonic() - t0
+        if init.get("start_gate"):
+            # Ready but for the device: the trusted side says when the CUDA context may be created (never while an
+            # answer is timed; one process at a time, see start_gate).
+            sender.send({"type": "staged"})
+            t_gate = time.monotonic()
+            if _read_cmd(c.stdin).get("cmd") != "go":
+                os._exit(0)
+            c.setup_s["gate_wait_s"] = time.monotonic() - t_gate
+        t_device = time.monotonic()
+        c.start_device()
+        c.setup_s["device_start_s"] = time.monotonic() - t_device
+        c.setup_s["startup_s"] = c.setup_s["host_start_s"] + c.setup_s["device_start_s"]
+        if init.get("start_gate"):
+            sender.send({"type": "device_ready"})
     except Exception:  # noqa: BLE001
         sender.send({"type": "setup_error", "error": _fmt_exc()})
         os._exit(0)

@@ -491,6 +491,15 @@ class ChildProcess:
         return bool(self.sandbox and self.sandbox.network)
 
     @property
+    def areas_delivered(self) -> bool:
+        """Its memory areas have been handed over (``deliver_areas``), or it takes none."""
+        return not self.areas_later or (self.proc is not None and self._area_socket is None)
+
+    @property
+    def killed(self) -> bool:
+        return self._killed
+
+    @property
     def inbox(self) -> Path:
         """Where, inside the child, it finds the files the parent puts into ``workdir`` (live, read-only)."""
         return self.workdir / INBOX if self.sandbox and self.sandbox.sandboxed else self.workdir
@@ -638,6 +647,13 @@ class ChildProcess:
                     self.events.append(msg.header)
                 continue
             return msg
+
+    def readable(self, timeout_s: float) -> bool:
+        """Whether a message (or the channel's end) is waiting, within ``timeout_s``; raises ``ChildDied`` once the
+        channel is closed here (``kill``)."""
+        if self.reader is None:
+            raise ChildDied("result channel closed")
+        return self.reader.ready(timeout_s)
 
     def await_hello(self, deadline: float) -> Message:
         """The child's first message (it is ready: interpreter, torch, CUDA and Triton loaded), kept: a child

@@ -1,0 +1,106 @@
+"""The start gate (workflow_scripts.evaluation.start_gate) with real answer processes on the CPU: their host parts
+run together, their device parts one at a time and none while the gate is paused (an answer being timed)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts.evaluation.sandbox import ChildProcess
+from workflow_scripts.evaluation.start_gate import StartGate
+from workflow_scripts.evaluation.timing import TimingProtocol
+
+
+def _answer_process(tmp_path: Path, n: int) -> ChildProcess:
+    work = tmp_path / f"answer{n}"
+    work.mkdir()
+    init = {"answer": "answer.py", "seed": 42, "tf32": "pytorch_default",
+            "timing": TimingProtocol.for_device("cpu").to_dict(), "require_triton": True, "cast_integers": False,
+            "start_gate": True}
+    child = ChildProcess("answer", work, tmp_path / "logs" / f"answer{n}", "cpu", init, isolation="none",
+                         areas_later=True)
+    child.start()
+    return child
+
+
+@pytest.fixture
+def children(tmp_path: Path):
+    made: list[ChildProcess] = []
+    yield lambda n: made.extend(_answer_process(tmp_path, i) for i in range(n)) or made
+    for child in made:
+        child.kill()
+
+
+def _spans(gate: StartGate) -> dict[int, list[float]]:
+    spans: dict[int, list[float]] = {}
+    for event, at, n in gate.history:
+        if event in ("go", "ready"):
+            spans.setdefault(n, []).append(at)
+    return spans
+
+
+def test_no_device_part_starts_while_the_gate_is_paused(children) -> None:
+    gate = StartGate(timeout_s=120.0)
+    try:
+        procs = children(3)
+        for child in procs:
+            gate.add(child)
+        # Paused before any process finished its host part: pause returns once all three have (seconds: torch's
+        # import), and not one device part has begun.
+        waited = gate.pause(timeout_s=120.0)
+        assert waited > 0.2
+        assert not [e for e in gate.history if e[0] in ("go", "ready")]
+        time.sleep(0.5)
+        assert not [e for e in gate.history if e[0] in ("go", "ready")]  # still none while paused
+        gate.resume()
+        for child in procs:
+            assert gate.wait_ready(child, timeout_s=120.0) < 120.0
+        spans = _spans(gate)
+        assert sorted(spans) == [0, 1, 2] and all(len(s) == 2 for s in spans.values())
+        ordered = [spans[n] for n in range(3)]
+        assert all(a[1] <= b[0] for a, b in zip(ordered, ordered[1:]))  # in start order, one at a time
+        resumed = next(at for event, at, _ in gate.history if event == "resume")
+        assert ordered[0][0] >= resumed
+        # Handed over: the device part reported what it took; the hello (after the areas) is still to come.
+        assert all(child.hello is None and not child.killed for child in procs)
+    finally:
+        gate.close()
+
+
+def test_a_process_forgotten_before_its_start_is_left_alone(children) -> None:
+    # The evaluator ends a surplus process: the gate never writes to it or reads it again, and the next one starts.
+    gate = StartGate(timeout_s=120.0)
+    try:
+        first, second = children(2)
+        gate.pause(timeout_s=120.0)
+        gate.add(first)
+        gate.add(second)
+        gate.forget(first)
+        first.kill()
+        gate.resume()
+        assert gate.wait_ready(second, timeout_s=120.0) < 120.0
+        assert sorted(_spans(gate)) == [1]
+    finally:
+        gate.close()
+
+
+def test_a_setup_error_is_kept_for_the_evaluator(tmp_path: Path) -> None:
+    # A process whose host part fails reports a setup error instead of "staged": the gate keeps it as its hello,
+    # which the evaluator reports, and hands the process over without a device part.
+    gate = StartGate(timeout_s=120.0)
+    work = tmp_path / "bad"
+    work.mkdir()
+    init = {"answer": "answer.py", "seed": 42, "tf32": "no-such-mode", "timing": {}, "start_gate": True}
+    child = ChildProcess("answer", work, tmp_path / "logs", "cpu", init, isolation="none", areas_later=True)
+    try:
+        child.start()
+        gate.add(child)
+        gate.wait_ready(child, timeout_s=120.0)
+        assert child.hello is not None and child.hello.type == "setup_error"
+        assert "no-such-mode" in str(child.hello.header.get("error"))
+        assert not _spans(gate)
+    finally:
+        gate.close()
+        child.kill()
