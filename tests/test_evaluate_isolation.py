@@ -193,7 +193,11 @@ def test_the_reference_is_timed_beside_the_answer_in_alternating_blocks(tmp_path
     assert len(paired["raw"]["warmup_ms"]) == 1 and len(paired["raw"]["discarded_ms"]) == 1
     assert len(res.runtime_stats["trials"]) == 5 and len(res.timing_raw["warmup_ms"]) == 1
     assert len(res.timing_raw["launches_per_call"]) == 1 + 1 + 5  # warm-up, discarded, trials: over all blocks
-    assert res.protocol["paired_block"] == 2
+    assert res.protocol["paired_block"] == 2 and res.protocol["paired_reference_block"] == 5  # at most the block
+    # Fewer reference trials per block: one beside each of the answer's three blocks; the answer keeps all five.
+    fewer = evaluate_answer(ADD, ans, replace(cfg, paired_reference_block=1))
+    assert fewer.status == Status.CORRECT.value and fewer.paired_reference["stats"]["n"] == 3
+    assert fewer.paired_reference["reference_block_trials"] == 1 and len(fewer.runtime_stats["trials"]) == 5
     alone = evaluate_answer(ADD, ans, replace(cfg, paired_block=0))
     assert alone.status == Status.CORRECT.value and alone.paired_reference is None
     assert len(alone.runtime_stats["trials"]) == 5
@@ -337,6 +341,24 @@ def test_answer_processes_create_their_device_context_one_at_a_time_and_never_du
     assert len(quiet) == 8  # each answer was timed once, the gate paused around it
     windows = list(zip(quiet[::2], quiet[1::2]))
     assert all(end <= w0 or start >= w1 for start, end in spans for w0, w1 in windows)
+
+
+def test_triton_driver_helpers_are_kept_for_later_problems_once(tmp_path: Path) -> None:
+    # The first answer process's Triton cache (built before its answer ran) is published beside the GPU locks, whole,
+    # once: a later copy never replaces it, and nothing half-written is left.
+    from workflow_scripts.evaluation.answer import publish_triton_template, triton_template_home
+
+    built = tmp_path / "built"
+    (built / "ab12").mkdir(parents=True)
+    (built / "ab12" / "cuda_utils.so").write_bytes(b"first")
+    home = triton_template_home(EvalConfig(device="cuda", lock_dir=str(tmp_path / "locks")))
+    assert home is not None and home.parent == tmp_path / "locks" and home.name.startswith("triton-driver-")
+    assert triton_template_home(EvalConfig(device="cpu")) is None  # the interpreter builds nothing
+    publish_triton_template(built, home)
+    (built / "ab12" / "cuda_utils.so").write_bytes(b"second")
+    publish_triton_template(built, home)
+    assert (home / "ab12" / "cuda_utils.so").read_bytes() == b"first"
+    assert list(home.parent.iterdir()) == [home]
 
 
 # ---- the OS sandbox: what an answer cannot do even where the in-process monitor does not see it ------------------

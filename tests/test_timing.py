@@ -107,5 +107,9 @@ def test_paired_blocks_split_the_trials_once_with_warmup_only_in_the_first() -> 
     assert [(b.warmup, b.discard_first) for b in blocks] == [(3, 1), (0, 0), (0, 0)]
     assert timing.paired_blocks(protocol, 0) == [protocol] and timing.paired_blocks(protocol, 25) == [protocol]
     assert [timing.answer_goes_first(i) for i in range(4)] == [True, False, True, False]  # A R R A A R R A
+    # The reference's blocks: at most 5 trials (at least one), the warm-up and discarded calls kept.
+    assert [timing.reference_block(b, 5).trials for b in blocks] == [5, 5, 5]
+    assert (timing.reference_block(blocks[0], 5).warmup, timing.reference_block(blocks[0], 5).discard_first) == (3, 1)
+    assert timing.reference_block(blocks[2], 0).trials == 1 and timing.reference_block(blocks[2], 50).trials == 5
     merged = timing.merge_raw([timing.RawTimes(trials_ms=[1.0], warmup_ms=[9.0]), timing.RawTimes(trials_ms=[2.0])])
     assert merged.trials_ms == [1.0, 2.0] and merged.warmup_ms == [9.0]

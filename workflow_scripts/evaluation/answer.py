@@ -42,7 +42,10 @@ CLI: ``python -m workflow_scripts evaluate --problem P.py --answer A.py --device
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
+import importlib.metadata
+import os
 import secrets
 import shutil
 import sys
@@ -124,6 +127,10 @@ class EvalConfig(RunConfig):
     # blocks alternating with the answer's, and the speedup is taken against it. 0: the answer alone, in one window
     # (KernelBench's loop; the speedup is then taken against the baseline stage's eager time).
     paired_block: int = 10
+    # Trials per block of the eager reference in paired timing (timing.reference_block; at most paired_block): half
+    # the answer's by default. Each costs a reference forward, a second of GPU time per answer for a 10 ms problem,
+    # while the speedup's noise grows only by sqrt(1.5) over equal blocks (bench/NOTES.md, eleventh session).
+    paired_reference_block: int = 5
     # "keep": only floating inputs become fp32 (integer targets stay integer); "cast": every input tensor becomes
     # fp32, as KernelBench casts them (its level-1 problem 95 then fails: cross-entropy needs integer targets).
     integer_inputs: str = "keep"
@@ -140,6 +147,8 @@ class EvalConfig(RunConfig):
         super().__post_init__()
         if self.integer_inputs not in ("keep", "cast"):
             raise ValueError(f"integer_inputs must be keep or cast, got {self.integer_inputs!r}")
+        if self.paired_reference_block < 1:
+            raise ValueError(f"paired_reference_block must be at least 1, got {self.paired_reference_block!r}")
 
     @classmethod
     def kernelbench_exact(cls, **overrides: Any) -> "EvalConfig":
@@ -565,7 +574,8 @@ class _Evaluation:
                 if side == "reference":
                     t_ref = time.monotonic()
                     try:
-                        reference_parts.append(ref.time_block(block, protocol.l2_flush_mib, cfg.cpu_threads))
+                        reference_parts.append(ref.time_block(timing.reference_block(block, cfg.paired_reference_block),
+                                                              protocol.l2_flush_mib, cfg.cpu_threads))
                     except ReferenceFailed as e:
                         raise _RefFailed(str(e)) from None
                     self._add_phase("timing_reference_s", time.monotonic() - t_ref)
@@ -589,7 +599,8 @@ class _Evaluation:
         if reference_parts:
             merged = timing.merge_raw(reference_parts)
             self.paired_reference = {"stats": timing.stats(merged.trials_ms), "raw": merged.to_dict(),
-                                     "block_trials": cfg.paired_block, "blocks": len(blocks), "order": "ABBA"}
+                                     "block_trials": cfg.paired_block, "blocks": len(blocks), "order": "ABBA",
+                                     "reference_block_trials": cfg.paired_reference_block}
         return tm, timing.merge_raw(answer_parts), per_call
 
     def _timed_block(self, ans: ChildProcess, limit_s: float, reference_ms: float) -> Message:
@@ -772,6 +783,7 @@ def _protocol(cfg: EvalConfig) -> dict[str, Any]:
         "require_triton": cfg.require_triton,
         "timing": cfg.timing_protocol().to_dict() if cfg.time_answer else None,
         "paired_block": cfg.paired_block if cfg.time_answer else None,
+        "paired_reference_block": cfg.paired_reference_block if cfg.time_answer and cfg.paired_block else None,
         "integer_inputs": cfg.integer_inputs,
         "reject_cheats": cfg.reject_cheats,
         "post_timing_check": cfg.post_timing_check,
@@ -868,6 +880,11 @@ class ProblemEvaluator:
         self._slots: list[_AnswerSlot] = []  # every slot started, so close() leaves no process behind
         self._early: deque[_AnswerSlot] = deque()  # started while the problem was prepared
         self.gate = StartGate(config.effective_timeout())
+        # Triton's driver helpers as an earlier problem's first answer process built them (compiled by gcc in every
+        # process that starts without them): the whole first batch starts before this problem's first is ready.
+        home = triton_template_home(config)
+        if home is not None and home.is_dir():
+            self.triton_template = home
 
     def prepare(self, answers: int = 1) -> None:
         """The trusted side of the problem. The first answer's child starts meanwhile (its interpreter, torch, CUDA
@@ -1018,6 +1035,9 @@ class ProblemEvaluator:
             template = self.base / "triton-template"
             shutil.copytree(cache, template)
             self.triton_template = template
+            home = triton_template_home(self.cfg)
+            if home is not None:
+                publish_triton_template(template, home)
 
     def evaluate(self, answers: list[tuple[Path, _Static]]) -> list[EvalResult]:
         """Verdicts for answers that passed static analysis, in order."""
@@ -1073,6 +1093,36 @@ class ProblemEvaluator:
             print(f"kept evaluation directory {self.base}", file=sys.stderr)
         else:
             shutil.rmtree(self.base, ignore_errors=True)
+
+
+def triton_template_home(cfg: EvalConfig) -> Path | None:
+    """Where the host keeps Triton's cache as an answer process built it before any answer ran (its driver's C
+    helpers), for the processes of every later problem: beside the GPU locks (per host, the user's own), keyed by
+    Triton's and Python's versions. None on the CPU (the interpreter builds nothing) or without Triton."""
+    if cfg.device != "cuda":
+        return None
+    try:
+        version = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    key = hashlib.sha256(f"{version}|{sys.version}|{sys.platform}".encode()).hexdigest()[:16]
+    return Path(cfg.lock_dir) / f"triton-driver-{key}"
+
+
+def publish_triton_template(template: Path, home: Path) -> None:
+    """Copy ``template`` to ``home`` unless it is there: whole or not at all (a rename), and a job that loses the race
+    to another keeps the other's."""
+    if home.exists():
+        return
+    staging = home.with_name(f"{home.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        home.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(template, staging)
+        os.rename(staging, home)
+    except OSError:
+        pass  # another job's copy got there first, or the folder is not writable: each problem builds its own
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _static(path: Path, cfg: EvalConfig) -> _Static:

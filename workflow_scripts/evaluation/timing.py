@@ -30,9 +30,9 @@ Both are timed by the same code with the same :class:`TimingProtocol`, so their 
   trusted side, which may check its output); ``ms`` is the trial's time (None for warm-up calls).
 
 Paired timing (answers only, ``paired_blocks``): the answer's trials are split into blocks, and the trusted side
-times the eager reference on the same inputs in blocks of the same size, alternating in the order ABBA ABBA ...
-(answer, reference, reference, answer), so both see the same GPU state (clock, power, temperature) and a linear
-drift cancels. Each block is timed by ``Clock.time_callable`` as above; the first block of each side carries the
+times the eager reference on the same inputs in blocks of at most ``paired_reference_block`` trials
+(``reference_block``), alternating in the order ABBA ABBA ... (answer, reference, reference, answer), so both see
+the same GPU state (clock, power, temperature) and a linear drift cancels. Each block is timed by ``Clock.time_callable`` as above; the first block of each side carries the
 warm-up and discarded calls. The reference's mean over its blocks is the answer's paired eager time.
 
 The clock functions are captured when :class:`Clock` is built, which the harness does before any answer code is
@@ -100,6 +100,14 @@ def paired_blocks(protocol: TimingProtocol, block_trials: int) -> list[TimingPro
         sizes.append(protocol.trials % block_trials)
     first = replace(protocol, trials=sizes[0])
     return [first] + [replace(protocol, warmup=0, discard_first=0, trials=n) for n in sizes[1:]]
+
+
+def reference_block(block: TimingProtocol, reference_trials: int) -> TimingProtocol:
+    """The eager reference's block beside the answer's ``block`` in paired timing: at most ``reference_trials``
+    trials (at least one), with the block's warm-up and discarded calls. Fewer trials than the answer's: each costs
+    a reference forward, and with ABBA order linear drift still cancels (the reference's blocks are as centred in
+    time as the answer's)."""
+    return replace(block, trials=max(1, min(block.trials, reference_trials)))
 
 
 def answer_goes_first(block: int) -> bool:
