@@ -193,7 +193,7 @@ def test_the_reference_is_timed_beside_the_answer_in_alternating_blocks(tmp_path
     assert len(paired["raw"]["warmup_ms"]) == 1 and len(paired["raw"]["discarded_ms"]) == 1
     assert len(res.runtime_stats["trials"]) == 5 and len(res.timing_raw["warmup_ms"]) == 1
     assert len(res.timing_raw["launches_per_call"]) == 1 + 1 + 5  # warm-up, discarded, trials: over all blocks
-    assert res.protocol["paired_block"] == 2 and res.protocol["paired_reference_block"] == 5  # at most the block
+    assert res.protocol["paired_block"] == 2 and res.protocol["paired_reference_block"] == 10  # at most the block
     # Fewer reference trials per block: one beside each of the answer's three blocks; the answer keeps all five.
     fewer = evaluate_answer(ADD, ans, replace(cfg, paired_reference_block=1))
     assert fewer.status == Status.CORRECT.value and fewer.paired_reference["stats"]["n"] == 3

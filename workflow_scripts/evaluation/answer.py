@@ -127,10 +127,11 @@ class EvalConfig(RunConfig):
     # blocks alternating with the answer's, and the speedup is taken against it. 0: the answer alone, in one window
     # (KernelBench's loop; the speedup is then taken against the baseline stage's eager time).
     paired_block: int = 10
-    # Trials per block of the eager reference in paired timing (timing.reference_block; at most paired_block): half
-    # the answer's by default. Each costs a reference forward, a second of GPU time per answer for a 10 ms problem,
-    # while the speedup's noise grows only by sqrt(1.5) over equal blocks (bench/NOTES.md, eleventh session).
-    paired_reference_block: int = 5
+    # Trials per block of the eager reference in paired timing (timing.reference_block; at most paired_block): as
+    # many as the answer's by default, the protocol the calibration was measured with. Fewer save a reference forward
+    # each (5: half a second per answer on a 10 ms problem) and widen the speedup's spread (bench/NOTES.md, eleventh
+    # session: with 5, |speedup-1| p90 0.57% on 28 problems against 0.15% with 10 on the same problems).
+    paired_reference_block: int = 10
     # "keep": only floating inputs become fp32 (integer targets stay integer); "cast": every input tensor becomes
     # fp32, as KernelBench casts them (its level-1 problem 95 then fails: cross-entropy needs integer targets).
     integer_inputs: str = "keep"
@@ -889,12 +890,13 @@ class ProblemEvaluator:
     def prepare(self, answers: int = 1) -> None:
         """The trusted side of the problem. The first answer's child starts meanwhile (its interpreter, torch, CUDA
         context and Triton get ready while the inputs are built) and, where the inputs are small enough, the rest of
-        the first batch of the ``answers`` to come (``_early_count``): their starts (their CUDA contexts are created
-        one after the other) overlap the preparation instead of holding up the first answer's timing. Each gets its
-        areas once they exist."""
+        the first batch of the ``answers`` to come (``_early_count``): their host parts overlap the preparation, and
+        their device parts follow one at a time (``start_gate``) instead of holding up the first answer's timing.
+        Each gets its areas once they exist."""
         t0 = time.monotonic()
         cfg = self.cfg
         reference = None
+        self.phases["triton_driver_shared"] = float(self.triton_template is not None)  # built by an earlier problem
         try:
             self._early.append(self.start_slot())
         except InfrastructureError:
@@ -902,9 +904,12 @@ class ProblemEvaluator:
         else:
             self._start_early(self._early_count(answers) - 1)
         self.phases["children_started_early"] = float(len(self._early))
+        self.phases["prepare_children_start_s"] = time.monotonic() - t0  # the early count's probe included
         try:
+            t_init = time.monotonic()
             reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32,
                                       timing_seed=cfg.timing_seed, cast_integers=cfg.integer_inputs == "cast")
+            self.phases["prepare_reference_init_s"] = time.monotonic() - t_init  # its model built on the device
             reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer,
                               atol=cfg.atol, rtol=cfg.rtol)
             self.reference = reference  # only a fully prepared side judges answers

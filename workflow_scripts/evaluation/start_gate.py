@@ -4,11 +4,11 @@ An answer's process is started ahead of its answer (``answer.ProblemEvaluator.st
 part (interpreter, torch, Triton and the C helpers of Triton's driver) runs at once, beside the other processes';
 then the process reports ``staged`` and waits. Its device part (the CUDA context, the L2 flush buffer, Triton's
 driver bound to the device) begins only when this gate sends ``go``; the process reports ``device_ready`` when it is
-done. The driver creates the contexts of one device one after the other (on an H200, 15 processes started together
-took 7.7 s to be ready, one alone 2.3 s: about 0.4 s each, serialized), and a context created while an answer is
-timed could disturb that timing. Started all at once before the first timing, they held it up by those 7.7 s per
-problem. The gate starts them one at a time in the gaps instead: while the problem is prepared, while answers load
-and are checked for correctness.
+done. A context created while an answer is timed could disturb that timing, so before this gate every process of a
+batch had to be ready before the first timing: on an H200, 15 processes started together took 7.7 s to be ready (one
+alone 2.3 s). The gate starts the device parts one at a time in the gaps instead: while the problem is prepared,
+while answers load and are checked for correctness. Measured on the H200 with the gate (bench/NOTES.md, eleventh
+session): a device part takes about 0.2 s, a host part 3 s alone and 5-7 s when 15 start together.
 
 Before an answer is timed, ``pause`` waits until no device part is under way and every started process has finished
 its host part (so nothing of a process's start competes with the timing for the host either); until ``resume`` no
