@@ -104,3 +104,27 @@ def test_a_setup_error_is_kept_for_the_evaluator(tmp_path: Path) -> None:
     finally:
         gate.close()
         child.kill()
+
+
+def test_a_process_not_ready_in_time_is_taken_over_as_it_is(children) -> None:
+    # The evaluator stops waiting: from then on it alone reads the process (which never got its "go": the gate was
+    # paused), and the gate does not start it later.
+    gate = StartGate(timeout_s=120.0)
+    try:
+        (child,) = children(1)
+        gate.pause(timeout_s=0.0)
+        gate.add(child)
+        waited = gate.wait_ready(child, timeout_s=0.5)
+        assert 0.5 <= waited < 5.0
+        gate.resume()
+        time.sleep(0.5)
+        assert not _spans(gate)
+        # Its channel is the caller's, intact: told "go" by the caller, it reports its device part done ("staged"
+        # first, unless the gate had read that before it let go).
+        child.send("go")
+        seen = [child.recv(time.monotonic() + 120.0).type]
+        if seen[0] == "staged":
+            seen.append(child.recv(time.monotonic() + 120.0).type)
+        assert seen[-1] == "device_ready"
+    finally:
+        gate.close()

@@ -180,8 +180,8 @@ class _Child:
                     pass
 
     def start_device(self) -> None:
-        """The device part of the setup: the CUDA context (created one process at a time by the driver), the L2 flush
-        buffer, Triton's driver bound to the device."""
+        """The device part of the setup: the CUDA context, the L2 flush buffer, Triton's driver bound to the device (an
+        answer's process only once the start gate says so: one process at a time, never during a timing)."""
         torch = self.torch
         if self.device_kind == "cuda":
             if not torch.cuda.is_available():

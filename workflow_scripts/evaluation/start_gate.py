@@ -68,12 +68,15 @@ class StartGate:
 
     def wait_ready(self, child: ChildProcess, timeout_s: float | None = None) -> float:
         """Wait until ``child`` is handed over (its device part is done, or its start failed); the seconds waited.
-        The gate must not be paused."""
+        The gate must not be paused. After ``timeout_s`` it is taken over as it is (``forget``): the caller then
+        reads its channel alone, and a process that never got to start its device part never says hello."""
         t0 = time.monotonic()
         with self._cond:
             entry = self._entry(child)
-            self._cond.wait_for(lambda: entry.handed or self._closed,
-                                timeout=self.timeout_s if timeout_s is None else timeout_s)
+            handed = self._cond.wait_for(lambda: entry.handed or self._closed,
+                                         timeout=self.timeout_s if timeout_s is None else timeout_s)
+        if not handed:
+            self.forget(child)
         return time.monotonic() - t0
 
     def pause(self, timeout_s: float) -> float:
