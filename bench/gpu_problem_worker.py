@@ -97,7 +97,13 @@ def summarise(result) -> dict:
 DEVICE = os.environ.get("BENCH_DEVICE", "cuda")  # BENCH_DEVICE=cpu: a smoke run of the bench itself
 
 
+# --paired-reference-block, through the environment so that the calibration's spawned workers see it too
+PAIRED_REFERENCE_BLOCK_ENV = "KB_BENCH_PAIRED_REFERENCE_BLOCK"
+
+
 def config(**kw) -> EvalConfig:
+    if os.environ.get(PAIRED_REFERENCE_BLOCK_ENV):
+        kw.setdefault("paired_reference_block", int(os.environ[PAIRED_REFERENCE_BLOCK_ENV]))
     return EvalConfig(device=DEVICE, **kw)
 
 
@@ -266,6 +272,7 @@ def calibrate_chunk(job: tuple[Path, Path, list[str], str, bool, int, float | No
             paired = ((r.paired_reference or {}).get("stats") or {}).get("mean")
             record = {"bench": "calibration", "problem": key, "gpu": gpu, "paired_eager_ms": paired,
                       "launch_headroom_us": (r.protocol.get("timing") or {}).get("launch_headroom_us"),
+                      "paired_reference_block": r.protocol.get("paired_reference_block"),
                       "sm_mhz": r.fingerprint.get("sm_clock_mhz"), "wall_s": round(time.monotonic() - t0, 2),
                       **summarise(r)}
             if copies > 1:
@@ -400,9 +407,13 @@ def main() -> None:
                         "the run configuration's; 0 for the no-headroom control)")
     parser.add_argument("--kernelbench", action="store_true", help="big: also KernelBench's harness on the first "
                         "answer of each problem, after ours (its wall time, the first answer's bound)")
+    parser.add_argument("--paired-reference-block", type=int, default=None, help="every evaluation's "
+                        "paired_reference_block (default: EvalConfig's)")
     parser.add_argument("--kb-src", type=Path, default=ROOT / ".kb" / "kbsrc")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if args.paired_reference_block is not None:
+        os.environ[PAIRED_REFERENCE_BLOCK_ENV] = str(args.paired_reference_block)
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         {"big": run_big, "spin": run_spin, "calibration": run_calibration, "throughput": run_throughput,

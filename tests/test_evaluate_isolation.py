@@ -8,6 +8,7 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -344,21 +345,49 @@ def test_answer_processes_create_their_device_context_one_at_a_time_and_never_du
 
 
 def test_triton_driver_helpers_are_kept_for_later_problems_once(tmp_path: Path) -> None:
-    # The first answer process's Triton cache (built before its answer ran) is published beside the GPU locks, whole,
-    # once: a later copy never replaces it, and nothing half-written is left.
-    from workflow_scripts.evaluation.answer import publish_triton_template, triton_template_home
+    # The first answer process's Triton cache (built before its answer ran) is published beside the GPU locks, in
+    # this user's own folder, whole, once: a later copy never replaces it, and nothing half-written is left.
+    from workflow_scripts.evaluation.answer import load_triton_template, publish_triton_template, triton_template_home
 
     built = tmp_path / "built"
     (built / "ab12").mkdir(parents=True)
     (built / "ab12" / "cuda_utils.so").write_bytes(b"first")
     home = triton_template_home(EvalConfig(device="cuda", lock_dir=str(tmp_path / "locks")))
-    assert home is not None and home.parent == tmp_path / "locks" and home.name.startswith("triton-driver-")
+    assert home is not None and home.parent == tmp_path / "locks" / f"triton-driver-{os.getuid()}"
     assert triton_template_home(EvalConfig(device="cpu")) is None  # the interpreter builds nothing
+    assert not load_triton_template(home, tmp_path / "none")  # none kept yet
     publish_triton_template(built, home)
+    assert stat.S_IMODE(home.parent.stat().st_mode) == 0o700
     (built / "ab12" / "cuda_utils.so").write_bytes(b"second")
     publish_triton_template(built, home)
     assert (home / "ab12" / "cuda_utils.so").read_bytes() == b"first"
     assert list(home.parent.iterdir()) == [home]
+    assert load_triton_template(home, tmp_path / "copy")
+    assert (tmp_path / "copy" / "ab12" / "cuda_utils.so").read_bytes() == b"first"
+
+
+def test_a_triton_template_others_could_have_written_is_never_used(tmp_path: Path) -> None:
+    # The lock folder may be shared between users: a template in a folder that someone else can write to (or
+    # reached through a link) could hold a planted library that every later answer process would load. Neither
+    # used nor published to.
+    from workflow_scripts.evaluation.answer import load_triton_template, publish_triton_template, triton_template_home
+
+    home = triton_template_home(EvalConfig(device="cuda", lock_dir=str(tmp_path / "locks")))
+    assert home is not None
+    (home / "ab12").mkdir(parents=True)
+    (home / "ab12" / "cuda_utils.so").write_bytes(b"planted")
+    home.parent.chmod(0o777)
+    assert not load_triton_template(home, tmp_path / "copy") and not (tmp_path / "copy").exists()
+    built = tmp_path / "built"
+    (built / "cd34").mkdir(parents=True)
+    publish_triton_template(built, home.parent / "other")
+    assert not (home.parent / "other").exists()
+    # A link to a folder of one's own is refused as well: the folder checked must be the folder used.
+    home.parent.chmod(0o700)
+    real = home.parent.rename(tmp_path / "elsewhere")
+    (tmp_path / "locks" / home.parent.name).symlink_to(real)
+    assert not load_triton_template(home, tmp_path / "copy")
+    assert load_triton_template(real / home.name, tmp_path / "copy")  # the same folder, reached directly
 
 
 # ---- the OS sandbox: what an answer cannot do even where the in-process monitor does not see it ------------------

@@ -460,7 +460,7 @@ class _Evaluation:
             if timeable and cfg.time_answer:
                 if self.gate is not None:
                     # No later answer's process starts while this one is timed (resumed once it is).
-                    self.phases["next_child_wait_s"] = self.gate.pause(timeout_s=120.0)
+                    self.phases["next_child_wait_s"] = self.gate.pause()
                     self.deadline += self.phases["next_child_wait_s"]
                 if self.lease is not None:
                     left = self.deadline - time.monotonic()
@@ -884,8 +884,8 @@ class ProblemEvaluator:
         # Triton's driver helpers as an earlier problem's first answer process built them (compiled by gcc in every
         # process that starts without them): the whole first batch starts before this problem's first is ready.
         home = triton_template_home(config)
-        if home is not None and home.is_dir():
-            self.triton_template = home
+        if home is not None and load_triton_template(home, self.base / "triton-template"):
+            self.triton_template = self.base / "triton-template"
 
     def prepare(self, answers: int = 1) -> None:
         """The trusted side of the problem. The first answer's child starts meanwhile (its interpreter, torch, CUDA
@@ -926,7 +926,7 @@ class ProblemEvaluator:
             batch = self.batch_size()
             while len(self._early) > batch:
                 surplus = self._early.pop()
-                self.gate.forget(surplus.child)
+                self.gate.drop(surplus.child)
                 surplus.close()
             for slot in self._early:
                 self.hand_areas(slot)
@@ -1006,6 +1006,7 @@ class ProblemEvaluator:
             secret, output = slot.secret, slot.output
             slot.pinning = threading.Thread(target=lambda: (secret.pin(), output.pin()), daemon=True)
             slot.pinning.start()
+            self.gate.track_pinning(slot.pinning)  # driver work: ended before any timing
 
     def hidden_sources(self, workdir: Path) -> tuple[str, ...]:
         """What the answer's sandbox shows empty: the problem's sources (its suite checkout), the repository's default
@@ -1102,8 +1103,10 @@ class ProblemEvaluator:
 
 def triton_template_home(cfg: EvalConfig) -> Path | None:
     """Where the host keeps Triton's cache as an answer process built it before any answer ran (its driver's C
-    helpers), for the processes of every later problem: beside the GPU locks (per host, the user's own), keyed by
-    Triton's and Python's versions. None on the CPU (the interpreter builds nothing) or without Triton."""
+    helpers), for the processes of every later problem: in this user's own folder beside the GPU locks (the lock
+    folder may be shared between users; that folder is trusted only while no one else can write to it:
+    ``_own_private_dir``), keyed by Triton's and Python's versions. None on the CPU (the interpreter builds nothing)
+    or without Triton."""
     if cfg.device != "cuda":
         return None
     try:
@@ -1111,23 +1114,64 @@ def triton_template_home(cfg: EvalConfig) -> Path | None:
     except importlib.metadata.PackageNotFoundError:
         return None
     key = hashlib.sha256(f"{version}|{sys.version}|{sys.platform}".encode()).hexdigest()[:16]
-    return Path(cfg.lock_dir) / f"triton-driver-{key}"
+    return Path(cfg.lock_dir) / f"triton-driver-{os.getuid()}" / key
+
+
+def _own_private_dir(path: Path, create: bool) -> int | None:
+    """A descriptor of the folder ``path`` (made, mode 0700, where missing and ``create``) when it is this user's own
+    and no one else may write in it, so nothing in it was planted by another user; None otherwise (another user's
+    folder, a shared one, a link). Later paths go through the descriptor: the folder checked is the folder used."""
+    if create:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        os.close(fd)
+        return None
+    return fd
+
+
+def load_triton_template(home: Path, dest: Path) -> bool:
+    """Copy the kept template at ``home`` to ``dest`` (this job's own folder); False when there is none, or it is
+    not in a folder that only this user can write to."""
+    fd = _own_private_dir(home.parent, create=False)
+    if fd is None:
+        return False
+    try:
+        shutil.copytree(f"/proc/self/fd/{fd}/{home.name}", dest)
+        return True
+    except OSError:
+        shutil.rmtree(dest, ignore_errors=True)
+        return False
+    finally:
+        os.close(fd)
 
 
 def publish_triton_template(template: Path, home: Path) -> None:
     """Copy ``template`` to ``home`` unless it is there: whole or not at all (a rename), and a job that loses the race
-    to another keeps the other's."""
-    if home.exists():
+    to another keeps the other's. Nothing is published where ``home``'s folder is not this user's alone."""
+    fd = _own_private_dir(home.parent, create=True)
+    if fd is None:
         return
-    staging = home.with_name(f"{home.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    staging = f"{home.name}.{os.getpid()}.{secrets.token_hex(4)}"
     try:
-        home.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(template, staging)
-        os.rename(staging, home)
+        if not os.path.lexists(f"/proc/self/fd/{fd}/{home.name}"):
+            shutil.copytree(template, f"/proc/self/fd/{fd}/{staging}")
+            os.rename(staging, home.name, src_dir_fd=fd, dst_dir_fd=fd)
     except OSError:
-        pass  # another job's copy got there first, or the folder is not writable: each problem builds its own
+        pass  # another job's copy got there first: each problem keeps the one it finds
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(f"/proc/self/fd/{fd}/{staging}", ignore_errors=True)
+        os.close(fd)
 
 
 def _static(path: Path, cfg: EvalConfig) -> _Static:

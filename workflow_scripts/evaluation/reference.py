@@ -36,8 +36,11 @@ from workflow_scripts.evaluation.transport import Area, Slot, TransportError, al
 # Seeded reference outputs stay on the GPU while they take at most this share of its memory; beyond it they wait
 # on the host and are copied over for each comparison.
 DEVICE_OUTPUT_SHARE = 0.3
-# Seeded inputs at least this large per trial are built by helper processes in parallel (reference_inputs).
-PARALLEL_INPUTS_MIN_BYTES = 256 << 20
+# Seeded inputs at least this large per trial are built by helper processes in parallel (reference_inputs). A
+# helper's start (interpreter, torch) took about 5 s on the H200 beside the answer processes starting with it, while
+# get_inputs() builds about 0.5-0.7 GB/s on one core: at 256 MiB per trial the helpers took 5.7 s for what this
+# process builds in about 2 s (bench/NOTES.md, eleventh session); from 1 GiB they win.
+PARALLEL_INPUTS_MIN_BYTES = 1 << 30
 # Outputs at least this large: the reference's timing outputs wait on the host. Inputs or outputs at least this
 # large: the memory this side cached for a secret trial or for judging an answer is given back to the device after
 # it (release_cached_memory), so the answer's process finds room for its multi-GB inputs and outputs.

@@ -634,8 +634,10 @@ class ChildProcess:
         self._write_line(dict(kw, cmd=cmd))
 
     def recv(self, deadline: float, keep_events: bool = True) -> Message:
-        """Next non-event message. Event messages (monitor reports) are collected in ``self.events``."""
-        assert self.reader is not None
+        """Next non-event message. Event messages (monitor reports) are collected in ``self.events``. Raises
+        ``ChildDied`` once the channel is closed here (``kill``)."""
+        if self.reader is None:
+            raise ChildDied("result channel closed")
         while True:
             try:
                 msg = self.reader.recv(deadline)

@@ -18,14 +18,18 @@ Who reads a process's channel: this gate's thread, from its start until its devi
 ``hello`` too when its memory areas were already delivered by then (page-locking them is driver work as well); the
 evaluator from then on (``wait_ready`` hands a process over). A message other than the expected one (a setup error)
 is kept as the process's ``hello``, for the evaluator to report. A process the evaluator ends before it was handed
-over is ``forget``-ten first, so this thread never reads or writes a closed channel.
+over is ended through ``drop``, so this thread never reads or writes a closed channel.
+
+No part of a start can hold the GPU or the timing back for long: a process whose host part or device part does not
+finish within the gate's bound (the answer's timeout; no answer code has run in it yet) is killed, and its ``hello``
+becomes a setup error, which the evaluator reports as an infrastructure failure, never as the answer's.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, Message, ProtocolError
 from workflow_scripts.evaluation.sandbox import ChildProcess
@@ -36,25 +40,30 @@ POLL_S = 0.05  # how often the gate's thread looks up from a channel to see whet
 @dataclass(eq=False)
 class _Entry:
     child: ChildProcess
-    staged: bool = False  # its host part is done (or it failed, or was forgotten)
+    added_at: float = field(default_factory=time.monotonic)
+    staged: bool = False  # its host part is done (or it failed, or was dropped)
     handed: bool = False  # its device part is done (or ...): the evaluator reads its channel from now on
     failed: bool = False
-    dropped: bool = False  # forgotten: the evaluator ends it
+    dropped: bool = False  # ``drop``: the evaluator ends it, the gate's thread leaves its channel
+    ended: bool = False  # dropped and killed
 
 
 class StartGate:
     """The device parts of the answer processes of one problem, one at a time, never during a timing."""
 
     def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s  # for each part of a process's start
+        self.timeout_s = timeout_s  # for each part of a process's start: past it the process is killed
         self._cond = threading.Condition()
         self._entries: list[_Entry] = []
+        self._next_start = 0  # the index of the next entry whose device part begins (in order)
         self._paused = False
-        self._busy = False  # a device part (or page-locking right after it) is under way
+        self._busy = False  # a device part (or page-locking right after it) is under way, or its process not dead
         self._using: _Entry | None = None  # the entry whose channel the thread touches now
+        self._pinning: list[threading.Thread] = []  # the trusted side page-locking a process's areas
         self._closed = False
         # (event, time.monotonic(), process number) in order: "go" / "ready" (a device part's start and end),
-        # "pause" (returned: from here the GPU is quiet) / "resume". What the tests check the gate's promise on.
+        # "killed" (a start past its time), "pause" (returned: from here the GPU is quiet) / "resume". What the
+        # tests check the gate's promise on.
         self.history: list[tuple[str, float, int]] = []
         self._thread = threading.Thread(target=self._run, name="start-gate", daemon=True)
         self._thread.start()
@@ -66,36 +75,47 @@ class StartGate:
             self._entries.append(_Entry(child))
             self._cond.notify_all()
 
+    def track_pinning(self, thread: threading.Thread) -> None:
+        """The trusted side page-locking a process's areas (driver work, like a device part): ``pause`` waits for
+        it too."""
+        with self._cond:
+            self._pinning.append(thread)
+
     def wait_ready(self, child: ChildProcess, timeout_s: float | None = None) -> float:
-        """Wait until ``child`` is handed over (its device part is done, or its start failed); the seconds waited.
-        The gate must not be paused. After ``timeout_s`` it is taken over as it is (``forget``): the caller then
-        reads its channel alone, and a process that never got to start its device part never says hello."""
+        """Wait until ``child`` is handed over (its device part is done, or its start failed: then its ``hello`` says
+        why); the seconds waited. The gate must not be paused. A process not handed over after ``timeout_s`` (by
+        default the gate's own bound, which its thread enforces on each part of the start) is killed, its ``hello``
+        a setup error."""
         t0 = time.monotonic()
         with self._cond:
             entry = self._entry(child)
             handed = self._cond.wait_for(lambda: entry.handed or self._closed,
-                                         timeout=self.timeout_s if timeout_s is None else timeout_s)
-        if not handed:
-            self.forget(child)
+                                         timeout=2 * self.timeout_s + 5.0 if timeout_s is None else timeout_s)
+        if not handed and not self._closed:
+            self.drop(child, f"not ready {time.monotonic() - t0:.0f} s after the evaluator needed it")
         return time.monotonic() - t0
 
-    def pause(self, timeout_s: float) -> float:
-        """Before a timing: no device part begins from now on, and this returns once none is under way and every
-        started process has finished its host part (and the processes handed over with their areas delivered have
-        page-locked them). Returns the seconds waited."""
+    def pause(self) -> float:
+        """Before a timing: no device part begins from now on, and this returns once none is under way, every
+        started process has finished its host part, the trusted side has page-locked the areas it gave them and the
+        processes handed over with their areas have page-locked theirs (their ``hello``). A process that does not
+        get there within the gate's bound is killed (its ``hello`` says so), so the GPU is quiet when this returns.
+        Returns the seconds waited."""
         t0 = time.monotonic()
-        deadline = t0 + timeout_s
         with self._cond:
             self._paused = True
-            self._cond.wait_for(lambda: self._closed or (not self._busy and all(e.staged for e in self._entries)),
-                                timeout=timeout_s)
+            self._cond.wait_for(lambda: self._closed or (not self._busy and all(e.staged for e in self._entries)))
             handed = [e.child for e in self._entries if e.handed and not (e.failed or e.dropped)]
+            pinning, self._pinning = self._pinning, []
+        for thread in pinning:
+            thread.join()
         for child in handed:  # ours to read now
             if child.hello is None and child.areas_delivered and not child.killed:
                 try:
-                    child.await_hello(max(deadline, time.monotonic() + 1.0))
-                except (ChildDied, ChildTimeout, ProtocolError):
-                    pass  # its own evaluation reports it
+                    child.await_hello(time.monotonic() + self.timeout_s)
+                except (ChildDied, ChildTimeout, ProtocolError, OSError) as e:
+                    _end(child, f"its areas were not page-locked within {self.timeout_s:.0f} s "
+                                f"({type(e).__name__})")
         with self._cond:
             self.history.append(("pause", time.monotonic(), -1))
         return time.monotonic() - t0
@@ -107,19 +127,32 @@ class StartGate:
             self._paused = False
             self._cond.notify_all()
 
-    def forget(self, child: ChildProcess) -> None:
-        """The evaluator is about to end ``child``: this thread leaves its channel alone from now on."""
+    def drop(self, child: ChildProcess, reason: str | None = None) -> None:
+        """End ``child`` (the evaluator no longer needs it, or it is not ready in time: then ``reason`` becomes its
+        ``hello``, a setup error): the gate's thread leaves its channel first, and counts a device part it had begun
+        as under way until the process is dead."""
         with self._cond:
             entry = self._entry(child)
             entry.dropped = True
             self._cond.notify_all()
             self._cond.wait_for(lambda: self._using is not entry)
+        if reason is not None and child.hello is None:
+            child.hello = _setup_error(reason)
+        child.kill()
+        with self._cond:
+            entry.ended = True
+            entry.staged = True
+            entry.handed = True
+            entry.failed = True
+            self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         self._thread.join()
+        for thread in self._pinning:
+            thread.join()
 
     def _entry(self, child: ChildProcess) -> _Entry:
         for entry in self._entries:
@@ -128,46 +161,61 @@ class StartGate:
         raise KeyError("a process the start gate was never given")
 
     # -- the gate's thread ------------------------------------------------------------------------------------------
+    def _startable(self) -> _Entry | None:
+        """The next entry in order, when its device part may begin now, or when it has none (its start failed, or
+        it was dropped: handed over at once, paused or not). With ``self._cond`` held."""
+        if self._next_start >= len(self._entries):
+            return None
+        entry = self._entries[self._next_start]
+        if not entry.staged or (self._paused and not (entry.failed or entry.dropped)):
+            return None
+        return entry
+
     def _run(self) -> None:
-        staged_next = started_next = 0
         while True:
             with self._cond:
                 while True:
                     if self._closed:
                         return
-                    if not self._paused and started_next < staged_next:
-                        entry, start = self._entries[started_next], True
-                        started_next += 1
-                        self._busy = not (entry.failed or entry.dropped)
+                    entry = self._startable()
+                    if entry is not None:
+                        self._next_start += 1
+                        action = "skip" if entry.failed or entry.dropped else "start"
+                        self._busy = action == "start"
                         break
-                    if staged_next < len(self._entries):
-                        entry, start = self._entries[staged_next], False
-                        staged_next += 1
+                    pending = [e for e in self._entries if not e.staged]
+                    if pending:
+                        entry, action = pending[0], "stage"
                         break
                     self._cond.wait()
-            if start:
-                ok = not (entry.failed or entry.dropped) and self._device_part(entry)
-                with self._cond:
-                    entry.handed = True
-                    entry.failed = entry.failed or not ok
-                    self._busy = False
-                    self._cond.notify_all()
-            else:
-                ok = self._expect(entry, "staged")
-                with self._cond:
-                    entry.staged = True
-                    entry.failed = entry.failed or not ok
-                    self._cond.notify_all()
+            if action == "stage":
+                # Its host part: while an earlier process may begin its device part, that one goes first.
+                got = self._expect(entry, "staged", entry.added_at + self.timeout_s, yield_to_start=True)
+                if got is not None:
+                    with self._cond:
+                        entry.staged = True
+                        entry.failed = entry.failed or not got
+                        self._cond.notify_all()
+                continue
+            ok = action == "start" and self._device_part(entry)
+            with self._cond:
+                # A process dropped while its device part ran counts as under way until ``drop`` has killed it.
+                self._cond.wait_for(lambda: not entry.dropped or entry.ended or self._closed)
+                entry.handed = True
+                entry.failed = entry.failed or not ok
+                self._busy = False
+                self._cond.notify_all()
 
     def _device_part(self, entry: _Entry) -> bool:
         if not self._send_go(entry):
             return False
-        ok = self._expect(entry, "device_ready")
+        deadline = time.monotonic() + self.timeout_s
+        ok = self._expect(entry, "device_ready", deadline)
         if ok and entry.child.areas_delivered:
-            ok = self._expect(entry, "hello")  # page-locking its areas is part of its start
+            ok = self._expect(entry, "hello", deadline)  # page-locking its areas is part of its start
         with self._cond:
             self.history.append(("ready", time.monotonic(), self._entries.index(entry)))
-        return ok
+        return bool(ok)
 
     def _send_go(self, entry: _Entry) -> bool:
         with self._cond:
@@ -177,29 +225,45 @@ class StartGate:
             entry.child.send("go")
         return True
 
-    def _expect(self, entry: _Entry, kind: str) -> bool:
-        """Read ``entry``'s next message, expecting ``kind``; False (the message kept as its hello when it is another
-        one) when it is not, when the process died or timed out, or when the evaluator dropped it meanwhile."""
+    def _expect(self, entry: _Entry, kind: str, deadline: float, yield_to_start: bool = False) -> bool | None:
+        """Read ``entry``'s next message, expecting ``kind``: True when it came; False when another one came (kept
+        as its hello: a setup error), when the process died, when the evaluator dropped it, or at ``deadline``
+        (the process is killed then, its hello saying why); None, nothing read, when ``yield_to_start`` and an
+        earlier process may begin its device part."""
         child = entry.child
-        deadline = time.monotonic() + self.timeout_s
         while True:
             with self._cond:
                 if entry.dropped or self._closed:
                     return False
+                if yield_to_start and self._startable() is not None:
+                    return None
                 self._using = entry
             try:
                 if child.readable(POLL_S):
                     msg: Message = child.recv(deadline)
-                    if kind == "hello":
-                        child.hello = msg
-                    elif msg.type != kind:
-                        child.hello = msg  # a setup error: the evaluator reports it
+                    if kind == "hello" or msg.type != kind:
+                        child.hello = msg  # the hello, or a setup error: the evaluator reports it
                     return msg.type == kind
-            except (ChildDied, ChildTimeout, ProtocolError):
+                if time.monotonic() > deadline:  # killed while this thread holds the channel: never twice at once
+                    with self._cond:
+                        self.history.append(("killed", time.monotonic(), self._entries.index(entry)))
+                    part = "host part" if kind == "staged" else "device part"
+                    _end(child, f"its {part} did not finish within {self.timeout_s:.0f} s")
+                    return False
+            except (ChildDied, ChildTimeout, ProtocolError, OSError):
                 return False
             finally:
                 with self._cond:
                     self._using = None
                     self._cond.notify_all()
-            if time.monotonic() > deadline:
-                return False
+
+
+def _setup_error(reason: str) -> Message:
+    return Message({"type": "setup_error", "error": f"the answer process's start failed: {reason}"})
+
+
+def _end(child: ChildProcess, reason: str) -> None:
+    """Kill a process whose start failed; its ``hello`` (unless it said one) tells the evaluator why."""
+    if child.hello is None:
+        child.hello = _setup_error(reason)
+    child.kill()
