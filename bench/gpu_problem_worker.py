@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 import multiprocessing
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,13 +214,10 @@ def run_spin(args, tmp: Path) -> None:
     jobs = [(ADD, SPINNER)] + honest
     t0 = time.monotonic()
 
-    def one(job):
-        start = time.monotonic()
-        r = evaluate_answers(job[0], [job[1]], cfg)[0]
-        return job, r, time.monotonic() - start
-
-    with ThreadPoolExecutor(len(jobs)) as pool:
-        for (problem, answer), r, wall in pool.map(one, jobs):
+    # Each problem in its own process, as the pipeline judges them (one problem per job): torch's device binding and
+    # TF32 flags are per process.
+    with ProcessPoolExecutor(len(jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
+        for (problem, answer), r, wall in pool.map(spin_job, [(p, a, cfg) for p, a in jobs]):
             beside, before = summarise(r), alone.get(problem.name) or {}
 
             def ratio(key: str) -> float | None:
@@ -229,6 +226,13 @@ def run_spin(args, tmp: Path) -> None:
             log(args.out, {"bench": "spin", "phase": "beside_spinner", "problem": problem.name, "answer": answer.name,
                            "wall_s": round(wall, 2), "since_start_s": round(time.monotonic() - t0, 2),
                            "runtime_vs_alone": ratio("runtime_ms"), "speedup_vs_alone": ratio("speedup"), **beside})
+
+
+def spin_job(job: tuple[Path, Path, EvalConfig]):
+    problem, answer, cfg = job
+    start = time.monotonic()
+    r = evaluate_answers(problem, [answer], cfg)[0]
+    return (problem, answer), r, time.monotonic() - start
 
 
 def run_calibration(args, tmp: Path) -> None:
@@ -296,8 +300,8 @@ def run_inputs_check(args, tmp: Path) -> None:
     def on_cpu(self, seed):
         if seed != self.timing_seed:
             return on_gpu(self, seed)
-        self.set_seed(seed)
-        return [self._process(x, "cpu") for x in self.problem.get_inputs()]
+        with self.seeding(seed):
+            return [self._process(x, "cpu") for x in self.problem.get_inputs()]
 
     for key in args.problems:
         problem = problem_file(args.suite, key)

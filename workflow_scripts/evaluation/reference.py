@@ -11,8 +11,10 @@ trial starts (``trial_inputs``). Secret-seed inputs
 (hidden and post-timing trials, drawn per answer; timing, drawn per problem) need only the distribution, so they
 are built on the device. Answers' outputs are judged here, on the device, with ``protocol.compare_outputs``.
 
-One problem per process at a time: KernelBench's seeding uses torch's process-wide generators, so two problems
-prepared by threads of one process would interleave their draws (evaluate problems side by side as processes).
+KernelBench's seeding uses torch's process-wide generators: every seed and the draws it governs run under one
+process-wide lock (``seeding``), so problems judged from threads of one process build the inputs and weights they
+build alone. The device binding and the TF32 flags are process-wide too: the pipeline judges problems side by side as
+processes, one problem per process.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ import os
 import secrets
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from workflow_scripts.evaluation import environment, timing
 from workflow_scripts.evaluation.protocol import compare_outputs
@@ -50,6 +54,11 @@ LARGE_OUTPUT_BYTES = 1 << 30
 # this process: no saving there, the same path).
 HOST_INPUT_SHARE = 0.5
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+# torch's random generators are the process's: a seed and the draws it governs (the model's weights, get_inputs(), a
+# stochastic forward and the state it leaves) must not interleave with another thread's. Several problems judged
+# from threads of one process (the spin bench) otherwise built each other's inputs: L2/71's reference differed from
+# its own code's output by 0.105 beside two other problems (bench/NOTES.md, twelfth session).
+_SEEDED_DRAWS = threading.RLock()
 
 
 class ReferenceFailed(Exception):
@@ -107,14 +116,13 @@ class ReferenceSide:
         try:
             self.problem_path = Path(problem_path)
             self.problem = load_problem(problem_path)
-            self.set_seed(seed)
-            init_inputs = list(self.problem.get_init_inputs())
+            with self.seeding(seed):
+                init_inputs = list(self.problem.get_init_inputs())
             init_area = Area("init", max(tensor_bytes(init_inputs), 1))
             self.init_entries = init_area.write(init_inputs)
             init_area.seal()
             self.areas["init"] = init_area
-            with torch.no_grad():
-                self.set_seed(seed)
+            with torch.no_grad(), self.seeding(seed):
                 model = self.problem.Model(*[self._process(x) for x in init_inputs])
                 self.model = model.to(device=self.device, dtype=torch.float32)
         except TransportError as e:
@@ -123,10 +131,15 @@ class ReferenceSide:
             raise ReferenceFailed(_describe(e, "building the reference model")) from None
 
     # -- KernelBench's conventions -------------------------------------------------------------------------------
-    def set_seed(self, seed: int) -> None:
-        self.torch.manual_seed(seed)
-        if self.device_kind == "cuda":
-            self.torch.cuda.manual_seed(seed)
+    @contextmanager
+    def seeding(self, seed: int) -> Iterator[None]:
+        """KernelBench's seeding (the CPU's generator and the device's), then the draws of the block, which no other
+        thread's seeding or draws interleave (``_SEEDED_DRAWS``)."""
+        with _SEEDED_DRAWS:
+            self.torch.manual_seed(seed)
+            if self.device_kind == "cuda":
+                self.torch.cuda.manual_seed(seed)
+            yield
 
     def rng_state(self) -> dict[str, str | None]:
         torch = self.torch
@@ -217,8 +230,8 @@ class ReferenceSide:
         """A seeded trial's inputs as KernelBench builds them (seed, ``get_inputs()`` on the CPU, processed), moved
         to ``device``."""
         try:
-            self.set_seed(seed)
-            return [self._process(x, device) for x in self.problem.get_inputs()]
+            with self.seeding(seed):
+                return [self._process(x, device) for x in self.problem.get_inputs()]
         except Exception as e:  # noqa: BLE001
             raise ReferenceFailed(_describe(e, f"get_inputs() for seed {seed}")) from None
 
@@ -300,11 +313,11 @@ class ReferenceSide:
         """Inputs from a secret seed: the problem's distribution, built on the device (seconds, not minutes, for
         multi-GB inputs)."""
         try:
-            self.set_seed(seed)
-            if self.device_kind == "cuda":
-                with self.torch.device(self.device):
-                    return [self._process(x) for x in self.problem.get_inputs()]
-            return [self._process(x) for x in self.problem.get_inputs()]
+            with self.seeding(seed):
+                if self.device_kind == "cuda":
+                    with self.torch.device(self.device):
+                        return [self._process(x) for x in self.problem.get_inputs()]
+                return [self._process(x) for x in self.problem.get_inputs()]
         except Exception as e:  # noqa: BLE001
             raise ReferenceFailed(_describe(e, "get_inputs() for a secret seed")) from None
 
@@ -322,16 +335,16 @@ class ReferenceSide:
                  entries: list[dict[str, Any]]) -> ReferenceTrial:
         torch = self.torch
         try:
-            with torch.no_grad():
-                self.set_seed(seed)
+            with torch.no_grad(), self.seeding(seed):
                 t0 = time.perf_counter()
                 out = self.model(*inputs)
                 self._sync()
                 ms = (time.perf_counter() - t0) * 1e3
+                # KernelBench runs the answer's forward right after the reference's, in one process, without
+                # reseeding: the answer's starts from the state this forward left.
+                rng = self.rng_state()
         except Exception as e:  # noqa: BLE001
             raise ReferenceFailed(_describe(e, f"the reference forward ({kind} trial, seed {seed})")) from None
-        # KernelBench runs the answer's forward right after the reference's, in one process, without reseeding.
-        rng = self.rng_state()
         if isinstance(out, (tuple, list)) and type(out) in (tuple, list):
             structure, outs = "sequence", list(out)
         else:
