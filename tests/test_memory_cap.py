@@ -16,7 +16,7 @@ import pytest
 from processes import processes_with
 
 from workflow_scripts.core.statuses import Status
-from workflow_scripts.evaluation import memory_cap
+from workflow_scripts.evaluation import memory_cap, timing
 from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -216,3 +216,24 @@ def test_the_memory_a_process_may_still_take_respects_its_cgroups_limit() -> Non
         assert 0 < headroom < limit and available <= headroom
     finally:
         cgroup.rmdir()
+
+
+def test_the_watcher_polls_between_timed_trials_never_during_one() -> None:
+    """A timed trial holds ``timing.TRIAL_GATE``: the watcher's poll (Python work that took the interpreter's lock
+    inside the trusted side's reference windows) waits for the trial's end, then kills a tree over its cap."""
+    p = _holder("import time; held = b'x' * (128 << 20)")
+    cap = memory_cap.TreeMemoryCap("watch", 64 << 20)
+    try:
+        with timing.TRIAL_GATE:  # a trial in progress, as long as the test needs
+            cap.attach(p.pid)
+            time.sleep(20 * memory_cap.POLL_S)
+            assert p.poll() is None and not cap.exceeded()
+        deadline = time.monotonic() + 5.0
+        while p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cap.exceeded() and p.poll() is not None
+    finally:
+        cap.close()
+        if p.poll() is None:
+            p.kill()
+        p.wait()

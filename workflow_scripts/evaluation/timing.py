@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Sequence
@@ -139,6 +140,15 @@ def stats(trials_ms: Sequence[float]) -> dict[str, Any] | None:
     return {"mean": mean, "median": median, "std": std, "min": srt[0], "max": srt[-1], "n": n, "trials": xs}
 
 
+
+# Held by every CUDA trial from its first synchronize to its last (``Clock._one_cuda``). A thread of the timing process
+# whose Python work would otherwise take the interpreter's lock inside a window, between the host's launches (the
+# trusted side's memory watcher, which walks process trees every 50 ms: ``memory_cap``), does that work holding this
+# lock, so it runs between trials, never during one. Without it the paired reference's trials on L1/12 (0.054 ms)
+# held polls 2-10x the median in 12 of 16 answers, +3.8% on the mean speedup (bench/NOTES.md, thirteenth session).
+TRIAL_GATE = threading.Lock()
+
+
 class Clock:
     """Timer functions captured before any answer code runs (see the module docstring)."""
 
@@ -147,6 +157,7 @@ class Clock:
 
         self.device = device
         self.perf_counter = _perf_counter
+        self._gate = TRIAL_GATE
         self._torch = torch
         self._flush_buf = None
         if device == "cuda":
@@ -217,19 +228,20 @@ class Clock:
         sync = self.synchronize
         start = self.Event(enable_timing=True)
         end = self.Event(enable_timing=True)
-        sync()
-        self.flush_l2()  # on the current stream, before `start`: outside the window
-        if headroom_us > 0:
-            # GPU cycles at <= 2 GHz (the H200's top SM clock is 1.98 GHz): at least headroom_us of device time.
-            self.sleep(int(headroom_us * HEADROOM_CYCLES_PER_US))
-        h0 = self.perf_counter()
-        self.record(start)
-        out = fn(*args)
-        self.record(end)
-        self.event_synchronize(end)  # the current stream has passed `end`
-        h1 = self.perf_counter()
-        sync()  # every stream: whatever still runs now was left behind by the call
-        leftover_us = (self.perf_counter() - h1) * 1e6
+        with self._gate:
+            sync()
+            self.flush_l2()  # on the current stream, before `start`: outside the window
+            if headroom_us > 0:
+                # GPU cycles at <= 2 GHz (the H200's top SM clock is 1.98 GHz): at least headroom_us of device time.
+                self.sleep(int(headroom_us * HEADROOM_CYCLES_PER_US))
+            h0 = self.perf_counter()
+            self.record(start)
+            out = fn(*args)
+            self.record(end)
+            self.event_synchronize(end)  # the current stream has passed `end`
+            h1 = self.perf_counter()
+            sync()  # every stream: whatever still runs now was left behind by the call
+            leftover_us = (self.perf_counter() - h1) * 1e6
         ms = float(self.elapsed_time(start, end))
         if after_call is not None:
             after_call(out, "trial", ms)

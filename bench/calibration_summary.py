@@ -1,0 +1,56 @@
+"""Done-when 2's statistics from a calibration run's records (gpu_problem_worker.py calibration: the reference as
+its own answer, so every true speedup is 1): correct share, |speedup-1| median and p90 (nearest rank: index
+round(p x (n-1)) of the sorted values), the signed bias per size bucket of the paired eager time, the outliers.
+
+    python bench/calibration_summary.py bench/h200/2026-12-03-session13/call2_gpu_problem_worker.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+# Size buckets by the paired eager reference's mean time (ms): the issue's "no size bucket biased by more than 0.5%".
+BUCKETS = [(0.0, 0.1, "under 0.1 ms"), (0.1, 1.0, "0.1-1 ms"), (1.0, 10.0, "1-10 ms"), (10.0, float("inf"), "above 10 ms")]
+
+
+def nearest_rank(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[round(p * (len(ordered) - 1))]
+
+
+def summary(records: list[dict]) -> dict:
+    rows = {r["problem"]: r for r in records if r.get("bench") == "calibration" and r.get("copy") in (None, 0)}
+    correct = [r for r in rows.values() if r["status"] == "correct" and r.get("speedup")]
+    out: dict = {"problems": len(rows), "levels": {lvl: sum(k.startswith(f"L{lvl}_") for k in rows) for lvl in (1, 2)},
+                 "correct": len(correct), "not_correct": {k: r["status"] for k, r in rows.items() if r["status"] != "correct"}}
+    for name, key in (("mean_based", "speedup"), ("median_based", "median_speedup")):
+        errors = [100 * abs(r[key] - 1) for r in correct]
+        out[name] = {"median_pct": nearest_rank(errors, 0.5), "p90_pct": nearest_rank(errors, 0.9), "max_pct": max(errors)}
+    out["buckets"] = {}
+    for low, high, label in BUCKETS:
+        inside = [r for r in correct if low <= r["paired_eager_ms"] < high]
+        if inside:
+            out["buckets"][label] = {
+                "problems": len(inside),
+                "signed_mean_pct": 100 * statistics.fmean(r["speedup"] - 1 for r in inside),
+                "signed_median_pct": 100 * statistics.median(r["speedup"] - 1 for r in inside),
+                "median_based_signed_mean_pct": 100 * statistics.fmean(r["median_speedup"] - 1 for r in inside)}
+    worst = sorted(correct, key=lambda r: -abs(r["speedup"] - 1))[:5]
+    out["outliers"] = {r["problem"]: {"speedup": round(r["speedup"], 4), "median_speedup": round(r["median_speedup"], 4),
+                                      "paired_eager_ms": round(r["paired_eager_ms"], 4)} for r in worst}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("records", type=Path, help="a gpu_problem_worker.jsonl")
+    args = parser.parse_args()
+    records = [json.loads(line) for line in args.records.read_text().splitlines() if line.strip()]
+    print(json.dumps(summary(records), indent=1))
+
+
+if __name__ == "__main__":
+    main()
