@@ -13,7 +13,8 @@ import statistics
 from pathlib import Path
 
 # Size buckets by the paired eager reference's mean time (ms): the "no size bucket biased by more than 0.5%".
-BUCKETS = [(0.0, 0.1, "under 0.1 ms"), (0.1, 1.0, "0.1-1 ms"), (1.0, 10.0, "1-10 ms"), (10.0, float("inf"), "above 10 ms")]
+BUCKETS = [(0.0, 0.1, "under 0.1 ms"), (0.1, 1.0, "0.1-1 ms"), (1.0, 10.0, "1-10 ms"),
+           (10.0, float("inf"), "above 10 ms")]
 
 
 def nearest_rank(values: list[float], p: float) -> float:
@@ -25,10 +26,12 @@ def summary(records: list[dict]) -> dict:
     rows = {r["problem"]: r for r in records if r.get("bench") == "calibration" and r.get("copy") in (None, 0)}
     correct = [r for r in rows.values() if r["status"] == "correct" and r.get("speedup")]
     out: dict = {"problems": len(rows), "levels": {lvl: sum(k.startswith(f"L{lvl}_") for k in rows) for lvl in (1, 2)},
-                 "correct": len(correct), "not_correct": {k: r["status"] for k, r in rows.items() if r["status"] != "correct"}}
+                 "correct": len(correct),
+                 "not_correct": {k: r["status"] for k, r in rows.items() if r["status"] != "correct"}}
     for name, key in (("mean_based", "speedup"), ("median_based", "median_speedup")):
         errors = [100 * abs(r[key] - 1) for r in correct]
-        out[name] = {"median_pct": nearest_rank(errors, 0.5), "p90_pct": nearest_rank(errors, 0.9), "max_pct": max(errors)}
+        out[name] = {"median_pct": nearest_rank(errors, 0.5), "p90_pct": nearest_rank(errors, 0.9),
+                     "max_pct": max(errors)}
     out["buckets"] = {}
     for low, high, label in BUCKETS:
         inside = [r for r in correct if low <= r["paired_eager_ms"] < high]
@@ -39,7 +42,8 @@ def summary(records: list[dict]) -> dict:
                 "signed_median_pct": 100 * statistics.median(r["speedup"] - 1 for r in inside),
                 "median_based_signed_mean_pct": 100 * statistics.fmean(r["median_speedup"] - 1 for r in inside)}
     worst = sorted(correct, key=lambda r: -abs(r["speedup"] - 1))[:5]
-    out["outliers"] = {r["problem"]: {"speedup": round(r["speedup"], 4), "median_speedup": round(r["median_speedup"], 4),
+    out["outliers"] = {r["problem"]: {"speedup": round(r["speedup"], 4),
+                                      "median_speedup": round(r["median_speedup"], 4),
                                       "paired_eager_ms": round(r["paired_eager_ms"], 4)} for r in worst}
     return out
 

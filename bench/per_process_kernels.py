@@ -40,7 +40,8 @@ with torch.no_grad():
 kernels = [(e.key, round(e.device_time_total / 1e3, 4)) for e in prof.key_averages()]
 free, total = torch.cuda.mem_get_info()
 print(json.dumps({"median_ms": statistics.median(times), "min_ms": min(times), "kernels": kernels,
-                  "free_gib": round(free / 2**30, 1), "held_gib": round(held.numel() / 2**30, 1) if held is not None else 0,
+                  "free_gib": round(free / 2**30, 1),
+                  "held_gib": round(held.numel() / 2**30, 1) if held is not None else 0,
                   "cudnn": torch.backends.cudnn.version()}))
 '''
 
@@ -59,7 +60,8 @@ def main() -> None:
         p = subprocess.run([sys.executable, "-c", ONE_PROCESS, str(args.problem), str(hold)], capture_output=True,
                            text=True, timeout=300)
         info = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {"error": p.stderr[-2000:]}
-        record = dict(info, problem=args.problem.name, process=i, hold_share=hold, wall_s=round(time.monotonic() - t0, 2))
+        record = dict(info, problem=args.problem.name, process=i, hold_share=hold,
+                      wall_s=round(time.monotonic() - t0, 2))
         with (args.out / "per_process_kernels.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
         print(json.dumps({k: record.get(k) for k in ("process", "hold_share", "median_ms", "free_gib", "error")}),

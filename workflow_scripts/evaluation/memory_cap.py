@@ -11,13 +11,14 @@ So the cap is on the whole tree, in one of two ways, the first the host allows:
   mount, /sys/fs/cgroup included, is read-only. A v1 OOM kill takes only the largest process; the trusted side's
   watcher then kills the whole tree (v2: ``memory.oom.group``). At the end every process still in the cgroup is
   killed and the cgroup removed.
-* ``watch``: where no cgroup can be made (a container without a writable memory hierarchy), the trusted side
-  polls the tree every ``POLL_S`` seconds: the resident anonymous and shared pages of every process in it
-  (``RssAnon + RssShmem``) plus the allocated size of every memfd or /dev/shm file any of them holds open (written
-  but unmapped memory is in no process's RSS), the child's own transport areas excepted; over the limit, the tree is
-  killed. An allocation faster than the poll can overshoot by what it allocates in one interval (a few hundred MB),
-  and memory that is in no process's pages or file table is not seen (``WATCH_LIMITS``): evidence against a hostile
-  answer, not a bound. Said loudly, once per process, and recorded in every result's isolation warnings.
+* ``watch``: where no cgroup can be made (a container without a writable memory hierarchy), the trusted side polls the
+  tree every ``POLL_S`` seconds, between timed trials (``timing.TRIAL_GATE``): the resident anonymous and shared pages
+  of every process in it (``RssAnon + RssShmem``) plus the allocated size of every memfd or /dev/shm file any of them
+  holds open (written but unmapped memory is in no process's RSS), the child's own transport areas excepted; over the
+  limit, the tree is killed. An allocation faster than the poll can overshoot by what it allocates in one interval (a
+  few hundred MB), and memory that is in no process's pages or file table is not seen (``WATCH_LIMITS``): evidence
+  against a hostile answer, not a bound. Said loudly, once per process, and recorded in every result's isolation
+  warnings.
 
 The limit is the configured memory (``RunConfig.memory_limit_gib``) plus the child's transport areas (its inputs
 and outputs, which the trusted side sizes: they are mapped into the child and count against a cgroup once touched).
