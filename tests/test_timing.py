@@ -39,6 +39,15 @@ class RecordingClock(timing.Clock):
         self.zero_ = lambda buf: clock.calls.append("flush L2")
         self.sleep = lambda cycles: clock.calls.append(f"device wait {cycles} cycles")
 
+        class Gate:  # timing.TRIAL_GATE, recorded: what a trial holds it around
+            def __enter__(self) -> None:
+                clock.calls.append("gate taken")
+
+            def __exit__(self, *exc: object) -> None:
+                clock.calls.append("gate released")
+
+        self._gate = Gate()
+
     def advance(self, us: float) -> None:
         self.now += us * 1e-6
 
@@ -59,9 +68,13 @@ def test_window_has_kernelbench_structure_and_nothing_inside() -> None:
     after: list[tuple[str, float | None]] = []
     ms, host_ms, leftover_us = clock._one_cuda(call, [], lambda out, phase, ms: after.append((clock.calls[-1], ms)))
     # KernelBench: synchronize, flush, start, call, end; then (outside) wait for the stream, then every stream.
-    assert clock.calls == ["device sync", "flush L2", "record start", "CALL", "record end", "wait end", "device sync"]
-    assert seen_in_window == [["device sync", "flush L2", "record start"]]  # no synchronize between flush and start
-    assert after == [("device sync", 0.05)]  # the harness's own checks run after the window, told the trial's time
+    # The whole trial holds the trial gate (the trusted side's memory watcher polls only between trials).
+    assert clock.calls == ["gate taken", "device sync", "flush L2", "record start", "CALL", "record end", "wait end",
+                           "device sync", "gate released"]
+    # no synchronize between flush and start
+    assert seen_in_window == [["gate taken", "device sync", "flush L2", "record start"]]
+    # the harness's own checks run after the window and outside the gate, told the trial's time
+    assert after == [("gate released", 0.05)]
     assert ms == 0.05 and leftover_us < 20
 
 
@@ -69,8 +82,9 @@ def test_launch_headroom_is_a_device_wait_between_the_flush_and_the_start_event(
     clock = RecordingClock()
     clock._one_cuda(lambda: clock.calls.append("CALL"), [], None, headroom_us=200.0)
     # the wait is device work before `start`: outside the window, it gives the host's launch work a head start
-    assert clock.calls == ["device sync", "flush L2", f"device wait {200 * timing.HEADROOM_CYCLES_PER_US} cycles",
-                           "record start", "CALL", "record end", "wait end", "device sync"]
+    assert clock.calls == ["gate taken", "device sync", "flush L2",
+                           f"device wait {200 * timing.HEADROOM_CYCLES_PER_US} cycles", "record start", "CALL",
+                           "record end", "wait end", "device sync", "gate released"]
 
 
 def test_launch_headroom_is_on_by_default_on_cuda_and_off_for_kernelbench_to_the_letter() -> None:
