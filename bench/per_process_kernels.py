@@ -11,22 +11,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-ONE_PROCESS = r'''
-import importlib.util, json, statistics, sys, torch
-problem, hold_share = sys.argv[1], float(sys.argv[2])
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.spin_neighbour_check import BUILD_PROBLEM, run_script  # noqa: E402
+
+HOLD_MEMORY = r'''
+import sys, torch
 held = None
-if hold_share > 0:  # take this share of the free device memory before the problem runs
+if float(sys.argv[2]) > 0:  # take this share of the free device memory before the problem runs
     free, _ = torch.cuda.mem_get_info()
-    held = torch.empty(int(free * hold_share), dtype=torch.uint8, device="cuda")
-spec = importlib.util.spec_from_file_location("problem", problem); m = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(m)
-torch.manual_seed(42); model = m.Model(*m.get_init_inputs()).cuda()
-torch.manual_seed(42); inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in m.get_inputs()]
+    held = torch.empty(int(free * float(sys.argv[2])), dtype=torch.uint8, device="cuda")
+'''
+
+ONE_PROCESS = HOLD_MEMORY + BUILD_PROBLEM + r'''
+import statistics
 times = []
 with torch.no_grad():
     for _ in range(5):
@@ -56,12 +56,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for i in range(args.processes):
         hold = args.hold_share if i % 2 else 0.0
-        t0 = time.monotonic()
-        p = subprocess.run([sys.executable, "-c", ONE_PROCESS, str(args.problem), str(hold)], capture_output=True,
-                           text=True, timeout=300)
-        info = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {"error": p.stderr[-2000:]}
-        record = dict(info, problem=args.problem.name, process=i, hold_share=hold,
-                      wall_s=round(time.monotonic() - t0, 2))
+        record = dict(run_script(ONE_PROCESS, str(args.problem), str(hold)), problem=args.problem.name, process=i,
+                      hold_share=hold)
         with (args.out / "per_process_kernels.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
         print(json.dumps({k: record.get(k) for k in ("process", "hold_share", "median_ms", "free_gib", "error")}),

@@ -33,12 +33,16 @@ print("spinning", flush=True)
 time.sleep(600)
 '''
 
-FORWARD = r'''
+# The problem at sys.argv[1] built in a fresh process as KernelBench builds it (seed 42): `model`, `inputs` on the GPU.
+BUILD_PROBLEM = r'''
 import importlib.util, sys, torch, json
 spec = importlib.util.spec_from_file_location("problem", sys.argv[1]); m = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(m)
 torch.manual_seed(42); model = m.Model(*m.get_init_inputs()).cuda()
 torch.manual_seed(42); inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in m.get_inputs()]
+'''
+
+FORWARD = BUILD_PROBLEM + r'''
 with torch.no_grad():
     out = model(*inputs)
 torch.cuda.synchronize()
@@ -48,12 +52,16 @@ print(json.dumps({"cudnn_allow_tf32": torch.backends.cudnn.allow_tf32, "cudnn_be
 '''
 
 
-def forward(problem: Path, dest: Path) -> dict:
+def run_script(code: str, *argv: str) -> dict:
+    """``code`` in a fresh interpreter: the JSON object its last line prints (or its error), with its wall time."""
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-c", FORWARD, str(problem), str(dest)], capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
     info = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {"error": p.stderr[-2000:]}
     return dict(info, wall_s=round(time.monotonic() - t0, 2))
+
+
+def forward(problem: Path, dest: Path) -> dict:
+    return run_script(FORWARD, str(problem), str(dest))
 
 
 def compare(a: Path, b: Path) -> dict:

@@ -140,7 +140,6 @@ def stats(trials_ms: Sequence[float]) -> dict[str, Any] | None:
     return {"mean": mean, "median": median, "std": std, "min": srt[0], "max": srt[-1], "n": n, "trials": xs}
 
 
-
 # Held by every CUDA trial from its first synchronize to its last (``Clock._one_cuda``). A thread of the timing process
 # whose Python work would otherwise take the interpreter's lock inside a window, between the host's launches (the
 # trusted side's memory watcher, which walks process trees every 50 ms: ``memory_cap``), does that work holding this
