@@ -4,7 +4,23 @@ KernelBench does (seed 42), times its forward with CUDA events (warm-up, then th
 kernels one call launches (torch.profiler) and the free device memory; half the processes first take most of the
 device's memory, to tell an algorithm choice that follows free memory (workspace limits) from one that does not.
 
+With ``--in-evaluator`` the same facts come from inside the evaluator's own processes instead: the problem, with a
+diagnostic appended to its ``Model.forward``, is judged with ``--processes`` copies of itself as answers (each in its
+own sandboxed answer process, against one trusted side, as the calibration's ``--copies`` does). On its 3rd and 60th
+call in each process the diagnostic lists the kernels one forward launches, times the forward (CUDA events, median of
+10) on the inputs it was given, on fresh copies of them, and with a fresh copy of the module, and records the
+pointers' alignment, the strides, the stream, the threads and the cuDNN flags: a slow process can then be told apart
+by algorithm (kernels), by data placement (fresh copies fast) or by something process-wide (everything slow).
+
     python bench/per_process_kernels.py --problem .kb/KernelBench/level2/77_*.py --processes 6 --out DIR
+With ``--placement`` one fresh process times the forward again after each of a series of padding allocations
+(the cache emptied, a pad of N bytes taken, inputs and module copied anew): if the speed follows where the
+buffers land in device memory, it changes between pads within one process. With ``--placement-blocks``, per
+process, a candidate protocol: ``--blocks`` blocks of 10 trials, each block after the cache is emptied and a pad of random size taken, and the
+spread of the processes' means over blocks.
+
+    python bench/per_process_kernels.py --placement --problem .kb/KernelBench/level2/77_*.py --processes 2 --out DIR
+    python bench/per_process_kernels.py --in-evaluator --problem .kb/KernelBench/level2/77_*.py --processes 8 --out DIR
 """
 
 from __future__ import annotations
@@ -46,14 +62,216 @@ print(json.dumps({"median_ms": statistics.median(times), "min_ms": min(times), "
 '''
 
 
+# Appended to the problem's source (and, renamed with it, to every answer's): a JSON line "PER_PROCESS_DIAGNOSTIC {...}"
+# on stderr, which reaches the trusted side's log (the bench's stderr) or the answer process's log.
+DIAGNOSTIC = r'''
+
+def _per_process_diagnostic(module, forward, args, call):
+    import copy, json, os, statistics, sys, torch
+
+    import time
+    cuda = torch.cuda.is_available()  # False: a CPU smoke run of the bench (BENCH_DEVICE=cpu)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def timed(fn, n=10):
+        times = []
+        for _ in range(n):
+            sync(); t = time.perf_counter(); fn(); sync()
+            times.append((time.perf_counter() - t) * 1e3)
+        return round(statistics.median(times), 4)
+
+    def tensor_facts(t):
+        return {"shape": list(t.shape), "stride": list(t.stride()), "dtype": str(t.dtype),
+                "ptr_mod_2MiB": t.data_ptr() % (2 << 20), "ptr_mod_512": t.data_ptr() % 512,
+                "storage_offset": t.storage_offset(), "contiguous": t.is_contiguous(),
+                "channels_last_3d": t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d)}
+
+    sync()
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    activity = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
+    prof, kernels = torch.profiler.profile(activities=[activity]), None
+    try:
+        prof.__enter__()
+    except Exception as e:  # the sandbox may refuse the profiler: the timings still tell
+        prof, kernels = None, repr(e)
+    out = forward(module, *args); sync()
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        kernels = [(e.key, round((e.device_time_total if cuda else e.cpu_time_total) / 1e3, 4))
+                   for e in prof.key_averages()]
+    fresh_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    fresh_module = copy.deepcopy(module)
+    free, total = torch.cuda.mem_get_info() if cuda else (0, 0)
+    record = {
+        "role": type(module).__name__, "pid": os.getpid(), "call": call,
+        "grad_enabled": torch.is_grad_enabled(), "training": module.training,
+        "ms_given": timed(lambda: forward(module, *args)),
+        "ms_fresh_inputs": timed(lambda: forward(module, *fresh_args)),
+        "ms_fresh_module": timed(lambda: forward(fresh_module, *args)),
+        "ms_given_again": timed(lambda: forward(module, *args)),
+        "kernels": kernels,
+        "inputs": [tensor_facts(t) for t in tensors],
+        "params": {n: tensor_facts(p) for n, p in list(module.named_parameters())[:4]},
+        "output": tensor_facts(out) if isinstance(out, torch.Tensor) else None,
+        "stream": torch.cuda.current_stream().cuda_stream if cuda else None,
+        "stream_priority": torch.cuda.current_stream().priority if cuda else None,
+        "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+        "cudnn": {"enabled": torch.backends.cudnn.enabled, "benchmark": torch.backends.cudnn.benchmark,
+                  "deterministic": torch.backends.cudnn.deterministic, "allow_tf32": torch.backends.cudnn.allow_tf32,
+                  "version": torch.backends.cudnn.version()},
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "free_gib": round(free / 2**30, 1),
+        "allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 2) if cuda else None,
+        "reserved_gib": round(torch.cuda.memory_reserved() / 2**30, 2) if cuda else None,
+        "env": {k: v for k, v in os.environ.items() if k.startswith(("CUDA", "CUDNN", "TORCH", "PYTORCH", "OMP",
+                                                                        "MKL", "NCCL", "LD_", "TRITON"))},
+    }
+    print("PER_PROCESS_DIAGNOSTIC " + json.dumps(record), file=sys.stderr, flush=True)
+
+
+_per_process_original_forward = Model.forward
+_per_process_calls = [0]
+
+
+def _per_process_forward(self, *args):
+    _per_process_calls[0] += 1
+    if _per_process_calls[0] in (3, 60):
+        _per_process_diagnostic(self, _per_process_original_forward, args, _per_process_calls[0])
+    return _per_process_original_forward(self, *args)
+
+
+Model.forward = _per_process_forward
+'''
+
+MARK = "PER_PROCESS_DIAGNOSTIC "
+
+
+def in_evaluator(problem: Path, processes: int, out: Path) -> None:
+    """The problem judged with ``processes`` copies of itself as answers, the diagnostic in every process; its
+    records (trusted side's from this process's stderr, answers' from their kept logs) to per_process_kernels.jsonl."""
+    import contextlib
+    import io
+    import shutil
+    import tempfile
+
+    from bench.gpu_problem_worker import config, reference_answer, summarise
+    from workflow_scripts.evaluation.answer import evaluate_answers
+
+    def write(record: dict) -> None:
+        with (out / "per_process_kernels.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(json.dumps({k: record.get(k) for k in ("role", "pid", "call", "ms_given", "ms_fresh_inputs",
+                                                       "ms_fresh_module", "status", "speedup")}), flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        diagnosed = Path(tmp) / problem.name
+        diagnosed.write_text(problem.read_text() + DIAGNOSTIC)
+        answers = [reference_answer(diagnosed, Path(tmp), f"c{i}") for i in range(processes)]
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):  # the trusted side's diagnostics, and "kept evaluation directory"
+            results = evaluate_answers(diagnosed, answers, config(require_triton=False, keep_workdir=True))
+        lines = stderr.getvalue().splitlines()
+        kept = [Path(line.split()[-1]) for line in lines if line.startswith("kept evaluation directory")]
+        logs = [(f.name, f.read_text(errors="replace")) for d in kept for f in sorted((d / "logs").rglob("*.log"))]
+        for line in lines:
+            if line.startswith(MARK):
+                write(dict(json.loads(line[len(MARK):]), process="trusted"))
+        for name, text in logs:
+            for line in text.splitlines():
+                if line.startswith(MARK):
+                    write(dict(json.loads(line[len(MARK):]), process=name))
+        for copy, r in enumerate(results):
+            write(dict(summarise(r), role="verdict", copy=copy,
+                       answer_trials_ms=(r.runtime_stats or {}).get("trials")))
+        for d in kept:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+PLACEMENT = BUILD_PROBLEM + r'''
+import copy, statistics
+
+def timed(n=20):
+    times = []
+    with torch.no_grad():
+        for _ in range(3):
+            model(*inputs)
+        for _ in range(n):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(); model(*inputs); end.record(); end.synchronize()
+            times.append(start.elapsed_time(end))
+    return round(statistics.median(times), 4)
+
+rows = [{"pad_bytes": None, "ms": timed()}]
+pads = []
+for pad in [0, 512, 1 << 20, (1 << 20) + 512, 2 << 20, 3 << 20, 5 << 20, 17 << 20, 64 << 20, 100 << 20,
+            (256 << 20) + 512, 300 << 20, 1 << 30, (1 << 30) + (7 << 20), 3 << 30]:
+    torch.cuda.synchronize(); torch.cuda.empty_cache()
+    if pad:
+        pads.append(torch.empty(pad, dtype=torch.uint8, device="cuda"))
+    inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    model = copy.deepcopy(model)
+    rows.append({"pad_bytes": pad, "ms": timed(), "input_ptr_mod_2MiB": inputs[0].data_ptr() % (2 << 20),
+                 "reserved_gib": round(torch.cuda.memory_reserved() / 2**30, 2)})
+print(json.dumps({"placements": rows}))
+'''
+
+
+# A candidate protocol against it: before each block of trials, the device cache emptied, a pad of random size taken
+# and one untimed call (where the block's buffers land moves from block to block); the process's mean over blocks.
+PLACEMENT_BLOCKS = BUILD_PROBLEM + r'''
+import random, statistics
+rng = random.Random(int(sys.argv[2]))
+blocks, pad = [], None
+with torch.no_grad():
+    for block in range(int(sys.argv[3])):
+        pad = None
+        torch.cuda.synchronize(); torch.cuda.empty_cache()
+        pad = torch.empty(rng.randrange(0, 64 << 20, 512), dtype=torch.uint8, device="cuda")
+        model(*inputs)
+        times = []
+        for _ in range(10):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(); model(*inputs); end.record(); end.synchronize()
+            times.append(start.elapsed_time(end))
+        blocks.append(round(statistics.mean(times), 4))
+print(json.dumps({"block_means_ms": blocks, "mean_ms": statistics.mean(blocks)}))
+'''
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problem", type=Path, required=True)
     parser.add_argument("--processes", type=int, default=6)
     parser.add_argument("--hold-share", type=float, default=0.9, help="share of free memory the odd processes take")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--in-evaluator", action="store_true",
+                        help="the facts from inside the evaluator's trusted side and answer processes")
+    parser.add_argument("--placement", action="store_true",
+                        help="the forward's speed after a series of padding allocations, within one process")
+    parser.add_argument("--placement-blocks", action="store_true",
+                        help="each process's mean over --blocks blocks of 10 trials, each block at a new placement")
+    parser.add_argument("--blocks", type=int, default=10)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.in_evaluator:
+        in_evaluator(args.problem, args.processes, args.out)
+        return
+    if args.placement:
+        for i in range(args.processes):
+            record = dict(run_script(PLACEMENT, str(args.problem)), problem=args.problem.name, process=i)
+            with (args.out / "placement.jsonl").open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            print(json.dumps(record), flush=True)
+        return
+    if args.placement_blocks:
+        for i in range(args.processes):
+            record = dict(run_script(PLACEMENT_BLOCKS, str(args.problem), str(i), str(args.blocks)),
+                          problem=args.problem.name, process=i, protocol="placement_blocks")
+            with (args.out / "placement.jsonl").open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            print(json.dumps(record), flush=True)
+        return
     for i in range(args.processes):
         hold = args.hold_share if i % 2 else 0.0
         record = dict(run_script(ONE_PROCESS, str(args.problem), str(hold)), problem=args.problem.name, process=i,
