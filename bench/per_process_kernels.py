@@ -7,17 +7,18 @@ device's memory, to tell an algorithm choice that follows free memory (workspace
 With ``--in-evaluator`` the same facts come from inside the evaluator's own processes instead: the problem, with a
 diagnostic appended to its ``Model.forward``, is judged with ``--processes`` copies of itself as answers (each in its
 own sandboxed answer process, against one trusted side, as the calibration's ``--copies`` does). On its 3rd and 60th
-call in each process the diagnostic lists the kernels one forward launches, times the forward (CUDA events, median of
-10) on the inputs it was given, on fresh copies of them, and with a fresh copy of the module, and records the
-pointers' alignment, the strides, the stream, the threads and the cuDNN flags: a slow process can then be told apart
-by algorithm (kernels), by data placement (fresh copies fast) or by something process-wide (everything slow).
+call in each process the diagnostic lists the kernels one forward launches, times the forward (synchronized wall
+time, median of 10) on the inputs it was given, on fresh copies of them, and with a fresh copy of the module, and
+records the pointers' alignment, the strides, the stream, the threads and the cuDNN flags: a slow process can then
+be told apart by algorithm (kernels), by data placement (fresh copies fast) or by something process-wide (everything
+slow). The profiler slows every later call of its process: the verdicts' speedups of such a run are not timings.
 
     python bench/per_process_kernels.py --problem .kb/KernelBench/level2/77_*.py --processes 6 --out DIR
 With ``--placement`` one fresh process times the forward again after each of a series of padding allocations
 (the cache emptied, a pad of N bytes taken, inputs and module copied anew): if the speed follows where the
 buffers land in device memory, it changes between pads within one process. With ``--placement-blocks``, per
-process, a candidate protocol: ``--blocks`` blocks of 10 trials, each block after the cache is emptied and a pad of random size taken, and the
-spread of the processes' means over blocks.
+process, a candidate protocol: ``--blocks`` blocks of 10 trials, each after the cache is emptied and a pad of random
+size taken, and the spread of the processes' means over blocks.
 
     python bench/per_process_kernels.py --placement --problem .kb/KernelBench/level2/77_*.py --processes 2 --out DIR
     python bench/per_process_kernels.py --in-evaluator --problem .kb/KernelBench/level2/77_*.py --processes 8 --out DIR
@@ -67,9 +68,8 @@ print(json.dumps({"median_ms": statistics.median(times), "min_ms": min(times), "
 DIAGNOSTIC = r'''
 
 def _per_process_diagnostic(module, forward, args, call):
-    import copy, json, os, statistics, sys, torch
+    import copy, json, os, statistics, sys, time, torch
 
-    import time
     cuda = torch.cuda.is_available()  # False: a CPU smoke run of the bench (BENCH_DEVICE=cpu)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
@@ -173,7 +173,9 @@ def in_evaluator(problem: Path, processes: int, out: Path) -> None:
             results = evaluate_answers(diagnosed, answers, config(require_triton=False, keep_workdir=True))
         lines = stderr.getvalue().splitlines()
         kept = [Path(line.split()[-1]) for line in lines if line.startswith("kept evaluation directory")]
-        logs = [(f.name, f.read_text(errors="replace")) for d in kept for f in sorted((d / "logs").rglob("*.log"))]
+        # logs/answerN/answer.log: named by the answer's folder
+        logs = [(f.parent.name, f.read_text(errors="replace")) for d in kept
+                for f in sorted((d / "logs").rglob("*.log"))]
         for line in lines:
             if line.startswith(MARK):
                 write(dict(json.loads(line[len(MARK):]), process="trusted"))
@@ -257,17 +259,14 @@ def main() -> None:
     if args.in_evaluator:
         in_evaluator(args.problem, args.processes, args.out)
         return
-    if args.placement:
-        for i in range(args.processes):
-            record = dict(run_script(PLACEMENT, str(args.problem)), problem=args.problem.name, process=i)
-            with (args.out / "placement.jsonl").open("a") as f:
-                f.write(json.dumps(record) + "\n")
-            print(json.dumps(record), flush=True)
-        return
-    if args.placement_blocks:
-        for i in range(args.processes):
-            record = dict(run_script(PLACEMENT_BLOCKS, str(args.problem), str(i), str(args.blocks)),
-                          problem=args.problem.name, process=i, protocol="placement_blocks")
+    if args.placement or args.placement_blocks:
+        for i in range(args.processes):  # the process's index seeds its random pads
+            if args.placement:
+                record = dict(run_script(PLACEMENT, str(args.problem)), protocol="placement")
+            else:
+                record = dict(run_script(PLACEMENT_BLOCKS, str(args.problem), str(i), str(args.blocks)),
+                              protocol="placement_blocks")
+            record.update(problem=args.problem.name, process=i)
             with (args.out / "placement.jsonl").open("a") as f:
                 f.write(json.dumps(record) + "\n")
             print(json.dumps(record), flush=True)
