@@ -8,6 +8,10 @@ calls; those three modules are stubbed here so only what ``eval.py`` runs is rea
 (imported by eval.py) come from carried wheels.
 
     python bench/kernelbench_harness.py --kb-src .kb/kbsrc --problem P.py --answer A.py   # prints one JSON line
+
+With ``--baseline`` instead of ``--answer``: KernelBench's eager baseline of the problem
+(``timing.measure_ref_program_time``: seed 42, under ``torch.no_grad()``, 5 warm-up and 100 timed trials, CUDA events),
+the time its published speedups divide by; prints its statistics as one JSON line.
 """
 
 from __future__ import annotations
@@ -53,13 +57,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kb-src", type=Path, required=True)
     parser.add_argument("--problem", type=Path, required=True)
-    parser.add_argument("--answer", type=Path, required=True)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--answer", type=Path)
+    which.add_argument("--baseline", action="store_true", help="KernelBench's eager baseline of the problem")
     args = parser.parse_args()
     _stub_llm_clients()
     sys.path.insert(0, str(args.kb_src))
     package = types.ModuleType("kernelbench")  # the package without its __init__ (the LLM clients)
     package.__path__ = [str(args.kb_src / "kernelbench")]
     sys.modules["kernelbench"] = package
+    if args.baseline:
+        from kernelbench import timing as kb_timing  # noqa: E402
+
+        stats = kb_timing.measure_ref_program_time(args.problem.stem, args.problem.read_text(), num_trials=100)
+        print(json.dumps(dict(stats, process_s=time.monotonic() - T0)))
+        return
     from kernelbench import eval as kb_eval  # noqa: E402
 
     t_eval = time.monotonic()
