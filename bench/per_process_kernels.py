@@ -9,9 +9,10 @@ diagnostic appended to its ``Model.forward``, is judged with ``--processes`` cop
 own sandboxed answer process, against one trusted side, as the calibration's ``--copies`` does). On its 3rd and 60th
 call in each process the diagnostic lists the kernels one forward launches, times the forward (synchronized wall
 time, median of 10) on the inputs it was given, on fresh copies of them, and with a fresh copy of the module, and
-records the pointers' alignment, the strides, the stream, the threads and the cuDNN flags: a slow process can then
-be told apart by algorithm (kernels), by data placement (fresh copies fast) or by something process-wide (everything
-slow). The profiler slows every later call of its process: the verdicts' speedups of such a run are not timings.
+records the pointers' alignment, the strides, the stream, the threads, the cuDNN flags and the allocator's
+segments: a slow process can then be told apart by algorithm (kernels), by data placement (fresh copies fast) or by
+something process-wide (everything slow). The profiler slows every later call of its process: the verdicts' speedups
+of such a run are not timings.
 
     python bench/per_process_kernels.py --problem .kb/KernelBench/level2/77_*.py --processes 6 --out DIR
 With ``--placement`` one fresh process times the forward again after each of a series of padding allocations
@@ -124,6 +125,10 @@ def _per_process_diagnostic(module, forward, args, call):
         "free_gib": round(free / 2**30, 1),
         "allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 2) if cuda else None,
         "reserved_gib": round(torch.cuda.memory_reserved() / 2**30, 2) if cuda else None,
+        # The process's device-memory layout: every segment of at least 2 MiB (virtual address, size, stream) in the
+        # order the allocator holds them, to compare a fast process's layout with a slow one's.
+        "segments": [(seg["address"], seg["total_size"], seg["stream"]) for seg in torch.cuda.memory_snapshot()
+                     if seg["total_size"] >= 2 << 20] if cuda else None,
         "env": {k: v for k, v in os.environ.items() if k.startswith(("CUDA", "CUDNN", "TORCH", "PYTORCH", "OMP",
                                                                         "MKL", "NCCL", "LD_", "TRITON"))},
     }
