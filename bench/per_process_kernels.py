@@ -2,7 +2,9 @@
 itself across answer processes, `bench/NOTES.md`, thirteenth session)? Each fresh process builds the problem as
 KernelBench does (seed 42), times its forward with CUDA events (warm-up, then the median of 30 calls), lists the GPU
 kernels one call launches (torch.profiler) and the free device memory; half the processes first take most of the
-device's memory, to tell an algorithm choice that follows free memory (workspace limits) from one that does not.
+device's memory, to tell an algorithm choice that follows free memory (workspace limits) from one that does not, or
+with ``--hold-mib 256`` exactly the 256 MiB the answer process's L2 flush buffer takes before the answer's model is
+built (does that allocation alone put a plain process on the slow placement?).
 
 With ``--in-evaluator`` the same facts come from inside the evaluator's own processes instead: the problem, with a
 diagnostic appended to its ``Model.forward``, is judged with ``--processes`` copies of itself as answers (each in its
@@ -15,6 +17,7 @@ something process-wide (everything slow). The profiler slows every later call of
 of such a run are not timings.
 
     python bench/per_process_kernels.py --problem .kb/KernelBench/level2/77_*.py --processes 6 --out DIR
+    python bench/per_process_kernels.py --hold-mib 256 --problem .kb/KernelBench/level2/77_*.py --processes 16 --out DIR
 With ``--placement`` one fresh process times the forward again after each of a series of padding allocations
 (the cache emptied, a pad of N bytes taken, inputs and module copied anew): if the speed follows where the
 buffers land in device memory, it changes between pads within one process. With ``--placement-blocks``, per
@@ -38,7 +41,9 @@ from bench.spin_neighbour_check import BUILD_PROBLEM, run_script  # noqa: E402
 HOLD_MEMORY = r'''
 import sys, torch
 held = None
-if float(sys.argv[2]) > 0:  # take this share of the free device memory before the problem runs
+if int(sys.argv[3]) > 0:  # exactly this many MiB first, as the answer process's L2 flush buffer (timing.Clock)
+    held = torch.empty(int(sys.argv[3]) * (1 << 20) // 8, dtype=torch.int64, device="cuda")
+elif float(sys.argv[2]) > 0:  # take this share of the free device memory before the problem runs
     free, _ = torch.cuda.mem_get_info()
     held = torch.empty(int(free * float(sys.argv[2])), dtype=torch.uint8, device="cuda")
 '''
@@ -59,7 +64,7 @@ kernels = [(e.key, round(e.device_time_total / 1e3, 4)) for e in prof.key_averag
 free, total = torch.cuda.mem_get_info()
 print(json.dumps({"median_ms": statistics.median(times), "min_ms": min(times), "kernels": kernels,
                   "free_gib": round(free / 2**30, 1),
-                  "held_gib": round(held.numel() / 2**30, 1) if held is not None else 0,
+                  "held_gib": round(held.numel() * held.element_size() / 2**30, 3) if held is not None else 0,
                   "cudnn": torch.backends.cudnn.version()}))
 '''
 
@@ -251,6 +256,9 @@ def main() -> None:
     parser.add_argument("--problem", type=Path, required=True)
     parser.add_argument("--processes", type=int, default=6)
     parser.add_argument("--hold-share", type=float, default=0.9, help="share of free memory the odd processes take")
+    parser.add_argument("--hold-mib", type=int, default=0,
+                        help="instead, the odd processes take exactly this many MiB first (256: the answer process's "
+                             "L2 flush buffer, which it allocates before the answer's model is built)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--in-evaluator", action="store_true",
                         help="the facts from inside the evaluator's trusted side and answer processes")
@@ -277,12 +285,13 @@ def main() -> None:
             print(json.dumps(record), flush=True)
         return
     for i in range(args.processes):
-        hold = args.hold_share if i % 2 else 0.0
-        record = dict(run_script(ONE_PROCESS, str(args.problem), str(hold)), problem=args.problem.name, process=i,
-                      hold_share=hold)
+        hold, hold_mib = (args.hold_share, args.hold_mib) if i % 2 else (0.0, 0)
+        record = dict(run_script(ONE_PROCESS, str(args.problem), str(hold), str(hold_mib)), problem=args.problem.name,
+                      process=i, hold_share=hold, hold_mib=hold_mib)
         with (args.out / "per_process_kernels.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
-        print(json.dumps({k: record.get(k) for k in ("process", "hold_share", "median_ms", "free_gib", "error")}),
+        print(json.dumps({k: record.get(k) for k in ("process", "hold_share", "hold_mib", "median_ms", "free_gib",
+                                                      "error")}),
               flush=True)
 
 
