@@ -183,14 +183,11 @@ def in_evaluator(problem: Path, processes: int, out: Path) -> None:
             results = evaluate_answers(diagnosed, answers, config(require_triton=False, keep_workdir=True))
         lines = stderr.getvalue().splitlines()
         kept = [Path(line.split()[-1]) for line in lines if line.startswith("kept evaluation directory")]
-        # logs/answerN/answer.log: named by the answer's folder
-        logs = [(f.parent.name, f.read_text(errors="replace")) for d in kept
-                for f in sorted((d / "logs").rglob("*.log"))]
-        for line in lines:
-            if line.startswith(MARK):
-                write(dict(json.loads(line[len(MARK):]), process="trusted"))
-        for name, text in logs:
-            for line in text.splitlines():
+        # The trusted side's lines, then each answer's log (logs/answerN/answer.log), named by the answer's folder.
+        logs = [("trusted", lines)] + [(f.parent.name, f.read_text(errors="replace").splitlines()) for d in kept
+                                       for f in sorted((d / "logs").rglob("*.log"))]
+        for name, log_lines in logs:
+            for line in log_lines:
                 if line.startswith(MARK):
                     write(dict(json.loads(line[len(MARK):]), process=name))
         for copy, r in enumerate(results):
