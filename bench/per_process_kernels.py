@@ -48,16 +48,26 @@ elif float(sys.argv[2]) > 0:  # take this share of the free device memory before
     held = torch.empty(int(free * float(sys.argv[2])), dtype=torch.uint8, device="cuda")
 '''
 
-ONE_PROCESS = HOLD_MEMORY + BUILD_PROBLEM + r'''
+# After BUILD_PROBLEM: `event_times(n, warmup)`, the times (ms) of n calls of the global `model` on the global `inputs`,
+# each between two CUDA events, after `warmup` untimed calls, under no_grad.
+EVENT_TIMES = r'''
 import statistics
-times = []
+
+def event_times(n, warmup=0):
+    times = []
+    with torch.no_grad():
+        for _ in range(warmup):
+            model(*inputs)
+        for _ in range(n):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(); model(*inputs); end.record(); end.synchronize()
+            times.append(start.elapsed_time(end))
+    return times
+'''
+
+ONE_PROCESS = HOLD_MEMORY + BUILD_PROBLEM + EVENT_TIMES + r'''
+times = event_times(30, warmup=5)
 with torch.no_grad():
-    for _ in range(5):
-        model(*inputs)
-    for _ in range(30):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(); model(*inputs); end.record(); end.synchronize()
-        times.append(start.elapsed_time(end))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         model(*inputs); torch.cuda.synchronize()
 kernels = [(e.key, round(e.device_time_total / 1e3, 4)) for e in prof.key_averages()]
@@ -197,19 +207,11 @@ def in_evaluator(problem: Path, processes: int, out: Path) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-PLACEMENT = BUILD_PROBLEM + r'''
-import copy, statistics
+PLACEMENT = BUILD_PROBLEM + EVENT_TIMES + r'''
+import copy
 
-def timed(n=20):
-    times = []
-    with torch.no_grad():
-        for _ in range(3):
-            model(*inputs)
-        for _ in range(n):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record(); model(*inputs); end.record(); end.synchronize()
-            times.append(start.elapsed_time(end))
-    return round(statistics.median(times), 4)
+def timed():
+    return round(statistics.median(event_times(20, warmup=3)), 4)
 
 rows = [{"pad_bytes": None, "ms": timed()}]
 pads = []
@@ -228,22 +230,15 @@ print(json.dumps({"placements": rows}))
 
 # A candidate protocol against it: before each block of trials, the device cache emptied, a pad of random size taken
 # and one untimed call (where the block's buffers land moves from block to block); the process's mean over blocks.
-PLACEMENT_BLOCKS = BUILD_PROBLEM + r'''
-import random, statistics
+PLACEMENT_BLOCKS = BUILD_PROBLEM + EVENT_TIMES + r'''
+import random
 rng = random.Random(int(sys.argv[2]))
 blocks, pad = [], None
-with torch.no_grad():
-    for block in range(int(sys.argv[3])):
-        pad = None
-        torch.cuda.synchronize(); torch.cuda.empty_cache()
-        pad = torch.empty(rng.randrange(0, 64 << 20, 512), dtype=torch.uint8, device="cuda")
-        model(*inputs)
-        times = []
-        for _ in range(10):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record(); model(*inputs); end.record(); end.synchronize()
-            times.append(start.elapsed_time(end))
-        blocks.append(round(statistics.mean(times), 4))
+for block in range(int(sys.argv[3])):
+    pad = None
+    torch.cuda.synchronize(); torch.cuda.empty_cache()
+    pad = torch.empty(rng.randrange(0, 64 << 20, 512), dtype=torch.uint8, device="cuda")
+    blocks.append(round(statistics.mean(event_times(10, warmup=1)), 4))
 print(json.dumps({"block_means_ms": blocks, "mean_ms": statistics.mean(blocks)}))
 '''
 
