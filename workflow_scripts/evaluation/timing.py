@@ -159,7 +159,6 @@ class Clock:
         self._gate = TRIAL_GATE
         self._torch = torch
         self._flush_buf = None
-        self._flush_numel = 0
         if device == "cuda":
             self.synchronize = torch.cuda.synchronize
             self.Event = torch.cuda.Event
@@ -168,23 +167,14 @@ class Clock:
             self.event_synchronize = torch.cuda.Event.synchronize
             self.zero_ = torch.Tensor.zero_
             self.sleep = torch.cuda._sleep  # a device-side spin of N cycles (the launch headroom)
-            self.resize_ = torch.Tensor.resize_
-            self.numel = torch.Tensor.numel
             if l2_flush_mib > 0:
-                # Sized at the first flush, after the warm-up, as KernelBench's per-trial buffer lands after the
-                # model, the inputs and the forward's own buffers; some kernels' speed follows where those lie in
-                # device memory (L2/77's cuDNN dgrad: 4.2 or 5.7 ms, bench/NOTES.md, fifteenth session), and an idle
-                # pre-started answer process holds no 256 MiB. The tensor object exists from here on (the answer's
-                # process checks its identity); written (not just allocated) before every trial.
-                self._flush_buf = torch.empty(0, dtype=torch.int64, device="cuda")
-                self._flush_numel = l2_flush_mib * (1 << 20) // 8
+                # Allocated once, before the answer runs; written (not just allocated) before every trial.
+                self._flush_buf = torch.empty(l2_flush_mib * (1 << 20) // 8, dtype=torch.int64, device="cuda")
         else:
             self.synchronize = None
 
     def flush_l2(self) -> None:
         if self._flush_buf is not None:
-            if self.numel(self._flush_buf) != self._flush_numel:
-                self.resize_(self._flush_buf, self._flush_numel)
             self.zero_(self._flush_buf)
 
     def time_callable(
