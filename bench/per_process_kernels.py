@@ -26,6 +26,13 @@ size taken, and the spread of the processes' means over blocks.
 
     python bench/per_process_kernels.py --placement --problem .kb/KernelBench/level2/77_*.py --processes 2 --out DIR
     python bench/per_process_kernels.py --in-evaluator --problem .kb/KernelBench/level2/77_*.py --processes 8 --out DIR
+
+With ``--others N`` each plain process (forward times only) runs beside 0..N other processes, each holding a CUDA
+context and ``--others-mib`` MiB taken before it started, as the evaluator's trusted side and pre-started answer
+processes do: does another process's device memory move this one's placement?
+
+    python bench/per_process_kernels.py --others 3 --problem .kb/KernelBench/level2/77_*.py --processes 12 --out DIR
+    python bench/per_process_kernels.py --others 1 --kb-src .kb/kbsrc --problem .kb/KernelBench/level2/77_*.py --processes 8 --out DIR
 """
 
 from __future__ import annotations
@@ -242,6 +249,46 @@ for block in range(int(sys.argv[3])):
 print(json.dumps({"block_means_ms": blocks, "mean_ms": statistics.mean(blocks)}))
 '''
 
+# A process that takes a CUDA context and N MiB of device memory, says so, and holds them until its stdin closes:
+# the evaluator's other processes (trusted side, pre-started answer processes) as a plain process sees them.
+HOLDER = r'''
+import sys, torch
+torch.cuda.init(); held = torch.empty(int(sys.argv[1]) << 20, dtype=torch.uint8, device="cuda"); held.zero_()
+torch.cuda.synchronize(); print("ready", flush=True); sys.stdin.read()
+'''
+
+TIMES_ONLY = BUILD_PROBLEM + EVENT_TIMES + r'''
+times = event_times(30, warmup=5)
+print(json.dumps({"median_ms": statistics.median(times), "min_ms": min(times)}))
+'''
+
+
+def beside_holders(problem: Path, holders: int, mib: int, kb_src: Path | None = None) -> dict:
+    """One plain process's forward time (or, with ``kb_src``, KernelBench's eager baseline of the problem) while
+    ``holders`` other processes each hold a CUDA context and ``mib`` MiB taken before it started: does another
+    process's device memory move this one's placement?"""
+    import subprocess
+
+    from bench import kernelbench_harness
+
+    procs = [subprocess.Popen([sys.executable, "-c", HOLDER, str(mib)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True) for _ in range(holders)]
+    try:
+        for proc in procs:
+            if proc.stdout is None or proc.stdout.readline().strip() != "ready":
+                raise RuntimeError("a holder process failed to start")
+        if kb_src is None:
+            return run_script(TIMES_ONLY, str(problem))
+        proc = subprocess.run([sys.executable, kernelbench_harness.__file__, "--kb-src", str(kb_src), "--problem",
+                               str(problem), "--baseline"], capture_output=True, text=True, timeout=300)
+        if proc.returncode:
+            return {"error": proc.stderr[-2000:]}
+        stats = json.loads(proc.stdout.strip().splitlines()[-1])
+        return dict(stats, mean_ms=stats.get("mean"), harness="kernelbench_baseline")  # KernelBench reports no median
+    finally:
+        for proc in procs:
+            proc.communicate(timeout=60)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -259,10 +306,25 @@ def main() -> None:
     parser.add_argument("--placement-blocks", action="store_true",
                         help="each process's mean over --blocks blocks of 10 trials, each block at a new placement")
     parser.add_argument("--blocks", type=int, default=10)
+    parser.add_argument("--others", type=int, default=0,
+                        help="process i runs beside i %% (N+1) other processes that each hold --others-mib MiB")
+    parser.add_argument("--others-mib", type=int, default=256)
+    parser.add_argument("--kb-src", type=Path, default=None,
+                        help="with --others: time KernelBench's eager baseline (bench/kernelbench_harness.py "
+                             "--baseline) instead of the plain loop")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.in_evaluator:
         in_evaluator(args.problem, args.processes, args.out)
+        return
+    if args.others:
+        for i in range(args.processes):
+            holders = i % (args.others + 1)
+            record = dict(beside_holders(args.problem, holders, args.others_mib, args.kb_src), problem=args.problem.name,
+                          process=i, holders=holders, holder_mib=args.others_mib)
+            with (args.out / "beside_holders.jsonl").open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            print(json.dumps(record), flush=True)
         return
     if args.placement or args.placement_blocks:
         for i in range(args.processes):  # the process's index seeds its random pads
