@@ -32,6 +32,7 @@ context and ``--others-mib`` MiB taken before it started, as the evaluator's tru
 processes do: does another process's device memory move this one's placement?
 
     python bench/per_process_kernels.py --others 3 --problem .kb/KernelBench/level2/77_*.py --processes 12 --out DIR
+    python bench/per_process_kernels.py --others 1 --flush kernelbench --problem .kb/KernelBench/level2/77_*.py --processes 8 --out DIR
     python bench/per_process_kernels.py --others 1 --kb-src .kb/kbsrc --problem .kb/KernelBench/level2/77_*.py --processes 8 --out DIR
 """
 
@@ -257,13 +258,40 @@ torch.cuda.init(); held = torch.empty(int(sys.argv[1]) << 20, dtype=torch.uint8,
 torch.cuda.synchronize(); print("ready", flush=True); sys.stdin.read()
 '''
 
-TIMES_ONLY = BUILD_PROBLEM + EVENT_TIMES + r'''
-times = event_times(30, warmup=5)
-print(json.dumps({"median_ms": statistics.median(times), "min_ms": min(times)}))
+# The flush buffer as the evaluator's answer process held it up to 3fe9fe3 ("held": 256 MiB before the model, written
+# before every trial), as KernelBench allocates it ("kernelbench": the cache emptied after the warm-up, 256 MiB
+# allocated, written and freed before every trial), or none.
+FLUSH_FIRST = r'''
+import sys, torch
+flush_mode = sys.argv[2] if len(sys.argv) > 2 else "none"
+held_flush = torch.empty(32 << 20, dtype=torch.int64, device="cuda") if flush_mode == "held" else None
+'''
+
+TIMES_ONLY = FLUSH_FIRST + BUILD_PROBLEM + EVENT_TIMES + r'''
+if flush_mode == "none":
+    times = event_times(30, warmup=5)
+else:
+    times = []
+    with torch.no_grad():
+        for _ in range(5):
+            model(*inputs); torch.cuda.synchronize()
+        if flush_mode == "kernelbench":
+            torch.cuda.empty_cache()
+        for _ in range(31):
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if flush_mode == "held":
+                held_flush.zero_()
+            else:
+                dummy = torch.empty((32, 1024, 1024), dtype=torch.int64, device="cuda"); dummy.fill_(42); del dummy
+            start.record(); model(*inputs); end.record(); torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+    times = times[1:]  # the first trial discarded, as both harnesses do
+print(json.dumps({"median_ms": statistics.median(times), "min_ms": min(times), "flush": flush_mode}))
 '''
 
 
-def beside_holders(problem: Path, holders: int, mib: int, kb_src: Path | None = None) -> dict:
+def beside_holders(problem: Path, holders: int, mib: int, kb_src: Path | None = None, flush: str = "none") -> dict:
     """One plain process's forward time (or, with ``kb_src``, KernelBench's eager baseline of the problem) while
     ``holders`` other processes each hold a CUDA context and ``mib`` MiB taken before it started: does another
     process's device memory move this one's placement?"""
@@ -278,7 +306,7 @@ def beside_holders(problem: Path, holders: int, mib: int, kb_src: Path | None = 
             if proc.stdout is None or proc.stdout.readline().strip() != "ready":
                 raise RuntimeError("a holder process failed to start")
         if kb_src is None:
-            return run_script(TIMES_ONLY, str(problem))
+            return run_script(TIMES_ONLY, str(problem), flush)
         proc = subprocess.run([sys.executable, kernelbench_harness.__file__, "--kb-src", str(kb_src), "--problem",
                                str(problem), "--baseline"], capture_output=True, text=True, timeout=300)
         if proc.returncode:
@@ -309,6 +337,8 @@ def main() -> None:
     parser.add_argument("--others", type=int, default=0,
                         help="process i runs beside i %% (N+1) other processes that each hold --others-mib MiB")
     parser.add_argument("--others-mib", type=int, default=256)
+    parser.add_argument("--flush", choices=("none", "held", "kernelbench"), default="none",
+                        help="with --others: the L2 flush buffer held from the start or allocated per trial")
     parser.add_argument("--kb-src", type=Path, default=None,
                         help="with --others: time KernelBench's eager baseline (bench/kernelbench_harness.py "
                              "--baseline) instead of the plain loop")
@@ -320,8 +350,9 @@ def main() -> None:
     if args.others:
         for i in range(args.processes):
             holders = i % (args.others + 1)
-            record = dict(beside_holders(args.problem, holders, args.others_mib, args.kb_src), problem=args.problem.name,
-                          process=i, holders=holders, holder_mib=args.others_mib)
+            record = dict(beside_holders(args.problem, holders, args.others_mib, args.kb_src, args.flush),
+                          problem=args.problem.name, process=i, holders=holders, holder_mib=args.others_mib,
+                          flush=args.flush)
             with (args.out / "beside_holders.jsonl").open("a") as f:
                 f.write(json.dumps(record) + "\n")
             print(json.dumps(record), flush=True)
