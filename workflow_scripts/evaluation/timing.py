@@ -158,7 +158,7 @@ class Clock:
         self.perf_counter = _perf_counter
         self._gate = TRIAL_GATE
         self._torch = torch
-        self._flush_numel = 0
+        self._flush_buf = None
         if device == "cuda":
             self.synchronize = torch.cuda.synchronize
             self.Event = torch.cuda.Event
@@ -167,23 +167,15 @@ class Clock:
             self.event_synchronize = torch.cuda.Event.synchronize
             self.zero_ = torch.Tensor.zero_
             self.sleep = torch.cuda._sleep  # a device-side spin of N cycles (the launch headroom)
-            self.empty = torch.empty
-            self.int64 = torch.int64
-            self.empty_cache = torch.cuda.empty_cache
-            # KernelBench's allocation pattern (time_execution_with_cuda_event): the cache emptied after the warm-up,
-            # the flush buffer allocated, written and freed before every trial, so the call's own buffers may take
-            # its place. Some kernels' speed follows where their buffers lie in device memory (L2/77's cuDNN dgrad:
-            # 4.2 or 5.7 ms), and with a buffer held from the start it followed other processes' device memory
-            # (bench/NOTES.md, fifteenth session).
-            self._flush_numel = max(l2_flush_mib, 0) * (1 << 20) // 8
+            if l2_flush_mib > 0:
+                # Allocated once, before the answer runs; written (not just allocated) before every trial.
+                self._flush_buf = torch.empty(l2_flush_mib * (1 << 20) // 8, dtype=torch.int64, device="cuda")
         else:
             self.synchronize = None
 
     def flush_l2(self) -> None:
-        if self._flush_numel:
-            buf = self.empty(self._flush_numel, dtype=self.int64, device="cuda")
-            self.zero_(buf)
-            del buf  # back to the cache at once; the stream-ordered allocator reuses it only after the write
+        if self._flush_buf is not None:
+            self.zero_(self._flush_buf)
 
     def time_callable(
         self,
@@ -207,8 +199,6 @@ class Clock:
                 if after_call is not None:
                     after_call(out, "warmup", None)
                 del out
-            if self.device == "cuda" and protocol.warmup:
-                self.empty_cache()  # as KernelBench after its warm-up: the trials allocate afresh (see __init__)
             for i in range(protocol.discard_first + protocol.trials):
                 leftover = None
                 if self.device == "cuda":
