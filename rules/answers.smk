@@ -2,6 +2,9 @@
 
 
 rule extract:
+    # Answers before evaluations (ANSWERS_FIRST, common.smk): a problem's first evaluate job then judges every model's
+    # answer against one reference side.
+    priority: ANSWERS_FIRST
     input:
         completions=LAYOUT.completions("{model}"),
         problems=LAYOUT.problems(),

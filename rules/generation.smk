@@ -3,6 +3,7 @@
 
 
 rule completions_replay:
+    priority: ANSWERS_FIRST
     input:
         problems=LAYOUT.problems(),
         prompts=LAYOUT.prompts(),
@@ -30,6 +31,7 @@ rule completions_replay:
 
 
 rule completions_cli:
+    priority: ANSWERS_FIRST
     input:
         prompts=LAYOUT.prompts(),
     output:
@@ -57,6 +59,7 @@ for _index, (_base, _names) in enumerate(VLLM_ENGINES):
     rule:
         name:
             f"completions_vllm_{_index}"
+        priority: ANSWERS_FIRST
         input:
             prompts=LAYOUT.prompts(),
         output:

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -112,6 +113,21 @@ def test_summary_and_figures(demo: Path) -> None:
     for name in ["fast_p_level1", "bootstrap_forest", "correct_compiled"]:
         assert (demo / RESULTS / f"figures/{name}.png").stat().st_size > 1000
     assert "expert" in (demo / RESULTS / "summary.md").read_text()
+
+
+def test_a_problem_is_judged_once_for_all_models(demo: Path) -> None:
+    # Completions and answer tables run first (priority ANSWERS_FIRST, rules/common.smk), so a problem's first
+    # evaluate job finds every model's answers and judges them all against one reference side; the problem's other
+    # jobs find theirs in the store. With two cores, a core left idle while the last answer table is written may
+    # start one evaluation without it, whose problem is then judged twice: two such problems are allowed. Without the
+    # priority, the demo's evaluate jobs started before most answer tables existed: 62 of its 78 jobs judged answers,
+    # up to 5 for one problem (bench/NOTES.md).
+    logs = list((demo / RESULTS / "logs" / "evaluations").glob("*/level*.log"))
+    problems = {log.stem for log in logs}
+    assert len(problems) == 13 and len(logs) == len(demo_config()["models"]) * len(problems)
+    judging = Counter(log.stem for log in logs if "evaluation computed" in log.read_text())
+    assert set(judging) == problems and max(judging.values()) <= 2, sorted(judging.items())
+    assert sum(judging.values()) <= len(problems) + 2, sorted(judging.items())
 
 
 def test_the_demo_writes_only_into_its_own_results_folder(demo: Path) -> None:

@@ -11,7 +11,8 @@ The rule runs one job per (model, problem), so that targeting one model plans on
 still judges every model's answer to its problem at once: ``--companions`` names the other configured models'
 answer tables, and those already written are evaluated along (under one per-problem lock) and stored, without
 writing their readable files, which their own jobs then find in the store. A problem's reference side is built
-once whenever the answers of several models are ready before its first job runs.
+once whenever the answers of several models are ready before its first job runs; the rules that write completions
+and answer tables run before any evaluation (priority ``ANSWERS_FIRST``, rules/common.smk), so they usually are.
 """
 
 from __future__ import annotations
