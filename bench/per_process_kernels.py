@@ -258,8 +258,8 @@ torch.cuda.init(); held = torch.empty(int(sys.argv[1]) << 20, dtype=torch.uint8,
 torch.cuda.synchronize(); print("ready", flush=True); sys.stdin.read()
 '''
 
-# The flush buffer as the evaluator's answer process held it up to 3fe9fe3 ("held": 256 MiB before the model, written
-# before every trial), as KernelBench allocates it ("kernelbench": the cache emptied after the warm-up, 256 MiB
+# The flush buffer as the evaluator's answer process holds it ("held": 256 MiB before the model, written before every
+# trial; timing.Clock), as KernelBench allocates it ("kernelbench": the cache emptied after the warm-up, 256 MiB
 # allocated, written and freed before every trial), or none.
 FLUSH_FIRST = r'''
 import sys, torch
