@@ -37,7 +37,8 @@ for bench in $1; do
     trivial) timeout ${TRIVIAL_TIMEOUT:-100} python3 bench/gpu_timing.py --suite .kb --out "$OUT" --repeats ${TRIVIAL_REPEATS:-5} >> "$OUT/trivial.log" 2>&1 ;;
     inputs_check) timeout ${CHECK_TIMEOUT:-300} $B inputs_check --suite .kb --problems ${CHECK_PROBLEMS:-L2_79 L2_15 L1_9 L1_81 L2_70 L2_18} --out "$OUT" >> "$OUT/inputs_check.log" 2>&1 ;;
     pytest) KB_TEST_DEVICE=cuda timeout ${PYTEST_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider ${PYTEST_FILES:-tests/test_cheats.py tests/test_timed_checks.py tests/test_memory_cap.py} >> "$OUT/pytest.log" 2>&1 ;;
-    copies) timeout ${COPIES_TIMEOUT:-120} $B calibration --parallel 1 --copies ${COPIES:-8} --suite .kb --problems ${COPIES_PROBLEMS:-L2_77} --out "$OUT/copies" >> "$OUT/copies.log" 2>&1 ;;
+    # Each run in its own folder: the calibration bench skips problems its folder already holds.
+    copies) N_COPIES=$((${N_COPIES:-0} + 1)); timeout ${COPIES_TIMEOUT:-120} $B calibration --parallel 1 --copies ${COPIES:-8} --suite .kb --problems ${COPIES_PROBLEMS:-L2_77} --out "$OUT/copies$N_COPIES" >> "$OUT/copies.log" 2>&1 ;;
     calibration) timeout "${CAL_TIMEOUT:-420}" $B calibration --parallel ${CAL_PARALLEL:-1} ${CAL_ARGS:-} --suite .kb --problems ${CAL_PROBLEMS:-$(cat bench/calibration_order.txt)} --out "$OUT" >> "$OUT/calibration.log" 2>&1 ;;
   esac
   echo "$bench: rc=$? in ${SECONDS}s"; cleanup; rm -rf "$OUT/locks"; tail -c 1500 "$OUT/$bench.log"
