@@ -29,11 +29,13 @@ SPINNER = ROOT / "bench" / "spinning" / "answer.py"
 ADD = ROOT / "tests" / "cheats" / "problems" / "1_ElementwiseAdd.py"
 
 
-def append_record(path: Path, record: dict) -> None:
-    """One JSON line, appended as the run goes (a device call can be cut off), and echoed."""
+def append_record(path: Path, record: dict, shown: tuple[str, ...] | None = None) -> None:
+    """One JSON line, appended as the run goes (a device call can be cut off), and echoed (only the ``shown`` keys,
+    where a record is too long to read on the console)."""
     with open(path, "a") as handle:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
-    print(json.dumps(record, sort_keys=True), flush=True)
+    echoed = record if shown is None else {k: record.get(k) for k in shown}
+    print(json.dumps(echoed, sort_keys=shown is None), flush=True)
 
 
 def log(out: Path, record: dict) -> None:

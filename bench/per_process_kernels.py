@@ -44,6 +44,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.gpu_watchdog import append_record  # noqa: E402
 from bench.spin_neighbour_check import BUILD_PROBLEM, run_script  # noqa: E402
 
 HOLD_MEMORY = r'''
@@ -187,10 +188,8 @@ def in_evaluator(problem: Path, processes: int, out: Path) -> None:
     from workflow_scripts.evaluation.answer import evaluate_answers
 
     def write(record: dict) -> None:
-        with (out / "per_process_kernels.jsonl").open("a") as f:
-            f.write(json.dumps(record) + "\n")
-        print(json.dumps({k: record.get(k) for k in ("role", "pid", "call", "ms_given", "ms_fresh_inputs",
-                                                       "ms_fresh_module", "status", "speedup")}), flush=True)
+        append_record(out / "per_process_kernels.jsonl", record, shown=(
+            "role", "pid", "call", "ms_given", "ms_fresh_inputs", "ms_fresh_module", "status", "speedup"))
 
     with tempfile.TemporaryDirectory() as tmp:
         diagnosed = Path(tmp) / problem.name
@@ -350,12 +349,9 @@ def main() -> None:
     if args.others:
         for i in range(args.processes):
             holders = i % (args.others + 1)
-            record = dict(beside_holders(args.problem, holders, args.others_mib, args.kb_src, args.flush),
-                          problem=args.problem.name, process=i, holders=holders, holder_mib=args.others_mib,
-                          flush=args.flush)
-            with (args.out / "beside_holders.jsonl").open("a") as f:
-                f.write(json.dumps(record) + "\n")
-            print(json.dumps(record), flush=True)
+            append_record(args.out / "beside_holders.jsonl", dict(
+                beside_holders(args.problem, holders, args.others_mib, args.kb_src, args.flush),
+                problem=args.problem.name, process=i, holders=holders, holder_mib=args.others_mib, flush=args.flush))
         return
     if args.placement or args.placement_blocks:
         for i in range(args.processes):  # the process's index seeds its random pads
@@ -364,20 +360,14 @@ def main() -> None:
             else:
                 record = dict(run_script(PLACEMENT_BLOCKS, str(args.problem), str(i), str(args.blocks)),
                               protocol="placement_blocks")
-            record.update(problem=args.problem.name, process=i)
-            with (args.out / "placement.jsonl").open("a") as f:
-                f.write(json.dumps(record) + "\n")
-            print(json.dumps(record), flush=True)
+            append_record(args.out / "placement.jsonl", dict(record, problem=args.problem.name, process=i))
         return
     for i in range(args.processes):
         hold, hold_mib = (args.hold_share, args.hold_mib) if i % 2 else (0.0, 0)
         record = dict(run_script(ONE_PROCESS, str(args.problem), str(hold), str(hold_mib)), problem=args.problem.name,
                       process=i, hold_share=hold, hold_mib=hold_mib)
-        with (args.out / "per_process_kernels.jsonl").open("a") as f:
-            f.write(json.dumps(record) + "\n")
-        print(json.dumps({k: record.get(k) for k in ("process", "hold_share", "hold_mib", "median_ms", "free_gib",
-                                                      "error")}),
-              flush=True)
+        append_record(args.out / "per_process_kernels.jsonl", record,
+                      shown=("process", "hold_share", "hold_mib", "median_ms", "free_gib", "error"))
 
 
 if __name__ == "__main__":
