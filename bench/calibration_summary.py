@@ -3,6 +3,12 @@ its own answer, so every true speedup is 1): correct share, |speedup-1| median a
 round(p x (n-1)) of the sorted values), the signed bias per size bucket of the paired eager time, the outliers.
 
     python bench/calibration_summary.py bench/h200/2026-12-03-session13/call2_gpu_problem_worker.jsonl
+
+With --copies (the copies bench: one problem, several answer processes against one trusted side), one line per file:
+each answer's speedup, and with --slow-above-ms how many answers and paired references ran on the slow side of a
+two-speed kernel (median trial above the threshold; L2/77: 5.8 ms, between its 4.9-5.1 and 6.3-6.6 ms):
+
+    python bench/calibration_summary.py --copies --slow-above-ms 5.8 bench/h200/2026-12-04-session16/call2_copies_*.jsonl
 """
 
 from __future__ import annotations
@@ -48,12 +54,33 @@ def summary(records: list[dict]) -> dict:
     return out
 
 
+def copies_summary(records: list[dict], slow_above_ms: float | None) -> dict:
+    """One copies bench: every answer's status and speedup in order, and the slow answers and references."""
+    rows = sorted((r for r in records if r.get("bench") == "calibration"), key=lambda r: r.get("copy") or 0)
+    out: dict = {"answers": len(rows), "statuses": sorted({r["status"] for r in rows}),
+                 "flags": sorted({f for r in rows for f in r.get("flags") or []}),
+                 "speedups": [round(r["speedup"], 3) if r.get("speedup") else None for r in rows]}
+    if slow_above_ms is not None:
+        timed = [r for r in rows if r.get("answer_trials_ms") and r.get("reference_trials_ms")]
+        out["slow_answers"] = sum(statistics.median(r["answer_trials_ms"]) > slow_above_ms for r in timed)
+        out["slow_references"] = sum(statistics.median(r["reference_trials_ms"]) > slow_above_ms for r in timed)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("records", type=Path, help="a gpu_problem_worker.jsonl")
+    parser.add_argument("records", type=Path, nargs="+", help="gpu_problem_worker.jsonl files")
+    parser.add_argument("--copies", action="store_true", help="copies-bench files: one summary line per file")
+    parser.add_argument("--slow-above-ms", type=float, help="with --copies: a median trial above this is slow")
     args = parser.parse_args()
-    records = [json.loads(line) for line in args.records.read_text().splitlines() if line.strip()]
-    print(json.dumps(summary(records), indent=1))
+    if not args.copies and len(args.records) > 1:
+        parser.error("one calibration file at a time (or --copies)")
+    for path in args.records:
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if args.copies:
+            print(path.name, json.dumps(copies_summary(records, args.slow_above_ms)))
+        else:
+            print(json.dumps(summary(records), indent=1))
 
 
 if __name__ == "__main__":
