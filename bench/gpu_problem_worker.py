@@ -14,7 +14,8 @@ $OUT/gpu_problem_worker.jsonl, written as the run goes:
 * ``throughput``: N answers per problem through one ProblemEvaluator on GPU 0, and KernelBench's harness
   (bench/kernelbench_harness.py) on one answer per problem in the same run (done-when 4).
 * ``scaling``: the same answers as ``throughput``, problems handed to one worker process per visible GPU, each
-  leasing a GPU through the lock files as pipeline jobs do (done-when 4, two GPUs against one).
+  leasing a GPU through the lock files as pipeline jobs do, then to one worker on the first GPU alone; the ratio
+  of the two walls (done-when 4, two GPUs against one).
 
     python bench/gpu_problem_worker.py big --suite .kb --problems L1_19 L1_23 L1_47 --out $OUT
 """
@@ -350,18 +351,33 @@ def evaluate_problem(job: tuple[Path, list[Path], list[str] | None, str]) -> dic
 
 
 def run_scaling(args, tmp: Path) -> None:
+    """Done-when 4's second half: the same answers evaluated on every visible GPU (one worker process per GPU, each
+    leasing a GPU through the lock files as pipeline jobs do), then on the first GPU alone, and the ratio of the
+    two walls. All GPUs go first, so any warm-up the machine keeps (page cache, GPU clocks) favours the one-GPU
+    phase: the ratio errs low. Each phase has its own lock folder, so each builds Triton's driver helpers anew."""
     gpus = gpu_ids()
-    jobs = []
-    for key in args.problems:
-        problem, answers = throughput_answers(args, key, tmp)
-        jobs.append((problem, answers, gpus, str(tmp / "locks")))
-    t0 = time.monotonic()
-    with ProcessPoolExecutor(len(gpus), mp_context=multiprocessing.get_context("spawn")) as pool:
-        for key, rec in zip(args.problems, pool.map(evaluate_problem, jobs)):
-            log(args.out, {"bench": "scaling", "problem": key, "gpus": gpus, "since_start_s":
-                           round(time.monotonic() - t0, 2), **rec})
-    log(args.out, {"bench": "scaling", "total": True, "gpus": gpus, "problems": len(jobs),
-                   "answers": sum(len(j[1]) for j in jobs), "wall_s": round(time.monotonic() - t0, 2)})
+    answers = {key: throughput_answers(args, key, tmp) for key in args.problems}
+    walls: dict[int, float] = {}
+    for phase in ([gpus, gpus[:1]] if len(gpus) > 1 else [gpus]):
+        locks = tmp / f"locks-{len(phase)}gpu"
+        jobs = [(problem, files, phase, str(locks)) for problem, files in answers.values()]
+        busy: dict[str, float] = {}
+        t0 = time.monotonic()
+        with ProcessPoolExecutor(len(phase), mp_context=multiprocessing.get_context("spawn")) as pool:
+            for key, rec in zip(args.problems, pool.map(evaluate_problem, jobs)):
+                busy[str(rec["gpu"])] = round(busy.get(str(rec["gpu"]), 0.0) + rec["wall_s"], 2)
+                log(args.out, {"bench": "scaling", "problem": key, "gpus": phase, "since_start_s":
+                               round(time.monotonic() - t0, 2), **rec})
+        walls[len(phase)] = time.monotonic() - t0
+        count = sum(len(files) for _, files in answers.values())
+        # busy_s: each GPU's problems' seconds (an idle GPU at the end shows as a shorter sum)
+        log(args.out, {"bench": "scaling", "total": True, "gpus": phase, "problems": len(jobs), "answers": count,
+                       "wall_s": round(walls[len(phase)], 2), "per_answer_s": round(walls[len(phase)] / count, 3),
+                       "busy_s": busy})
+    if len(walls) == 2:
+        log(args.out, {"bench": "scaling", "summary": True, "gpus": len(gpus), "one_gpu_wall_s": round(walls[1], 2),
+                       "all_gpus_wall_s": round(walls[len(gpus)], 2),
+                       "speedup_over_one_gpu": round(walls[1] / walls[len(gpus)], 3)})
 
 
 def run_throughput(args, tmp: Path) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (the device tool, nvidia-h200) for bench/gpu_problem_worker.py. Usage:
 #   bash bench/h200_worker_run.sh "big spin"            # benches to run, in order, each under its own timeout
-#   env: RESUME (a gpu_problem_worker.jsonl to continue), PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_ARGS, BIG_TIMEOUT, TP_PROBLEMS, TP_TIMEOUT, TP_ARGS, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS, COPIES, COPIES_PROBLEMS, COPIES_TIMEOUT
+#   env: RESUME (a gpu_problem_worker.jsonl to continue), PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_ARGS, BIG_TIMEOUT, TP_PROBLEMS, TP_TIMEOUT, TP_ARGS, SCALING_PROBLEMS, SCALING_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS, COPIES, COPIES_PROBLEMS, COPIES_TIMEOUT
 # Carry: .kb (KernelBench problems, and KernelBench's harness source in .kb/kbsrc), .kbwheels (pydantic and its
 # dependencies for KernelBench's eval.py; psutil and nvidia-ml-py for the evaluator: requirements/gpu-host.txt).
 set -uo pipefail
@@ -33,7 +33,10 @@ for bench in $1; do
     big) timeout ${BIG_TIMEOUT:-330} $B big --suite .kb --problems ${BIG_PROBLEMS:-L1_19 L1_23 L1_47} ${BIG_ARGS:-} --out "$OUT" >> "$OUT/big.log" 2>&1 ;;
     spin) timeout 150 $B spin --suite .kb --problems L2_71 L1_12 --out "$OUT" >> "$OUT/spin.log" 2>&1 ;;
     throughput) timeout ${TP_TIMEOUT:-330} $B throughput ${TP_ARGS:-} --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems $TP_PROBLEMS --out "$OUT" >> "$OUT/throughput.log" 2>&1 ;;
-    scaling) timeout ${SCALING_TIMEOUT:-150} $B scaling ${TP_ARGS:-} --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems $TP_PROBLEMS --out "$OUT" >> "$OUT/scaling.log" 2>&1 ;;
+    # All GPUs, then one (bench/gpu_problem_worker.py run_scaling). Whole problems go to the GPUs, so the last one
+    # can leave a GPU idle: 14 problems (84 answers), longest first by their walls in the sixteenth session's
+    # calibration, as a scheduler knowing their costs would order them (200 problems make the order moot).
+    scaling) timeout ${SCALING_TIMEOUT:-540} $B scaling ${TP_ARGS:-} --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems ${SCALING_PROBLEMS:-L1_40 L2_82 L2_78 L2_71 L2_40 L2_60 L1_1 L1_88 L1_95 L1_54 L2_57 L2_12 L2_76 L2_99} --out "$OUT" >> "$OUT/scaling.log" 2>&1 ;;
     trivial) timeout ${TRIVIAL_TIMEOUT:-100} python3 bench/gpu_timing.py --suite .kb --out "$OUT" --repeats ${TRIVIAL_REPEATS:-5} >> "$OUT/trivial.log" 2>&1 ;;
     inputs_check) timeout ${CHECK_TIMEOUT:-300} $B inputs_check --suite .kb --problems ${CHECK_PROBLEMS:-L2_79 L2_15 L1_9 L1_81 L2_70 L2_18} --out "$OUT" >> "$OUT/inputs_check.log" 2>&1 ;;
     pytest) KB_TEST_DEVICE=cuda timeout ${PYTEST_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider ${PYTEST_FILES:-tests/test_cheats.py tests/test_timed_checks.py tests/test_memory_cap.py} >> "$OUT/pytest.log" 2>&1 ;;

@@ -159,3 +159,49 @@ def test_shared_jobs_spread_over_the_gpus(tmp_path: Path) -> None:
             _stop(p)
     with acquire_gpu(exclusive=False, gpus=["0", "1"], lock_dir=tmp_path) as lease:
         assert lease.gpu in ("0", "1")  # dead holders count for nothing
+
+
+SAME_MOMENT = """
+import os, sys, time
+os.getpid = lambda: 0  # one tie-break for every job: only the holder counts can spread them
+from workflow_scripts.evaluation import gpu_lock
+count = gpu_lock._holder_count
+gpu_lock._holder_count = lambda *a: (time.sleep(0.2), count(*a))[1]  # a busy host: counting takes its time
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
+with gpu_lock.acquire_gpu(exclusive=False, gpus=["0", "1"], lock_dir=sys.argv[1]) as lease:
+    print(lease.gpu, flush=True)
+    time.sleep(3.0)  # past the last job's choice (4 jobs x 2 counts x 0.2 s, one job at a time)
+"""
+
+
+def test_jobs_started_at_the_same_moment_spread_over_the_gpus(tmp_path: Path) -> None:
+    # Snakemake starts several evaluate jobs at once. Counting the holders and taking a slot in two steps let all of
+    # them count none anywhere and share GPU 0 while GPU 1 idled (1 round in 3 without the slowed count, before the
+    # selection lock; every round with it).
+    for round_ in range(2):
+        lock_dir = tmp_path / str(round_)
+        start = time.time() + 1.5  # after every interpreter has started
+        jobs = [subprocess.Popen([sys.executable, "-c", SAME_MOMENT, str(lock_dir), str(start)], cwd=REPO,
+                                 stdout=subprocess.PIPE, text=True,
+                                 env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}) for _ in range(4)]
+        try:
+            gpus = sorted(p.stdout.readline().strip() for p in jobs if p.stdout is not None)
+        finally:
+            for p in jobs:
+                p.wait()
+        assert gpus == ["0", "0", "1", "1"], f"round {round_}: {gpus}"
+
+
+def test_a_job_that_finds_its_reserved_gpu_busy_moves_its_slot(tmp_path: Path) -> None:
+    from workflow_scripts.evaluation.gpu_lock import _holder_count
+
+    shared = [_hold("sh", "0", tmp_path)[0] for _ in range(2)]
+    timing, _ = _hold("ex", "1", tmp_path)  # GPU 1 has the fewest holders, but it is timing
+    try:
+        with acquire_gpu(exclusive=False, gpus=["0", "1"], lock_dir=tmp_path, timeout_s=5.0) as lease:
+            assert lease.gpu == "0"
+            assert (_holder_count(tmp_path, "0"), _holder_count(tmp_path, "1")) == (3, 1)
+        assert (_holder_count(tmp_path, "0"), _holder_count(tmp_path, "1")) == (2, 1)
+    finally:
+        for p in [*shared, timing]:
+            _stop(p)

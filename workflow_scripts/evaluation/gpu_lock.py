@@ -11,7 +11,8 @@ takes an ``fcntl.flock`` on one of them:
 A job tries the GPUs in turn without blocking, the GPU with the fewest holders first (each holder also holds one of
 the GPU's ``gpu<g>.holder<i>`` slot files: counting the locked ones counts the jobs there, so jobs spread over the
 host's GPUs; ties are broken by an offset derived from the pid), and sleeps ``poll_s`` between rounds until
-``timeout_s``. flock locks belong to the open file description and vanish when the holder dies, so a crashed or
+``timeout_s``. The count and the reservation of a slot on the least held GPU happen together under
+``select.lock``, so jobs started at once spread too; a job waiting for a GPU counts as its holder. flock locks belong to the open file description and vanish when the holder dies, so a crashed or
 killed job never leaves a GPU locked. The chosen GPU's id is what the evaluation child gets as
 ``CUDA_VISIBLE_DEVICES`` (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so the id means the same card to CUDA as to
 ``nvidia-smi``).
@@ -173,6 +174,17 @@ def _take_holder_slot(lock_dir: Path, gpu: str) -> int:
     return -1
 
 
+@contextlib.contextmanager
+def _selection_lock(lock_dir: Path) -> Iterator[None]:
+    """Held for the few milliseconds a job counts the GPUs' holders and reserves its slot."""
+    fd = os.open(lock_dir / "select.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the file releases its lock
+
+
 def _try_lock(fd: int, op: int) -> bool:
     try:
         fcntl.flock(fd, op | fcntl.LOCK_NB)
@@ -204,12 +216,18 @@ def acquire_gpu(
     t0 = time.monotonic()
     start = os.getpid() % len(cands)
     rotated = cands[start:] + cands[:start]
-    holders = {g: _holder_count(lock_dir, g) for g in rotated}
-    order = sorted(rotated, key=lambda g: holders[g])  # stable: ties keep the pid's rotation
     chosen: str | None = None
     holder_fd = -1
     held_gate: str | None = None
     try:
+        # Count the holders and reserve a slot on the least held GPU in one step, under the folder's selection lock:
+        # jobs started at the same moment otherwise all counted none anywhere and piled onto one GPU (1 round in 3,
+        # 4 jobs on 2 GPUs, before this lock).
+        with _selection_lock(lock_dir):
+            holders = {g: _holder_count(lock_dir, g) for g in rotated}
+            order = sorted(rotated, key=lambda g: holders[g])  # stable: ties keep the pid's rotation
+            reserved = order[0]
+            holder_fd = _take_holder_slot(lock_dir, reserved)
         while chosen is None:
             for g in order:
                 if exclusive:
@@ -234,7 +252,10 @@ def acquire_gpu(
         if held_gate is not None:
             fcntl.flock(gates[held_gate], fcntl.LOCK_UN)
             held_gate = None
-        holder_fd = _take_holder_slot(lock_dir, chosen)
+        if chosen != reserved:  # another GPU was free first: the slot moves there
+            if holder_fd >= 0:
+                os.close(holder_fd)
+            holder_fd = _take_holder_slot(lock_dir, chosen)
         lease = GpuLease(gpu=chosen, mode=mode, lock_path=lock_dir / f"gpu{_safe(chosen)}.lock",
                          waited_s=time.monotonic() - t0, _fd=fds[chosen], _gate_fd=gates[chosen])
         info = lock_dir / f"gpu{_safe(chosen)}.{os.getpid()}.json"
