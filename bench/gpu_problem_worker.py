@@ -363,7 +363,10 @@ def run_scaling(args, tmp: Path) -> None:
         jobs = [(problem, files, phase, str(locks)) for problem, files in answers.values()]
         busy: dict[str, float] = {}
         t0 = time.monotonic()
-        with ProcessPoolExecutor(len(phase), mp_context=multiprocessing.get_context("spawn")) as pool:
+        # A fresh process per problem, as each pipeline job is: a process binds to the GPU it leased first
+        # (reference.bind_gpu), and the next problem's lease may be the other GPU.
+        with ProcessPoolExecutor(len(phase), mp_context=multiprocessing.get_context("spawn"),
+                                 max_tasks_per_child=1) as pool:
             for key, rec in zip(args.problems, pool.map(evaluate_problem, jobs)):
                 busy[str(rec["gpu"])] = round(busy.get(str(rec["gpu"]), 0.0) + rec["wall_s"], 2)
                 log(args.out, {"bench": "scaling", "problem": key, "gpus": phase, "since_start_s":
