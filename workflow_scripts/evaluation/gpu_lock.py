@@ -12,8 +12,9 @@ A job tries the GPUs in turn without blocking, the GPU with the fewest holders f
 the GPU's ``gpu<g>.holder<i>`` slot files: counting the locked ones counts the jobs there, so jobs spread over the
 host's GPUs; ties are broken by an offset derived from the pid), and sleeps ``poll_s`` between rounds until
 ``timeout_s``. The count and the reservation of a slot on the least held GPU happen together under
-``select.lock``, so jobs started at once spread too; a job waiting for a GPU counts as its holder. flock locks belong to the open file description and vanish when the holder dies, so a crashed or
-killed job never leaves a GPU locked. The chosen GPU's id is what the evaluation child gets as
+``select.lock``, so jobs started at once spread too; a job waiting for a GPU counts as its holder. flock locks
+belong to the open file description and vanish when the holder dies, so a crashed or killed job never leaves a GPU
+locked. The chosen GPU's id is what the evaluation child gets as
 ``CUDA_VISIBLE_DEVICES`` (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so the id means the same card to CUDA as to
 ``nvidia-smi``).
 
