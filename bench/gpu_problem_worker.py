@@ -357,6 +357,7 @@ def run_scaling(args, tmp: Path) -> None:
     phase: the ratio errs low. Each phase has its own lock folder, so each builds Triton's driver helpers anew."""
     gpus = gpu_ids()
     answers = {key: throughput_answers(args, key, tmp) for key in args.problems}
+    count = sum(len(files) for _, files in answers.values())
     walls: dict[int, float] = {}
     for phase in ([gpus, gpus[:1]] if len(gpus) > 1 else [gpus]):
         locks = tmp / f"locks-{len(phase)}gpu"
@@ -372,7 +373,6 @@ def run_scaling(args, tmp: Path) -> None:
                 log(args.out, {"bench": "scaling", "problem": key, "gpus": phase, "since_start_s":
                                round(time.monotonic() - t0, 2), **rec})
         walls[len(phase)] = time.monotonic() - t0
-        count = sum(len(files) for _, files in answers.values())
         # busy_s: each GPU's problems' seconds (an idle GPU at the end shows as a shorter sum)
         log(args.out, {"bench": "scaling", "total": True, "gpus": phase, "problems": len(jobs), "answers": count,
                        "wall_s": round(walls[len(phase)], 2), "per_answer_s": round(walls[len(phase)] / count, 3),
