@@ -3,19 +3,28 @@
 Unlike the collect stage it does not need every job to have finished: a GPU lease can end mid-run, and what was
 measured until then is still worth recording.
 
-    python bench/h200_table.py --results results/h200 --out-dir bench/h200
+    python bench/h200_table.py --results results/h200 [--log snakemake.log] --out-dir bench/h200
 writes rows.csv (one row per evaluated model x problem, with its baselines) and spread.json (the calibration
-model's speedup against eager: its distribution is the harness's noise and bias, ideally centred on 1).
+model's speedup against eager: its distribution is the harness's noise and bias, ideally centred on 1). The eager
+time is the collect stage's (``scoring.metrics.eager_baseline``: the reference timed beside the answer); without a
+baseline file (a run with ``--until evaluate``) it is the paired reference's mean all the same. With ``--log``
+(Snakemake's output) it adds jobs.json: each finished job's rule and wall seconds, and the evaluate jobs' span.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
+import sys
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+from workflow_scripts.scoring.metrics import eager_baseline, speedup
 
 
 def load_rows(results: Path) -> pd.DataFrame:
@@ -25,7 +34,8 @@ def load_rows(results: Path) -> pd.DataFrame:
         evaluation = json.loads(path.read_text())
         key = path.stem
         baseline = baselines.get(key, {})
-        eager = baseline.get("eager_ms") if baseline.get("eager_status") == "ok" else None
+        # Without a baseline file the paired reference still gives the eager time (as if the baseline ran).
+        eager, eager_source = eager_baseline(evaluation, baseline or {"eager_status": "ok"})
         compiled = baseline.get("compile_ms") if baseline.get("compile_status") == "ok" else None
         runtime = evaluation.get("runtime_ms") if evaluation.get("status") == "correct" else None
         stats = evaluation.get("runtime_stats") or {}
@@ -34,12 +44,44 @@ def load_rows(results: Path) -> pd.DataFrame:
             "runtime_ms": runtime, "runtime_median_ms": stats.get("median"), "runtime_std_ms": stats.get("std"),
             "eager_ms": eager, "compile_ms": compiled, "compile_time_s": baseline.get("compile_time_s"),
             "eager_status": baseline.get("eager_status"), "compile_status": baseline.get("compile_status"),
-            "speedup_eager": eager / runtime if eager and runtime else None,
+            "eager_source": eager_source, "speedup_eager": speedup(eager, runtime),
             "speedup_compile": compiled / runtime if compiled and runtime else None,
             "flags": ",".join(evaluation.get("flags") or []), "error": (evaluation.get("error") or "")[:200],
             "sm_clock_mhz": (evaluation.get("fingerprint") or {}).get("sm_clock_mhz"),
         })
     return pd.DataFrame(rows)
+
+
+_STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
+
+
+def job_times(log: Path) -> dict:
+    """Each finished job's rule and wall seconds from Snakemake's output (a job starts at the stamp before its
+    ``rule <name>:`` block and ends at the stamp before ``Finished jobid: N``), and the evaluate jobs' span."""
+    stamp: datetime | None = None
+    started: dict[int, tuple[str, datetime]] = {}
+    rule: tuple[str, datetime] | None = None
+    jobs = []
+    for line in log.read_text(errors="replace").splitlines():
+        if m := _STAMP.match(line.strip()):
+            stamp = datetime.strptime(" ".join(m.group(1).split()), "%a %b %d %H:%M:%S %Y")
+        elif (m := re.match(r"^(?:local)?rule (\w+):$", line.strip())) and stamp is not None:
+            rule = (m.group(1), stamp)
+        elif (m := re.match(r"^jobid: (\d+)$", line.strip())) and rule is not None:
+            started[int(m.group(1))] = rule
+            rule = None
+        elif (m := re.match(r"^Finished jobid: (\d+)", line.strip())) and stamp is not None:
+            name, start = started.get(int(m.group(1)), ("?", stamp))
+            jobs.append({"jobid": int(m.group(1)), "rule": name, "start": start.isoformat(),
+                         "wall_s": (stamp - start).total_seconds()})
+    evaluate = [j for j in jobs if j["rule"] == "evaluate"]
+    span = None
+    if evaluate:
+        first = min(datetime.fromisoformat(j["start"]) for j in evaluate)
+        last = max(datetime.fromisoformat(j["start"]).timestamp() + j["wall_s"] for j in evaluate)
+        span = last - first.timestamp()
+    return {"finished": len(jobs), "by_rule": pd.Series([j["rule"] for j in jobs]).value_counts().to_dict(),
+            "evaluate_jobs": len(evaluate), "evaluate_span_s": span, "jobs": jobs}
 
 
 def calibration_spread(rows: pd.DataFrame) -> dict:
@@ -59,6 +101,7 @@ def calibration_spread(rows: pd.DataFrame) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=Path("results/h200"))  # config/h200.yaml's
+    parser.add_argument("--log", type=Path, help="Snakemake's output of the run (for the jobs' wall times)")
     parser.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -68,6 +111,10 @@ def main() -> None:
     (args.out_dir / "spread.json").write_text(json.dumps(spread, indent=1, sort_keys=True) + "\n")
     print(rows.drop(columns=["error"]).to_string() if len(rows) else "no rows")
     print(json.dumps(spread, indent=1))
+    if args.log is not None and args.log.is_file():
+        jobs = job_times(args.log)
+        (args.out_dir / "jobs.json").write_text(json.dumps(jobs, indent=1) + "\n")
+        print(json.dumps({k: v for k, v in jobs.items() if k != "jobs"}, indent=1))
 
 
 if __name__ == "__main__":
