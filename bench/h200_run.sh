@@ -27,10 +27,10 @@ archive() {
 }
 ( while sleep 20; do archive; done ) &
 ARCHIVER=$!
+ARGS=${PIPELINE_ARGS-"--until evaluate"}  # split into words below: --until and its rule
 SECONDS=0
-timeout "${PIPELINE_TIMEOUT:-420}" python3 -m snakemake --configfile config/h200.yaml --cores 16 \
-  --resources gpu=${GPU_JOBS:-4} gpu_mem_gb=130 mem_mb=${MEM_MB:-110000} ${PIPELINE_ARGS-"--until evaluate"} \
-  > "$OUT/snakemake.log" 2>&1
+timeout "${PIPELINE_TIMEOUT:-420}" python3 -m snakemake --configfile config/h200.yaml --cores 16 $ARGS \
+  --resources gpu=${GPU_JOBS:-4} gpu_mem_gb=130 mem_mb=${MEM_MB:-110000} > "$OUT/snakemake.log" 2>&1
 echo "pipeline: rc=$? in ${SECONDS}s"
 kill "$ARCHIVER" 2>/dev/null
 archive

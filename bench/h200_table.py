@@ -59,8 +59,9 @@ def job_times(log: Path) -> dict:
     """Each finished job's rule and wall seconds from Snakemake's output (a job starts at the stamp before its
     ``rule <name>:`` block and ends at the stamp before ``Finished jobid: N``), and the evaluate jobs' span."""
     stamp: datetime | None = None
-    started: dict[int, tuple[str, datetime]] = {}
+    started: dict[int, tuple[str, datetime, str]] = {}  # running jobs: rule, start, wildcards
     rule: tuple[str, datetime] | None = None
+    jobid = -1
     jobs = []
     for line in log.read_text(errors="replace").splitlines():
         if m := _STAMP.match(line.strip()):
@@ -68,20 +69,24 @@ def job_times(log: Path) -> dict:
         elif (m := re.match(r"^(?:local)?rule (\w+):$", line.strip())) and stamp is not None:
             rule = (m.group(1), stamp)
         elif (m := re.match(r"^jobid: (\d+)$", line.strip())) and rule is not None:
-            started[int(m.group(1))] = rule
+            jobid = int(m.group(1))
+            started[jobid] = (*rule, "")
             rule = None
+        elif (m := re.match(r"^wildcards: (.*)$", line.strip())) and jobid in started:
+            started[jobid] = (*started[jobid][:2], m.group(1))
         elif (m := re.match(r"^Finished jobid: (\d+)", line.strip())) and stamp is not None:
-            name, start = started.get(int(m.group(1)), ("?", stamp))
-            jobs.append({"jobid": int(m.group(1)), "rule": name, "start": start.isoformat(),
+            name, start, wildcards = started.pop(int(m.group(1)), ("?", stamp, ""))
+            jobs.append({"jobid": int(m.group(1)), "rule": name, "wildcards": wildcards, "start": start.isoformat(),
                          "wall_s": (stamp - start).total_seconds()})
     evaluate = [j for j in jobs if j["rule"] == "evaluate"]
+    unfinished = [{"jobid": k, "rule": r, "wildcards": w, "start": t.isoformat()} for k, (r, t, w) in started.items()]
     span = None
     if evaluate:
         first = min(datetime.fromisoformat(j["start"]) for j in evaluate)
         last = max(datetime.fromisoformat(j["start"]).timestamp() + j["wall_s"] for j in evaluate)
         span = last - first.timestamp()
     return {"finished": len(jobs), "by_rule": pd.Series([j["rule"] for j in jobs]).value_counts().to_dict(),
-            "evaluate_jobs": len(evaluate), "evaluate_span_s": span, "jobs": jobs}
+            "evaluate_jobs": len(evaluate), "evaluate_span_s": span, "unfinished": unfinished, "jobs": jobs}
 
 
 def calibration_spread(rows: pd.DataFrame) -> dict:
