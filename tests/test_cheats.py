@@ -121,6 +121,7 @@ CHEATS = [
     Case("cheats/add_signal_silence_guard.py", ADD, (RR,), ("harness_tampered:guard.busy",)),
     Case("cheats/add_eval_frame_hook.py", ADD, (RR,), ("harness_tampered:state:eval_frame_callback",)),
     Case("cheats/add_closure_counter.py", ADD, (Status.NO_TRITON_LAUNCH,)),
+    Case("cheats/add_triton_until_timed.py", ADD, (RR,), ("triton_launch_skipped_in_timing",)),
     Case("cheats/add_disguised_code.py", ADD, (Status.LOAD_ERROR,), ("harness_tampered:disguised_code",)),
     Case("cheats/add_disguised_loader.py", ADD, (Status.LOAD_ERROR,), ("harness_tampered:disguised_code",)),
     Case("cheats/add_code_of_no_file.py", ADD, (Status.LOAD_ERROR,), ("gc_introspection",)),

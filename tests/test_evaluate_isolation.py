@@ -266,6 +266,22 @@ def test_a_batch_of_children_gives_each_answer_its_own_verdict(child_pids: list[
                for pid in child_pids)
 
 
+def test_answers_with_their_own_require_triton_share_one_reference_side(tmp_path: Path) -> None:
+    # The calibration model's reference code is exempt from require_triton, the models' answers are not: one call
+    # judges them all against one reference side, each under its own setting (a second call per setting built the
+    # problem's inputs and reference outputs twice: 30-40 s more per multi-GB problem on the H200).
+    reference = tmp_path / "reference.py"
+    reference.write_text(rename_reference_model(ADD.read_text()))
+    answers = [ANS / "honest/add_triton.py", reference, reference]
+    cfg = EvalConfig(device="cpu", timing_trials=2, run_static=False)
+    results = evaluate_answers(ADD, answers, cfg, require_triton=[True, False, True])
+    assert [r.status for r in results] == [Status.CORRECT.value, Status.CORRECT.value, Status.NO_TRITON_LAUNCH.value]
+    assert [r.protocol["require_triton"] for r in results] == [True, False, True]
+    assert {r.phases_s["answers_judged_together"] for r in results} == {3.0}
+    with pytest.raises(ValueError, match="2 values for 3 answers"):
+        evaluate_answers(ADD, answers, cfg, require_triton=[True, False])
+
+
 def test_the_first_batch_starts_while_the_problem_is_prepared(child_pids: list[int],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     # The input size is probed on hosts with cores for it (every GPU host; this CPU host may have two): then the
@@ -325,7 +341,7 @@ def test_answer_processes_create_their_device_context_one_at_a_time_and_never_du
     evaluator = answer_module.ProblemEvaluator(ADD, cfg, None)
     try:
         evaluator.prepare(len(answers))
-        results = evaluator.evaluate([(a, answer_module._static(a, cfg)) for a in answers])
+        results = evaluator.evaluate([(a, answer_module._static(a, cfg), cfg) for a in answers])
         history = list(evaluator.gate.history)
     finally:
         evaluator.close()

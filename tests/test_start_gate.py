@@ -20,7 +20,7 @@ def _answer_process(tmp_path: Path, n: int) -> ChildProcess:
     work = tmp_path / f"answer{n}"
     work.mkdir()
     init = {"answer": "answer.py", "seed": 42, "tf32": "pytorch_default",
-            "timing": TimingProtocol.for_device("cpu").to_dict(), "require_triton": True, "cast_integers": False,
+            "timing": TimingProtocol.for_device("cpu").to_dict(), "cast_integers": False,
             "start_gate": True}
     child = ChildProcess("answer", work, tmp_path / "logs" / f"answer{n}", "cpu", init, isolation="none",
                          areas_later=True)

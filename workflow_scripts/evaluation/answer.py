@@ -495,6 +495,10 @@ class _Evaluation:
                     self.error = self.error or f"timed call: {checks.detail}"
                 if checks.unconfirmed(cfg.device):
                     self.flag("timing_unconfirmed")
+                if cfg.require_triton and any(n == 0 for n in per_call or []):
+                    # Decided here, from the launches the child counted per timed call: Triton in the checked calls
+                    # and none in some timed one.
+                    self.flag("triton_launch_skipped_in_timing")
                 self.runtime_stats = timing.stats(raw.trials_ms)
                 if self.runtime_stats is None:
                     raise ProtocolError("timing without usable trials")
@@ -967,8 +971,7 @@ class ProblemEvaluator:
             # Triton's driver stub as the first child built it before any answer ran: not rebuilt by gcc each time.
             shutil.copytree(self.triton_template, work / ".triton")
         init = {"answer": "answer.py", "seed": cfg.seed, "tf32": cfg.tf32, "timing": cfg.timing_protocol().to_dict(),
-                "require_triton": cfg.require_triton, "cast_integers": cfg.integer_inputs == "cast",
-                "start_gate": True}
+                "cast_integers": cfg.integer_inputs == "cast", "start_gate": True}
         child = ChildProcess("answer", work, self.base / "logs" / f"answer{self._count}", cfg.device, init,
                              gpu=self.gpu, isolation=cfg.isolation, bwrap=cfg.bwrap, limits=cfg.limits(),
                              memory_cap_mode=cfg.memory_cap, extra_env=cfg.cpu_thread_env(), areas_later=True,
@@ -1045,19 +1048,19 @@ class ProblemEvaluator:
             if home is not None:
                 publish_triton_template(template, home)
 
-    def evaluate(self, answers: list[tuple[Path, _Static]]) -> list[EvalResult]:
-        """Verdicts for answers that passed static analysis, in order."""
-        cfg = self.cfg
+    def evaluate(self, answers: list[tuple[Path, _Static, EvalConfig]]) -> list[EvalResult]:
+        """Verdicts for answers that passed static analysis, in order, each under its own configuration (the
+        problem's, with that answer's ``require_triton``: ``evaluate_answers``)."""
         results: list[EvalResult] = []
         if self.reference is None:
-            for _, static in answers:
+            for _, static, cfg in answers:
                 results.append(_result(cfg, Status.REFERENCE_ERROR, None, self.reference_error, static, self.phases))
             return results
         batch = self.batch_size()
         self.phases["children_batch"] = float(batch)
         self.phases["answers_judged_together"] = float(len(answers))  # against this one reference side
         started, self._early = self._early, deque()
-        for k, (path, static) in enumerate(answers):
+        for k, (path, static, cfg) in enumerate(answers):
             t_answer = time.monotonic()
             if not started:
                 started.extend(self.start_slot() for _ in range(min(batch, len(answers) - k)))
@@ -1179,19 +1182,26 @@ def _static(path: Path, cfg: EvalConfig) -> _Static:
     return _Static(*run_static_analysis(code)) if cfg.run_static else _Static(None, [], None, None)
 
 
-def evaluate_answers(problem_path: Path, answer_paths: list[Path], config: EvalConfig | None = None) -> list[EvalResult]:
+def evaluate_answers(problem_path: Path, answer_paths: list[Path], config: EvalConfig | None = None,
+                     require_triton: list[bool] | None = None) -> list[EvalResult]:
     """Evaluate every answer to one problem: static analysis first (a rejection or a syntax error runs nothing),
-    then one trusted reference side for the problem and one fresh child per answer."""
+    then one trusted reference side for the problem and one fresh child per answer. ``require_triton`` holds each
+    answer's own setting (the calibration model's reference code is exempt, every model's answer is judged against
+    the one reference side); None: the configuration's, for every answer."""
     cfg = config or EvalConfig()
+    if require_triton is not None and len(require_triton) != len(answer_paths):
+        raise ValueError(f"require_triton has {len(require_triton)} values for {len(answer_paths)} answers")
+    configs = ([cfg] * len(answer_paths) if require_triton is None
+               else [dataclasses.replace(cfg, require_triton=bool(r)) for r in require_triton])
     t0 = time.monotonic()
     statics = [_static(Path(p), cfg) for p in answer_paths]
     results: list[EvalResult | None] = [None] * len(answer_paths)
     runnable = []
     for i, st in enumerate(statics):
         if st.reject is not None and cfg.reject_cheats:
-            results[i] = _result(cfg, Status.REJECTED_STATIC, None, st.reject, st, {})
+            results[i] = _result(configs[i], Status.REJECTED_STATIC, None, st.reject, st, {})
         elif st.syntax is not None:
-            results[i] = _result(cfg, Status.LOAD_ERROR, None, f"syntax error: {st.syntax}", st, {})
+            results[i] = _result(configs[i], Status.LOAD_ERROR, None, f"syntax error: {st.syntax}", st, {})
         else:
             runnable.append(i)
     if runnable:
@@ -1200,7 +1210,7 @@ def evaluate_answers(problem_path: Path, answer_paths: list[Path], config: EvalC
             evaluator = ProblemEvaluator(Path(problem_path), cfg, lease)
             try:
                 evaluator.prepare(len(runnable))
-                judged = evaluator.evaluate([(Path(answer_paths[i]), statics[i]) for i in runnable])
+                judged = evaluator.evaluate([(Path(answer_paths[i]), statics[i], configs[i]) for i in runnable])
             finally:
                 t_close = time.monotonic()
                 evaluator.close()

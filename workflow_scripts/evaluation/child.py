@@ -343,7 +343,6 @@ def _run_answer(c: _Child, init: dict[str, Any]) -> None:
     c.receive_areas()  # before the monitors: the areas' socket is the harness's own
     torch = c.torch
     sender = c.sender
-    require_triton = bool(init.get("require_triton", True))
     launch = LaunchCounter()
     env = os.environ
     guard = Guard(sender, init["workdir"], _inbox_path(init, init["answer"]), allowed_spawn_pkgs=("triton",),
@@ -420,7 +419,7 @@ def _run_answer(c: _Child, init: dict[str, Any]) -> None:
     check_tamper()
     sender.send({"type": "loaded", "flags": flags})
     try:
-        _answer_loop(c, model, launch, guard, flag, flags, check_tamper, require_triton, threads_before)
+        _answer_loop(c, model, launch, guard, flag, flags, check_tamper, threads_before)
     except Exception:  # noqa: BLE001 - the harness choked on something the answer produced
         check_tamper()
         sender.send({"type": "runtime_error", "index": None, "kind": "harness", "error": _fmt_exc(), "flags": flags})
@@ -429,7 +428,7 @@ def _run_answer(c: _Child, init: dict[str, Any]) -> None:
 
 def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
                  flag: Callable[[str], None], flags: list[str], check_tamper: Callable[[], None],
-                 require_triton: bool, threads_before: set[Any]) -> None:
+                 threads_before: set[Any]) -> None:
     import threading
 
     torch = c.torch
@@ -586,8 +585,6 @@ def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
                 launch.bare = False
             if mutated(timing_inputs, timing_snapshot):
                 flag("inputs_mutated")
-            if require_triton and per_call and min(per_call) == 0:
-                flag("triton_launch_skipped_in_timing")
             check_tamper()
             sender.send({"type": "timing", "raw": raw.to_dict(), "launches_per_call": per_call, "flags": flags})
         elif name == "post_timing":

@@ -156,7 +156,8 @@ def _answer(model: str, row: dict[str, Any], out: Path, config: EvalConfig, prob
 def _evaluate_missing(answers: list[Answer], args: argparse.Namespace, config: EvalConfig,
                       code: str) -> dict[Any, dict]:
     """Results for the distinct answers the store does not hold yet: those with code through one trusted reference
-    side per run setting (all at once), those without code by their failed verdict."""
+    side (all at once: each answer's own ``require_triton``, the one setting that differs between models, goes
+    with it), those without code by their failed verdict."""
     store = Store(args.store)
     missing: dict[Any, Answer] = {}
     for answer in answers:
@@ -169,20 +170,18 @@ def _evaluate_missing(answers: list[Answer], args: argparse.Namespace, config: E
             results[key] = failed_without_running(answer.row, config.device)
         else:
             runnable[key] = answer
-    # One call per run setting (require_triton differs per model kind: the first half of an answer's key); the answer
-    # files live outside the children's working directories, which copy what they load.
-    by_config: dict[str, list[Any]] = {}
-    for key in runnable:
-        by_config.setdefault(key[0], []).append(key)
+    if not runnable:
+        return results
+    # The answer files live outside the children's working directories, which copy what they load.
     with tempfile.TemporaryDirectory(prefix="answers-") as tmp:
-        files = {}
-        for number, (key, answer) in enumerate(runnable.items()):
-            files[key] = Path(tmp) / f"answer{number}" / "answer.py"
-            files[key].parent.mkdir()
-            files[key].write_text(answer.row["code"], encoding="utf-8")
-        for keys in by_config.values():
-            judged = evaluate_answers(args.problem, [files[key] for key in keys], runnable[keys[0]].config)
-            results.update((key, result.to_dict()) for key, result in zip(keys, judged, strict=True))
+        files = []
+        for number, answer in enumerate(runnable.values()):
+            files.append(Path(tmp) / f"answer{number}" / "answer.py")
+            files[-1].parent.mkdir()
+            files[-1].write_text(answer.row["code"], encoding="utf-8")
+        judged = evaluate_answers(args.problem, files, config,
+                                  require_triton=[answer.config.require_triton for answer in runnable.values()])
+        results.update((key, result.to_dict()) for key, result in zip(runnable, judged, strict=True))
     return results
 
 
