@@ -8,7 +8,9 @@
 #        not the torch.compile baselines; "" for the whole DAG), GPU_JOBS (--resources gpu=, default 4: evaluate
 #        jobs preparing at once on one GPU, each times alone under the GPU lock), MEM_MB (default 110000)
 # Before: `make wheelhouse`, then `rm wheelhouse/numpy-*` (the image's numpy is used; the device's carry limit is
-# 64 MiB), and a KernelBench checkout in .kb/. Carry: wheelhouse, .kb (and results/h200 to resume a cut-off run).
+# 64 MiB), and a KernelBench checkout in .kb/. Carry: wheelhouse, .kb. The archive holds the results folder without
+# its store (results.tgz: every evaluation JSON, the jobs' logs): a cut-off run is finished by a run that names the
+# missing outputs as targets (PIPELINE_ARGS), not resumed from it.
 set -uo pipefail
 OUT=${OUT:-/tmp/h200-out}
 mkdir -p "$OUT"
@@ -21,9 +23,10 @@ python3 -c "import sys, torch, triton, numpy, pandas, pyarrow, snakemake; print(
 md5sum workflow_scripts/evaluation/*.py workflow_scripts/stages/evaluate.py rules/*.smk >> "$OUT/pipeline_gpu.txt"
 cat "$OUT/pipeline_gpu.txt" | head -3
 
-archive() {
-  tar czf "$OUT/results.tgz.part" --exclude=results/h200/.store results/h200 2>/dev/null \
-    && mv "$OUT/results.tgz.part" "$OUT/results.tgz"
+archive() {  # each archive under its own name until whole; tar's status 1 (a log grew while read) still archives
+  local part="$OUT/results.tgz.$BASHPID"
+  tar czf "$part" --exclude=results/h200/.store --exclude=results/h200/.locks results/h200 2>/dev/null
+  if [ $? -le 1 ]; then mv "$part" "$OUT/results.tgz"; else rm -f "$part"; fi
 }
 ( while sleep 20; do archive; done ) &
 ARCHIVER=$!
@@ -33,6 +36,7 @@ timeout "${PIPELINE_TIMEOUT:-420}" python3 -m snakemake --configfile config/h200
   --resources gpu=${GPU_JOBS:-4} gpu_mem_gb=130 mem_mb=${MEM_MB:-110000} > "$OUT/snakemake.log" 2>&1
 echo "pipeline: rc=$? in ${SECONDS}s"
 kill "$ARCHIVER" 2>/dev/null
-archive
+archive  # a periodic tar still running writes only its own part file, removed here
+rm -f "$OUT"/results.tgz.[0-9]*
 python3 bench/h200_table.py --results results/h200 --log "$OUT/snakemake.log" --out-dir "$OUT" > "$OUT/table.txt" 2>&1
 tail -30 "$OUT/table.txt"

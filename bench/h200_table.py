@@ -57,36 +57,46 @@ _STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
 
 def job_times(log: Path) -> dict:
     """Each finished job's rule and wall seconds from Snakemake's output (a job starts at the stamp before its
-    ``rule <name>:`` block and ends at the stamp before ``Finished jobid: N``), and the evaluate jobs' span."""
+    ``rule <name>:`` block and ends at the stamp before ``Finished jobid: N``), the evaluate jobs' span, the jobs
+    that failed (the stamp before ``Error in rule``: an error of their own, or the run's timeout killing them) and
+    those still running when the log ends."""
     stamp: datetime | None = None
     started: dict[int, tuple[str, datetime, str]] = {}  # running jobs: rule, start, wildcards
-    rule: tuple[str, datetime] | None = None
+    block: tuple[str, datetime] | None = None  # the rule and stamp of a job block whose jobid comes next
+    failing = False  # that block is an ``Error in rule`` one
     jobid = -1
-    jobs = []
-    for line in log.read_text(errors="replace").splitlines():
-        if m := _STAMP.match(line.strip()):
+    jobs, failed = [], []
+    for raw in log.read_text(errors="replace").splitlines():
+        line = raw.strip()
+        if m := _STAMP.match(line):
             stamp = datetime.strptime(" ".join(m.group(1).split()), "%a %b %d %H:%M:%S %Y")
-        elif (m := re.match(r"^(?:local)?rule (\w+):$", line.strip())) and stamp is not None:
-            rule = (m.group(1), stamp)
-        elif (m := re.match(r"^jobid: (\d+)$", line.strip())) and rule is not None:
+        elif (m := re.match(r"^(Error in )?(?:local)?rule (\w+):$", line)) and stamp is not None:
+            block, failing = (m.group(2), stamp), bool(m.group(1))
+        elif (m := re.match(r"^jobid: (\d+)$", line)) and block is not None:
             jobid = int(m.group(1))
-            started[jobid] = (*rule, "")
-            rule = None
-        elif (m := re.match(r"^wildcards: (.*)$", line.strip())) and jobid in started:
+            if failing:
+                name, start, wildcards = started.pop(jobid, (block[0], block[1], ""))
+                failed.append({"jobid": jobid, "rule": name, "wildcards": wildcards, "start": start.isoformat(),
+                               "failed_after_s": (block[1] - start).total_seconds()})
+            else:
+                started[jobid] = (*block, "")
+            block = None
+        elif (m := re.match(r"^wildcards: (.*)$", line)) and jobid in started:
             started[jobid] = (*started[jobid][:2], m.group(1))
-        elif (m := re.match(r"^Finished jobid: (\d+)", line.strip())) and stamp is not None:
-            name, start, wildcards = started.pop(int(m.group(1)), ("?", stamp, ""))
+        elif (m := re.match(r"^Finished jobid: (\d+) \(Rule: (\w+)\)", line)) and stamp is not None:
+            name, start, wildcards = started.pop(int(m.group(1)), (m.group(2), stamp, ""))
             jobs.append({"jobid": int(m.group(1)), "rule": name, "wildcards": wildcards, "start": start.isoformat(),
                          "wall_s": (stamp - start).total_seconds()})
     evaluate = [j for j in jobs if j["rule"] == "evaluate"]
-    unfinished = [{"jobid": k, "rule": r, "wildcards": w, "start": t.isoformat()} for k, (r, t, w) in started.items()]
+    running = [{"jobid": k, "rule": r, "wildcards": w, "start": t.isoformat()} for k, (r, t, w) in started.items()]
     span = None
     if evaluate:
         first = min(datetime.fromisoformat(j["start"]) for j in evaluate)
         last = max(datetime.fromisoformat(j["start"]).timestamp() + j["wall_s"] for j in evaluate)
         span = last - first.timestamp()
     return {"finished": len(jobs), "by_rule": pd.Series([j["rule"] for j in jobs]).value_counts().to_dict(),
-            "evaluate_jobs": len(evaluate), "evaluate_span_s": span, "unfinished": unfinished, "jobs": jobs}
+            "evaluate_jobs": len(evaluate), "evaluate_span_s": span, "failed": failed, "running": running,
+            "jobs": jobs}
 
 
 def calibration_spread(rows: pd.DataFrame) -> dict:

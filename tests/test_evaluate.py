@@ -262,6 +262,17 @@ def test_channel_malformed_authenticated_headers_are_the_senders_fault(header: b
     os.close(r), os.close(w)
 
 
+@pytest.mark.parametrize("report", [None, "3", [1, 1], [1, 1, 1, 1], [1, True, 1], [1, -1, 1], [1, 1.0, 1]])
+def test_a_block_reports_one_launch_count_per_call_or_the_message_is_forged(report: object) -> None:
+    """The trusted side decides triton_launch_skipped_in_timing from these counts: a report that is not one
+    non-negative integer per call (warm-up, discarded and timed) is the answer's failure, not "no zero seen"."""
+    from workflow_scripts.evaluation.answer import _launch_counts
+
+    assert _launch_counts([2, 0, 1], 3) == [2, 0, 1]
+    with pytest.raises(ProtocolError, match="launches_per_call is not 3 counts"):
+        _launch_counts(report, 3)
+
+
 def test_channel_refuses_an_oversized_header_before_reading_it() -> None:
     from workflow_scripts.evaluation.channel import MAGIC, MAX_HEADER
 

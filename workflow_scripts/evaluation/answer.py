@@ -279,6 +279,16 @@ def _raw_times(raw: Any) -> timing.RawTimes:
     return timing.RawTimes(**values)
 
 
+def _launch_counts(report: Any, calls: int) -> list[int]:
+    """A timing block's Triton launches per call (warm-up, discarded and timed calls, in order) as the answer's
+    process counted them: anything but one count per call is a forged message. The trusted side judges them
+    (``triton_launch_skipped_in_timing``)."""
+    counts = [_int(x) for x in report] if isinstance(report, list) else []
+    if len(counts) != calls or any(n is None for n in counts):
+        raise ProtocolError(f"timing: launches_per_call is not {calls} counts")
+    return [n for n in counts if n is not None]
+
+
 def _text(x: Any, limit: int = 6000) -> str | None:
     return None if x is None else str(x)[:limit]
 
@@ -495,7 +505,7 @@ class _Evaluation:
                     self.error = self.error or f"timed call: {checks.detail}"
                 if checks.unconfirmed(cfg.device):
                     self.flag("timing_unconfirmed")
-                if cfg.require_triton and any(n == 0 for n in per_call or []):
+                if cfg.require_triton and 0 in (per_call or []):
                     # Decided here, from the launches the child counted per timed call: Triton in the checked calls
                     # and none in some timed one.
                     self.flag("triton_launch_skipped_in_timing")
@@ -557,7 +567,7 @@ class _Evaluation:
             self.failure = Status.CRASH
             self.error = f"result channel: {e}"
 
-    def _time_paired(self, ans: ChildProcess) -> tuple[Message, timing.RawTimes, list[int | None] | None]:
+    def _time_paired(self, ans: ChildProcess) -> tuple[Message, timing.RawTimes, list[int] | None]:
         """The answer's timing, in blocks alternating with the eager reference's on the same inputs
         (``timing.paired_blocks``, ABBA order). Returns the answer's last message (``timing`` or its error), its raw
         numbers merged over the blocks and its launches per call; the reference's go to ``paired_reference``."""
@@ -569,7 +579,7 @@ class _Evaluation:
         reference_ms = self.reference_ms() or 0.0
         answer_parts: list[timing.RawTimes] = []
         reference_parts: list[timing.RawTimes] = []
-        per_call: list[int | None] = []
+        per_call: list[int] = []
         tm: Message | None = None
         calls = sum(b.discard_first + b.trials for b in blocks)
         self.timed_checks = TimedChecks.choose(calls, ref.output_capacity(), ref.timing_trial is not None)
@@ -598,8 +608,7 @@ class _Evaluation:
                 if len(part.trials_ms) != block.trials:
                     raise ProtocolError(f"{len(part.trials_ms)} timed trials in a block of {block.trials}")
                 answer_parts.append(part)
-                lpc = tm.header.get("launches_per_call")
-                per_call += [_int(x) for x in lpc] if isinstance(lpc, list) else [None]
+                per_call += _launch_counts(tm.header.get("launches_per_call"), calls)
         assert tm is not None
         if reference_parts:
             merged = timing.merge_raw(reference_parts)
