@@ -506,8 +506,8 @@ class _Evaluation:
                 if checks.unconfirmed(cfg.device):
                     self.flag("timing_unconfirmed")
                 if cfg.require_triton and 0 in (per_call or []):
-                    # Decided here, from the launches the child counted per timed call: Triton in the checked calls
-                    # and none in some timed one.
+                    # Decided here, from the launches the child counted per call of its timing (warm-up and timed):
+                    # Triton in every correctness call (else it would not be timed) and none in one of these.
                     self.flag("triton_launch_skipped_in_timing")
                 self.runtime_stats = timing.stats(raw.trials_ms)
                 if self.runtime_stats is None:
