@@ -45,7 +45,7 @@ def load_rows(results: Path) -> pd.DataFrame:
             "eager_ms": eager, "compile_ms": compiled, "compile_time_s": baseline.get("compile_time_s"),
             "eager_status": baseline.get("eager_status"), "compile_status": baseline.get("compile_status"),
             "eager_source": eager_source, "speedup_eager": speedup(eager, runtime),
-            "speedup_compile": compiled / runtime if compiled and runtime else None,
+            "speedup_compile": speedup(compiled, runtime),
             "flags": ",".join(evaluation.get("flags") or []), "error": (evaluation.get("error") or "")[:200],
             "sm_clock_mhz": (evaluation.get("fingerprint") or {}).get("sm_clock_mhz"),
         })
