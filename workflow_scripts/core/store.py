@@ -56,8 +56,33 @@ UNHASHED_SUBPACKAGES = frozenset({"devtools"})
 FICLONE = getattr(fcntl, "FICLONE", 0x40049409)
 
 
+# Calls that import a module named by a value: the key builder cannot follow them (see _refuse_string_import).
+IMPORT_CALLS = frozenset({"import_module", "__import__"})
+
+
+class StringImport(ValueError):
+    """A package module imported by name at run time (``importlib.import_module("workflow_scripts...")``): the code
+    version could not follow it, so a change to that module would leave stored results in place."""
+
+
+def _refuse_string_import(node: ast.Call, path: Path) -> None:
+    """Fail loudly on ``import_module``/``__import__`` of the package, or of a name the source does not spell out;
+    a literal third-party name (``import_module("triton")``) is no part of the package and passes."""
+    name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+    if name not in IMPORT_CALLS:
+        return
+    target = node.args[0] if node.args else None
+    if isinstance(target, ast.Constant) and isinstance(target.value, str) and target.value.split(".")[0] != PACKAGE:
+        return
+    raise StringImport(
+        f"{path}:{node.lineno}: {name}({ast.unparse(target) if target is not None else ''}) imports a module by "
+        f"name, which the store's code version cannot follow; import it with an import statement"
+    )
+
+
 def _imported_modules(path: Path) -> set[str]:
-    """Every workflow_scripts module a source file imports, anywhere in it (lazy imports inside functions too)."""
+    """Every workflow_scripts module a source file imports, anywhere in it (lazy imports inside functions too). An
+    import by name at run time is refused (``StringImport``): every import that can decide a result is followed."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -65,6 +90,8 @@ def _imported_modules(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
             found.update(f"{node.module}.{alias.name}" for alias in node.names)  # `from pkg import module`
+        elif isinstance(node, ast.Call):
+            _refuse_string_import(node, path)
     return {name for name in found if name == PACKAGE or name.startswith(PACKAGE + ".")}
 
 

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import importlib.metadata
 import os
 import secrets
@@ -57,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from workflow_scripts.analysis.static import analyze_source
 from workflow_scripts.core.records import TIMING_MODES
 from workflow_scripts.core.statuses import Status, is_compiled, is_integrity_flag
 from workflow_scripts.evaluation import environment, gpu_lock, timing
@@ -218,27 +218,18 @@ class EvalResult:
 
 
 def run_static_analysis(code: str) -> tuple[dict[str, Any] | None, list[str], str | None, str | None]:
-    """(report, flags, reject_message, syntax_error) from ``static_analysis.analyze_source`` if it exists."""
+    """(report, flags, reject_message, syntax_error) from ``analysis.static.analyze_source``."""
     try:
-        sa = importlib.import_module("workflow_scripts.analysis.static")
-    except ImportError:
-        return None, [], None, None
-    analyze = getattr(sa, "analyze_source", None)
-    if analyze is None:
-        return None, [], None, None
-    try:
-        rep = analyze(code)
-        d = rep.to_dict() if hasattr(rep, "to_dict") else dataclasses.asdict(rep)
-    except Exception as e:  # noqa: BLE001 - a broken analyzer must not stop evaluations
+        report = analyze_source(code).to_dict()
+    except Exception as e:  # noqa: BLE001 - an analyser bug on odd code must not cost the answer its verdict
         return None, [f"static_analysis_error:{type(e).__name__}"], None, None
     flags, reject = [], None
-    for f in d.get("findings") or []:
-        code_ = str(f.get("code", "unknown"))
-        flags.append(f"static:{code_}")
-        if f.get("severity") == "reject" and reject is None:
-            reject = f"static analysis: {code_} (line {f.get('line')}): {f.get('message', '')}"
-    syntax = d.get("syntax_error") if d.get("parses") is False else None
-    return d, flags, reject, syntax
+    for finding in report["findings"]:
+        flags.append(f"static:{finding['code']}")
+        if finding["severity"] == "reject" and reject is None:
+            reject = f"static analysis: {finding['code']} (line {finding['line']}): {finding['message']}"
+    syntax = report["syntax_error"] if not report["parses"] else None
+    return report, flags, reject, syntax
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -244,7 +244,7 @@ class _Child:
 
     def process(self, x: Any) -> Any:
         # KernelBench casts every input tensor to fp32; we cast only floating ones (integer targets stay integer)
-        # unless the run casts integers too (EvalConfig.integer_inputs="cast"; reference.as_input).
+        # unless the run casts integers too (EvalConfig.integer_inputs="cast"; suite.problem_module.as_input).
         if self._isinstance(x, self.Tensor):
             if x.is_floating_point() or self.cast_integers:
                 x = self.to(x, dtype=self.torch.float32)

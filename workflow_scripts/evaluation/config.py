@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from workflow_scripts.evaluation import environment, gpu_lock, timing
-from workflow_scripts.evaluation.protocol import KERNELBENCH_SEED
 from workflow_scripts.evaluation.memory_cap import MODES as MEMORY_CAP_MODES
 from workflow_scripts.evaluation.sandbox import ISOLATION_MODES, Limits
+from workflow_scripts.suite.problem_module import KERNELBENCH_SEED
 
 
 @dataclass

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflow_scripts.core.statuses import Status, is_integrity_flag
+from workflow_scripts.suite.problem_module import KERNELBENCH_SEED
 
 # Timed calls whose outputs the trusted side checks: all of them while their outputs add up to at most this many
 # bytes, else a secret sample of that many bytes' worth, and always at least one call per answer.
@@ -98,7 +99,6 @@ class TimedChecks:
                 "unconfirmed": self.unconfirmed(device),
                 "observed_ms": self.observed_ms, "reported_ms": self.reported_ms}
 
-KERNELBENCH_SEED = 42
 SEED_DERIVATION = ("torch.manual_seed(seed); [torch.randint(0, 2**32 - 1, (1,)).item() for _ in range(n)] "
                    "(KernelBench run_and_check_correctness)")
 

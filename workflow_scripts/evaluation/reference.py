@@ -20,7 +20,6 @@ processes, one problem per process.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import os
 import secrets
@@ -36,6 +35,7 @@ from typing import Any, Iterator
 from workflow_scripts.evaluation import environment, timing
 from workflow_scripts.evaluation.protocol import compare_outputs
 from workflow_scripts.evaluation.transport import Area, Slot, TransportError, aligned, tensor_bytes, torch_dtype
+from workflow_scripts.suite.problem_module import as_input, load_problem
 
 # Seeded reference outputs stay on the GPU while they take at most this share of its memory; beyond it they wait
 # on the host and are copied over for each comparison.
@@ -518,19 +518,6 @@ def input_bytes_on_meta(problem: Any, device_kind: str, cast_integers: bool = Fa
     return None
 
 
-def as_input(x: Any, device: Any, cast_integers: bool = False) -> Any:
-    """An input as the protocol passes it: KernelBench casts every input tensor to float32; we cast only floating
-    ones (integer targets stay integer) unless ``cast_integers`` (EvalConfig.integer_inputs="cast", KernelBench's
-    way), and move tensors to ``device``."""
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        if x.is_floating_point() or cast_integers:
-            x = x.to(dtype=torch.float32)
-        return x.to(device=device)
-    return x
-
-
 def available_memory() -> int:
     """Host bytes this process may still take: the host's ``MemAvailable``, bounded by what its memory cgroups
     allow (``memory_cap.cgroup_headroom``: a Slurm job's limit, a container's)."""
@@ -561,17 +548,6 @@ def bind_gpu(gpu: str | None) -> None:
         return
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     os.environ["CUDA_VISIBLE_DEVICES"] = wanted
-
-
-def load_problem(path: Path | str) -> Any:
-    name = f"kb_problem_{abs(hash(str(path))):x}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _describe(e: BaseException, what: str) -> str:

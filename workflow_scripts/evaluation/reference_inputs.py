@@ -16,8 +16,8 @@ def main() -> None:
     job = json.loads(sys.argv[1])
     import torch
 
-    from workflow_scripts.evaluation.reference import as_input, load_problem
     from workflow_scripts.evaluation.transport import Area
+    from workflow_scripts.suite.problem_module import as_input, load_problem
 
     problem = load_problem(job["problem"])
     torch.manual_seed(int(job["seed"]))

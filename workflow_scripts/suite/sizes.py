@@ -3,7 +3,7 @@ device (shapes and dtypes only), so a level-1 problem with 16 GiB of inputs is s
 with no GPU and little memory.
 
 The sizes are those of the tensors the evaluation holds (``evaluation.reference``): each input as the protocol
-passes it (floating tensors cast to float32, ``reference.as_input``), the model moved to float32 as KernelBench
+passes it (floating tensors cast to float32, ``problem_module.as_input``), the model moved to float32 as KernelBench
 moves it, and its outputs on those inputs. They feed the scheduling estimate (``evaluation.resources``).
 
 A problem the meta device cannot build (an op without a meta kernel, a data-dependent shape, an input that is
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.evaluation.protocol import KERNELBENCH_SEED
+from workflow_scripts.suite.problem_module import KERNELBENCH_SEED, as_input, load_problem
 
 # Values that hold no tensor memory: counted as 0 bytes (init inputs are mostly ints; some outputs are scalars).
 _PLAIN = (int, float, bool, complex, str, bytes, type(None))
@@ -64,8 +64,6 @@ def problem_sizes(path: Path | str, seed: int = KERNELBENCH_SEED) -> ProblemSize
         import torch
     except ImportError:
         return ProblemSizes.failed("torch is not installed in this environment")
-    from workflow_scripts.evaluation.reference import as_input, load_problem
-
     what = "loading the problem"
     try:
         problem = load_problem(path)
