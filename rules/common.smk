@@ -12,6 +12,7 @@ from snakemake.utils import min_version, validate
 
 from workflow_scripts.core.configuration import ConfigError, check_yaml_syntax, location, schema_error, store_dir
 from workflow_scripts.core.layout import ResultsLayout
+from workflow_scripts.evaluation.config import fill_protocol_defaults
 from workflow_scripts.evaluation.environment import live_facts
 from workflow_scripts.evaluation.resources import job_memory
 from workflow_scripts.generation.replay import cached_folder_problems
@@ -45,6 +46,9 @@ _schema_problem = schema_error(config, Path(workflow.basedir, "schemas", "config
 if _schema_problem:
     raise WorkflowError(_schema_problem)
 validate(config, schema="../schemas/config.schema.yaml")  # fills in the schema's defaults
+# The protocol's numbers come from the run configurations (workflow_scripts/evaluation/config.py, their one home):
+# every evaluation and baselines key left out is filled in from there, for the rules, the report and summary.json.
+fill_protocol_defaults(config, Path(workflow.basedir, "schemas", "config.schema.yaml"))
 
 LAYOUT = ResultsLayout(config["results_dir"])
 STORE = store_dir(config)  # `store`, else <results_dir>/.store

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.evaluation.answer import EvalConfig, EvalResult, evaluate_answer, run_static_analysis
+from workflow_scripts.evaluation.answer import EvalConfig, EvalResult, evaluate_answer
+from workflow_scripts.evaluation.verdict import run_static_analysis
 from workflow_scripts.core.statuses import Status
 
 HERE = Path(__file__).resolve().parent / "cheats"

@@ -187,9 +187,9 @@ def test_stats() -> None:
 
 
 def test_timing_protocol_defaults() -> None:
-    g = timing.TimingProtocol.for_device("cuda")
+    g = EvalConfig(device="cuda").timing_protocol()
     assert (g.warmup, g.trials, g.discard_first, g.l2_flush_mib, g.no_grad) == (3, 100, 1, 256, True)
-    c = timing.TimingProtocol.for_device("cpu")
+    c = EvalConfig(device="cpu").timing_protocol()
     assert (c.warmup, c.trials) == (1, 10)
     assert EvalConfig(device="cpu", timing_trials=4).timing_protocol().trials == 4
 
@@ -206,7 +206,7 @@ def test_cpu_clock_discards_and_scrubs() -> None:
         timing.scrub(out)
         assert torch.isnan(out).all()
 
-    raw = clock.time_callable(fn, [torch.ones(3)], timing.TimingProtocol(warmup=2, trials=4, discard_first=1), after)
+    raw = clock.time_callable(fn, [torch.ones(3)], timing.TimingProtocol(warmup=2, trials=4, discard_first=1, l2_flush_mib=256, launch_headroom_us=0.0), after)
     assert len(raw.trials_ms) == 4 and len(raw.discarded_ms) == 1 and len(raw.warmup_ms) == 2
     assert [phase for phase, _ in seen] == ["warmup"] * 2 + ["trial"] * 5
     # the hook gets each trial's own time (the answer's child reports it to the trusted side), none for a warm-up
@@ -266,11 +266,11 @@ def test_channel_malformed_authenticated_headers_are_the_senders_fault(header: b
 def test_a_block_reports_one_launch_count_per_call_or_the_message_is_forged(report: object) -> None:
     """The trusted side decides triton_launch_skipped_in_timing from these counts: a report that is not one
     non-negative integer per call (warm-up, discarded and timed) is the answer's failure, not "no zero seen"."""
-    from workflow_scripts.evaluation.answer import _launch_counts
+    from workflow_scripts.evaluation.evidence import launch_counts
 
-    assert _launch_counts([2, 0, 1], 3) == [2, 0, 1]
+    assert launch_counts([2, 0, 1], 3) == [2, 0, 1]
     with pytest.raises(ProtocolError, match="launches_per_call is not 3 counts"):
-        _launch_counts(report, 3)
+        launch_counts(report, 3)
 
 
 def test_channel_refuses_an_oversized_header_before_reading_it() -> None:

@@ -25,7 +25,8 @@ from workflow_scripts.core import configuration
 from workflow_scripts.core.statuses import Status
 from workflow_scripts.evaluation import sandbox
 from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answer, evaluate_answers
-from workflow_scripts.evaluation.sandbox import Limits, probe_isolation
+from workflow_scripts.evaluation.isolation import probe_isolation
+from workflow_scripts.evaluation.limits import Limits
 from workflow_scripts.generation.replay import rename_reference_model
 
 DEVICE = os.environ.get("KB_TEST_DEVICE", "cpu")
@@ -334,6 +335,7 @@ def test_answer_processes_create_their_device_context_one_at_a_time_and_never_du
     # is taken up, so their starts meet its timing. Their host parts run together, their device parts (the CUDA
     # context on a GPU) one after the other, each outside every answer's timing.
     import workflow_scripts.evaluation.answer as answer_module
+    from workflow_scripts.evaluation.verdict import static_verdict
 
     monkeypatch.setattr(answer_module.ProblemEvaluator, "_early_count", lambda self, answers: 1)
     cfg = EvalConfig(device="cpu", run_static=False, prestart=4)
@@ -341,7 +343,7 @@ def test_answer_processes_create_their_device_context_one_at_a_time_and_never_du
     evaluator = answer_module.ProblemEvaluator(ADD, cfg, None)
     try:
         evaluator.prepare(len(answers))
-        results = evaluator.evaluate([(a, answer_module._static(a, cfg), cfg) for a in answers])
+        results = evaluator.evaluate([(a, static_verdict(a, cfg), cfg) for a in answers])
         history = list(evaluator.gate.history)
     finally:
         evaluator.close()
@@ -363,22 +365,22 @@ def test_answer_processes_create_their_device_context_one_at_a_time_and_never_du
 def test_triton_driver_helpers_are_kept_for_later_problems_once(tmp_path: Path) -> None:
     # The first answer process's Triton cache (built before its answer ran) is published beside the GPU locks, in
     # this user's own folder, whole, once: a later copy never replaces it, and nothing half-written is left.
-    from workflow_scripts.evaluation.answer import load_triton_template, publish_triton_template, triton_template_home
+    from workflow_scripts.evaluation.triton_stub_cache import load_template, publish_template, template_home
 
     built = tmp_path / "built"
     (built / "ab12").mkdir(parents=True)
     (built / "ab12" / "cuda_utils.so").write_bytes(b"first")
-    home = triton_template_home(EvalConfig(device="cuda", lock_dir=str(tmp_path / "locks")))
+    home = template_home(EvalConfig(device="cuda", lock_dir=str(tmp_path / "locks")))
     assert home is not None and home.parent == tmp_path / "locks" / f"triton-driver-{os.getuid()}"
-    assert triton_template_home(EvalConfig(device="cpu")) is None  # the interpreter builds nothing
-    assert not load_triton_template(home, tmp_path / "none")  # none kept yet
-    publish_triton_template(built, home)
+    assert template_home(EvalConfig(device="cpu")) is None  # the interpreter builds nothing
+    assert not load_template(home, tmp_path / "none")  # none kept yet
+    publish_template(built, home)
     assert stat.S_IMODE(home.parent.stat().st_mode) == 0o700
     (built / "ab12" / "cuda_utils.so").write_bytes(b"second")
-    publish_triton_template(built, home)
+    publish_template(built, home)
     assert (home / "ab12" / "cuda_utils.so").read_bytes() == b"first"
     assert list(home.parent.iterdir()) == [home]
-    assert load_triton_template(home, tmp_path / "copy")
+    assert load_template(home, tmp_path / "copy")
     assert (tmp_path / "copy" / "ab12" / "cuda_utils.so").read_bytes() == b"first"
 
 
@@ -386,24 +388,24 @@ def test_a_triton_template_others_could_have_written_is_never_used(tmp_path: Pat
     # The lock folder may be shared between users: a template in a folder that someone else can write to (or
     # reached through a link) could hold a planted library that every later answer process would load. Neither
     # used nor published to.
-    from workflow_scripts.evaluation.answer import load_triton_template, publish_triton_template, triton_template_home
+    from workflow_scripts.evaluation.triton_stub_cache import load_template, publish_template, template_home
 
-    home = triton_template_home(EvalConfig(device="cuda", lock_dir=str(tmp_path / "locks")))
+    home = template_home(EvalConfig(device="cuda", lock_dir=str(tmp_path / "locks")))
     assert home is not None
     (home / "ab12").mkdir(parents=True)
     (home / "ab12" / "cuda_utils.so").write_bytes(b"planted")
     home.parent.chmod(0o777)
-    assert not load_triton_template(home, tmp_path / "copy") and not (tmp_path / "copy").exists()
+    assert not load_template(home, tmp_path / "copy") and not (tmp_path / "copy").exists()
     built = tmp_path / "built"
     (built / "cd34").mkdir(parents=True)
-    publish_triton_template(built, home.parent / "other")
+    publish_template(built, home.parent / "other")
     assert not (home.parent / "other").exists()
     # A link to a folder of one's own is refused as well: the folder checked must be the folder used.
     home.parent.chmod(0o700)
     real = home.parent.rename(tmp_path / "elsewhere")
     (tmp_path / "locks" / home.parent.name).symlink_to(real)
-    assert not load_triton_template(home, tmp_path / "copy")
-    assert load_triton_template(real / home.name, tmp_path / "copy")  # the same folder, reached directly
+    assert not load_template(home, tmp_path / "copy")
+    assert load_template(real / home.name, tmp_path / "copy")  # the same folder, reached directly
 
 
 # ---- the OS sandbox: what an answer cannot do even where the in-process monitor does not see it ------------------
@@ -602,7 +604,7 @@ def test_the_problems_sources_are_hidden_from_the_answer(sandboxed: dict) -> Non
 
 
 def test_what_is_hidden_never_includes_what_the_child_needs(tmp_path: Path) -> None:
-    from workflow_scripts.evaluation.sandbox import hideable, problem_sources
+    from workflow_scripts.evaluation.isolation import hideable, problem_sources
 
     suite = tmp_path / "suite" / "KernelBench" / "level1"
     suite.mkdir(parents=True)

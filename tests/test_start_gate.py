@@ -13,14 +13,14 @@ import pytest
 
 from workflow_scripts.evaluation.sandbox import ChildProcess
 from workflow_scripts.evaluation.start_gate import StartGate
-from workflow_scripts.evaluation.timing import TimingProtocol
+from workflow_scripts.evaluation.config import EvalConfig
 
 
 def _answer_process(tmp_path: Path, n: int) -> ChildProcess:
     work = tmp_path / f"answer{n}"
     work.mkdir()
     init = {"answer": "answer.py", "seed": 42, "tf32": "pytorch_default",
-            "timing": TimingProtocol.for_device("cpu").to_dict(), "cast_integers": False,
+            "timing": EvalConfig(device="cpu").timing_protocol().to_dict(), "cast_integers": False,
             "start_gate": True}
     child = ChildProcess("answer", work, tmp_path / "logs" / f"answer{n}", "cpu", init, isolation="none",
                          areas_later=True)

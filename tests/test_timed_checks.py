@@ -127,9 +127,9 @@ def test_a_full_device_while_judging_a_timed_output_falls_back_to_the_host(monke
     memory, which must cost the check its speed, never the job (the evaluation of every answer of the problem)."""
     import torch
 
-    from workflow_scripts.evaluation import answer as answer_module
+    from workflow_scripts.evaluation.session import AnswerSession
 
-    judge = answer_module._Evaluation._judge
+    judge = AnswerSession._judge
     devices = []
 
     def judge_on_a_full_device(self, rt, am, device=None):
@@ -138,7 +138,7 @@ def test_a_full_device_while_judging_a_timed_output_falls_back_to_the_host(monke
             raise torch.OutOfMemoryError("CUDA out of memory (stand-in)")
         return judge(self, rt, am, device)
 
-    monkeypatch.setattr(answer_module._Evaluation, "_judge", judge_on_a_full_device)
+    monkeypatch.setattr(AnswerSession, "_judge", judge_on_a_full_device)
     res = evaluate_answer(ADD, HONEST_ADD, _config())
     checks = res.timing_raw["timed_checks"]
     assert res.status == Status.CORRECT.value and checks["checked"] == 5 and checks["mismatches"] == 0

@@ -115,7 +115,7 @@ def test_side_stream_flag_needs_every_trial_to_leave_work_behind() -> None:
 
 
 def test_paired_blocks_split_the_trials_once_with_warmup_only_in_the_first() -> None:
-    protocol = timing.TimingProtocol(warmup=3, trials=25, discard_first=1)
+    protocol = timing.TimingProtocol(warmup=3, trials=25, discard_first=1, l2_flush_mib=256, launch_headroom_us=0.0)
     blocks = timing.paired_blocks(protocol, 10)
     assert [b.trials for b in blocks] == [10, 10, 5]
     assert [(b.warmup, b.discard_first) for b in blocks] == [(3, 1), (0, 0), (0, 0)]

@@ -22,50 +22,15 @@ import dataclasses
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from workflow_scripts.core.records import TIMING_MODES
 from workflow_scripts.evaluation import environment, gpu_lock, timing
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, ProtocolError
-from workflow_scripts.evaluation.config import RunConfig
+from workflow_scripts.evaluation.config import BaselineConfig
+from workflow_scripts.evaluation.records import BaselineResult
 from workflow_scripts.evaluation.sandbox import ChildProcess
-
-
-@dataclass
-class BaselineConfig(RunConfig):
-    """A problem's baselines: the run configuration answers use (seed 42: KernelBench times on its inputs) and
-    the compile settings."""
-
-    default_timeout_s: ClassVar[dict[str, float]] = {"cpu": 600.0, "cuda": 1800.0}  # per baseline child
-    compile_mode: str = "max-autotune"
-    run_eager: bool = True
-    run_compile: bool = True
-    compile_threads: int = 1  # TORCHINDUCTOR_COMPILE_THREADS: no worker pool on small machines
-
-
-@dataclass
-class BaselineResult:
-    eager_ms: float | None
-    eager_stats: dict[str, Any] | None
-    eager_status: str
-    compile_ms: float | None
-    compile_stats: dict[str, Any] | None
-    compile_status: str
-    compile_time_s: float | None
-    compile_backend: str
-    compile_mode: str
-    compile_max_abs_diff_vs_eager: float | None
-    device: str
-    timing_mode: str
-    tf32: dict[str, Any]
-    fingerprint: dict[str, Any]
-    protocol: dict[str, Any]
-    phases_s: dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def _run_one(problem_path: Path, cfg: BaselineConfig, gpu: str | None, which: str) -> tuple[str, dict[str, Any]]:

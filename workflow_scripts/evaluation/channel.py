@@ -1,5 +1,5 @@
 """The result channel between the parent and an evaluation child (both sides; trust model in
-``workflow_scripts.evaluation.child``).
+``workflow_scripts.evaluation``).
 
 The parent passes a random nonce on the child's stdin (never argv/env) and a pipe fd. Every frame is ``MAGIC``, the
 header's length, the JSON header (at most ``MAX_HEADER`` bytes) and an HMAC-SHA256 over (sequence number, header)
@@ -101,6 +101,24 @@ class ChannelReader:
         if not isinstance(header, dict):
             raise ProtocolError("header is not an object")
         return Message(header)
+
+
+def read_command(stdin: Any) -> dict[str, Any]:
+    """Child side: the trusted side's next command (one JSON line on stdin); the process ends when the parent is
+    gone."""
+    line = stdin.readline()
+    if not line:
+        os._exit(3)
+    return json.loads(line)
+
+
+def exception_text(limit: int = 4000) -> str:
+    """Child side: the exception being handled, as a traceback of at most about ``limit`` characters (its start and
+    its end) for the error message sent to the trusted side."""
+    import traceback
+
+    text = traceback.format_exc()
+    return text if len(text) <= limit else text[: limit // 4] + "\n...\n" + text[-3 * limit // 4:]
 
 
 class Sender:

@@ -1,99 +1,8 @@
-"""The evaluation child, and the trust model of the whole evaluation harness.
-
-The parent side (``workflow_scripts.evaluation.sandbox.ChildProcess``, used by ``workflow_scripts.evaluation.answer``
-and ``workflow_scripts.evaluation.baseline``) spawns ``python -m workflow_scripts.evaluation.child`` (a fresh
-interpreter, never a fork) and this module's ``main`` runs one of two roles: ``answer`` (the untrusted ``ModelNew``;
-it never imports the problem module: its inputs come from the trusted side through memory areas) or ``baseline``
-(eager / ``torch.compile`` timing of ``Model``). The harness is: ``reference`` (the trusted side of a problem),
-``transport`` (the memory areas), ``channel`` (the authenticated result channel, both sides), ``sandbox`` (spawning,
-the OS sandbox, environment, resource limits), ``integrity`` (the checks inside the answer's process), ``timing`` and
-this module.
-
-Trust model
-===========
-
-The answer is untrusted Python running with the child's full privileges. Anything inside the answer's process can
-be read or rewritten by it: the harness's variables, the nonce, ``torch`` itself, the bytes the process sends.
-So the design never asks the answer's process for a verdict; it asks it only for raw data and makes that data
-useless to forge:
-
-* **Reference outputs are computed on the trusted side** (``workflow_scripts.evaluation.reference``, in the
-  evaluating process), once per problem, and never leave it. The answer's process receives only the inputs, through
-  memory areas (``transport``): the seeded ones sealed (nobody can write them once built, so one answer cannot
-  change another's inputs), its secret ones written into its own area only when the trial starts. Nothing of the
-  reference exists in the answer's process: reading "the expected output" (``gc.get_objects``, frame walking,
-  ``torch.empty`` returning freed memory) finds nothing, and mutating inputs cannot change the reference.
-* **The trusted side computes every verdict** (shape, dtype, ``torch.allclose(ref, out, atol, rtol)``, NaN,
-  statistics) on its own device, from a copy of the bytes the answer's process wrote into its output area. The
-  answer's process can write any bytes it likes; to be judged correct they must equal the reference's on every
-  trial, including **hidden trials whose input seed the parent draws at random per answer** (recorded for replay)
-  and whose inputs are written only after the answer is loaded, so no output can be precomputed. Timing runs on inputs from another secret seed, and
-  after timing those same input tensors are overwritten in place with inputs from a third secret seed and the
-  answer must produce their outputs (``post_timing_mismatch``), so caches keyed on tensor identity, address or
-  shape are caught. Each timed output is scrubbed (NaN) after the call, outside the timed region, so handing
-  back old memory yields NaN.
-* **What the answer can still influence** (and what guards it): the timing numbers and the Triton launch count
-  it reports are measured inside its process. The harness captures the timer and checker functions before the
-  answer is imported and calls only the captured references; the methods of its own objects (guard, launch counter,
-  tamper check, sender, this child, the clock) are bound into their instance dicts, so replacing them on a class
-  (reachable through ``sys.modules`` without any instance) changes nothing the harness calls. After loading, after
-  every call and at the end it checks that torch/time/triton globals, the TF32 flags, its own module globals, every
-  class entry and function code (defaults, closure cells) of its modules, its objects' attributes, the launch hooks
-  and the process state that hands out frames (signal handlers, timers, the frame-evaluation callback, ``gc``'s
-  debug flags) are what they were (``harness_tampered:<name>``); replacing a harness function's code is refused by
-  the audit hook. Launches are counted from audit events the wrappers installed into Triton raise and only the audit
-  hook receives (while timing, from a list the wrappers hold, read only then); a launch counts only when Triton's own
-  launcher made it over a non-empty grid. An answer that reaches the harness's frames through a route the monitor does not see, or writes
-  raw memory, could still forge timings or launch counts; it cannot make wrong outputs pass. Speedups above 10x are
-  flagged at summary level.
-* **Run-time monitors** in the answer's process (a ``sys.addaudithook`` hook, which Python code cannot remove):
-  writes outside the child's temporary directory, spawning processes (except Triton's own compiler calls),
-  sockets, ``gc`` object enumeration, frame access from answer code (directly, through inspect, or through a standard
-  function that hands the frame to its caller: ``traceback.walk_stack``/``walk_tb``, ``logging.currentframe``,
-  asyncio's task stacks), ``sys.settrace``/``setprofile``, ``ctypes`` from answer code, signals sent by answer code,
-  ``/proc/<other pid>`` access (the path normalised: ``/proc/self/../<pid>`` and symlinks included), code compiled
-  under a standard, library or harness file's name (unless it is that file's own text) and a harness function's code
-  replaced are blocked and reported to the parent at once, before the answer can interfere. Code of any file that is
-  not the standard library's, a library's or the harness's counts as the answer's. They are evidence: a spawn
-  through ``_posixsubprocess.fork_exec`` or a write through ``sqlite3`` or ``torch.from_file`` raises no watched
-  event, nor do frames a library function hands out or raw memory writes; the OS sandbox bounds what such code can
-  reach. Reads are not restricted (nothing secret is on disk; the problem's sources are hidden). Changing
-  ``cudnn.benchmark``/``deterministic`` is only reported (``global_state_changed:*``).
-  Inputs are compared bitwise after each call with what the trusted side wrote (on the CPU the input area itself,
-  mapped read-only here; on the GPU a device copy taken before the call) (``inputs_mutated``); outputs must be
-  exactly ``torch.Tensor`` (not a subclass: ``output_not_plain_tensor``), on the right device, not sharing storage with an input
-  (``output_aliases_input``); on CUDA the output is snapshotted on the current stream right after the call
-  returns and compared with its value after a device-wide synchronize (``unsynchronized_stream``).
-* **OS sandbox** (enforced by the kernel; ``sandbox``, docs/evaluation.md "Isolation"): each child is a fresh
-  interpreter with a scrubbed environment inside bubblewrap (or, on hosts without it, ``unshare``, a weaker level):
-  its own PID namespace (nothing it starts outlives it; no host process, the evaluator included, is visible), user
-  namespace (uid 65534 without capabilities under bubblewrap), IPC and UTS namespaces, network namespace (loopback
-  only), a read-only file system (repository, interpreter, store) with the problem's sources hidden, a minimal
-  ``/dev`` (plus ``/dev/nvidia*`` on CUDA), and a private tmpfs as its working directory (``HOME``, ``TMPDIR``,
-  ``TRITON_CACHE_DIR``) with size and inode caps. ``RLIMIT_CORE=0``, ``RLIMIT_NOFILE``, ``RLIMIT_FSIZE``,
-  ``RLIMIT_CPU`` (and ``RLIMIT_AS`` on CPU, ``RLIMIT_NPROC`` in a user namespace) are set before torch is imported.
-  What was in force is measured by a probe and recorded in every result (``protocol.isolation``,
-  ``protocol.hidden_from_answer``); a host that cannot provide it says so (a warning and the record). A timeout
-  kills the child's process group, which ends its PID namespace. A child that dies or
-  exits early (``os._exit``, ``sys.exit``) never produces the final authenticated ``done`` message, which the
-  parent requires, so it is a crash, never a pass; an exception after which even ``torch.cuda.synchronize()``
-  fails (a sticky CUDA error) is reported as ``cuda_error`` and is a crash too. Every answer gets a fresh process,
-  so no CUDA error outlives it. The memory areas' sizes are sealed: shrinking one under the evaluator's mapping
-  (a SIGBUS there) is refused.
-* **Result channel**: the parent passes a random nonce on stdin (never argv/env) and a pipe fd; every message
-  header carries an HMAC-SHA256 over (sequence number, header) keyed by the nonce. A message with a bad MAC,
-  bad framing or inconsistent sizes is treated as forged (``result_channel_forged``). Writes to stdout/stderr
-  are logs only, never results.
-
-Limits (documented, not solved): an answer can compute the right function with PyTorch instead of Triton while
-also launching a token Triton kernel; ``keeps_torch_op`` (static analysis) reports that. In-process monitors can
-be evaded by code that rewrites interpreter state (numpy's ``__array_interface__`` over a raw address reads and
-writes any memory without an audit event; they are evidence, not a sandbox; the OS sandbox is what holds), and a
-GPU kernel can address any memory of its own process; what such code can corrupt is in-process (launch counts,
-timings, input snapshots, flags not yet sent), never the reference or the verdict on outputs. GPU children have no
-host-memory cap (docs/evaluation.md, "What is not guaranteed"). Without a sandbox
-(``isolation="none"`` or a host where neither bubblewrap nor unshare works, recorded as such) the child runs as the
-parent's user in the parent's namespaces and could, in principle, read the parent's memory or write its files.
+"""The evaluation child: ``python -m workflow_scripts.evaluation.child``, a fresh interpreter (never a fork) that the
+trusted side starts through ``sandbox.ChildProcess`` (trust model in ``workflow_scripts.evaluation``). ``main``
+applies the resource limits, reads its start record, gets torch, Triton and (when the start gate says so) the device
+ready, and runs one of two roles: ``answer`` (the untrusted ``ModelNew``: ``child_answer``) or ``baseline`` (eager and
+``torch.compile`` timing of the problem's own ``Model``, here).
 """
 
 from __future__ import annotations
@@ -102,20 +11,12 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
-from workflow_scripts.evaluation.channel import Sender
-from workflow_scripts.evaluation.integrity import (HARNESS_MODULES, PACKAGE, Guard, LaunchCounter, TamperCheck,
-                                                  code_getters, pin_methods)
-from workflow_scripts.evaluation.sandbox import apply_rlimits
+from workflow_scripts.evaluation.channel import Sender, exception_text, read_command
+from workflow_scripts.evaluation.child_answer import run_answer
+from workflow_scripts.evaluation.limits import apply_rlimits
 from workflow_scripts.evaluation.transport import dtype_name
-
-
-def _fmt_exc(limit: int = 4000) -> str:
-    import traceback
-
-    s = traceback.format_exc()
-    return s if len(s) <= limit else s[: limit // 4] + "\n...\n" + s[-3 * limit // 4:]
 
 
 class _Child:
@@ -158,9 +59,8 @@ class _Child:
         self.setup_s: dict[str, float] = {}  # what getting ready took, reported in the hello
         from workflow_scripts.evaluation import timing
         self.timing = timing
-        tp = init.get("timing") or {}
         self.cast_integers = bool(init.get("cast_integers"))
-        self.protocol = timing.TimingProtocol(**tp) if tp else timing.TimingProtocol.for_device(self.device_kind)
+        self.protocol = timing.TimingProtocol(**init["timing"])  # the trusted side sends its protocol
         self.clock: Any = None  # built by start_device
         self.triton = None
         self.stdin = sys.stdin.buffer  # captured before any answer code runs
@@ -230,6 +130,11 @@ class _Child:
         sys.modules[name] = mod  # Triton and dataclasses look modules up by name
         spec.loader.exec_module(mod)
         return mod
+
+    def inbox_path(self, name: str) -> str:
+        """A file the parent put into the working directory: inside a sandbox it is seen through the read-only
+        ``in/`` view (``sandbox.INBOX``), since the working directory itself is the child's private tmpfs."""
+        return os.path.join(self.init["workdir"], self.init.get("inbox", "."), name)
 
     def set_seed(self, seed: int) -> None:
         self.manual_seed(seed)
@@ -319,291 +224,9 @@ class _Child:
         return [dict(e["tensor"], device=d["device"]) for e, d in zip(entries, described)], True
 
 
-def _inbox_path(init: dict[str, Any], name: str) -> str:
-    """A file the parent put into the working directory: inside a sandbox it is seen through the read-only
-    ``in/`` view (``sandbox.INBOX``), since the working directory itself is the child's private tmpfs."""
-    return os.path.join(init["workdir"], init.get("inbox", "."), name)
-
-
 def _read_init() -> dict[str, Any]:
     line = sys.stdin.buffer.readline()
     return json.loads(line)
-
-
-def _read_cmd(stdin: Any) -> dict[str, Any]:
-    line = stdin.readline()
-    if not line:
-        os._exit(3)  # the parent is gone
-    return json.loads(line)
-
-
-def _run_answer(c: _Child, init: dict[str, Any]) -> None:
-    import threading
-
-    c.receive_areas()  # before the monitors: the areas' socket is the harness's own
-    torch = c.torch
-    sender = c.sender
-    launch = LaunchCounter()
-    env = os.environ
-    guard = Guard(sender, init["workdir"], _inbox_path(init, init["answer"]), allowed_spawn_pkgs=("triton",),
-                  generated_dirs=tuple(env[k] for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR") if k in env))
-    launch.attach(guard)  # launches are counted from the audit events the guard receives
-    # The harness's own objects call their methods through their instance dicts (see integrity.pin_methods).
-    pin_methods(c)
-    pin_methods(c.clock)
-    threads_before = {t.ident for t in threading.enumerate()}
-    sys.addaudithook(guard.hook)  # cannot be removed from Python code
-    guard.enforcing = True
-    # Identity snapshot: taken now, before the answer exists in this process. The harness's module globals (this
-    # module runs as __main__), the timer's, the clock's, the child's, the guard's and the counter's state, and
-    # every class and function the harness's modules define.
-    modules: dict[str, Any] = {"harness.child": sys.modules[__name__]}
-    modules.update((f"harness.{name}", sys.modules[f"{PACKAGE}.{name}"]) for name in HARNESS_MODULES)
-    watched: dict[str, Any] = {k: m for k, m in modules.items() if k != "harness.timing"}
-    watched.update({"timing": c.timing, "clock": c.clock, "child": c, "sender": sender, "guard": guard})
-    extra: dict[str, Callable[[], Any]] = {}
-    for prefix, obj in watched.items():
-        for k in list(vars(obj)):
-            if not (obj is sender and k == "_seq"):  # the message count
-                extra[f"{prefix}.{k}"] = (lambda obj=obj, k=k: vars(obj).get(k))
-    for k in list(vars(launch)):
-        if k not in ("count", "_programs", "empty_grid", "_bare"):  # what counting itself changes
-            extra[f"launch.{k}"] = (lambda k=k: vars(launch).get(k))
-    extra.update(code_getters(modules))
-    extra["state:guard.path_cache_poisoned"] = guard.cache_poisoned
-    tamper = TamperCheck(torch, extra, launch)
-    flags: list[str] = []
-
-    def flag(f: str) -> None:
-        if f not in flags:
-            flags.append(f)
-
-    def check_tamper() -> None:
-        changed = tamper.changed()
-        for name in [n for n in changed if not n.startswith("info:")][:5]:
-            flag(f"harness_tampered:{name}")
-        for name in [n for n in changed if n.startswith("info:")]:
-            flag(f"global_state_changed:{name[5:]}")
-
-    sender.send({"type": "hello", "tf32": c.tf32, "interpret": launch.interpret, "pid": os.getpid(),
-                 "torch": torch.__version__, "triton": c.triton.__version__ if c.triton else None,
-                 "setup_s": c.setup_s})
-    # Started ahead of its answer: wait until the answer is in the working directory.
-    cmd = _read_cmd(c.stdin)
-    if cmd.get("cmd") != "load":
-        os._exit(0)
-    try:
-        init_inputs = c.area_inputs({"area": "init", "entries": cmd.get("init_inputs")})
-    except Exception:  # noqa: BLE001
-        sender.send({"type": "setup_error", "error": _fmt_exc()})
-        os._exit(0)
-
-    # ---- load the answer: everything from here on may be hostile ----
-    sender.send({"type": "loading"})  # the parent: any setup error from now on is the answer's doing
-    try:
-        ans = c.load_module(_inbox_path(init, init["answer"]), "kb_answer")
-    except Exception:  # noqa: BLE001 - includes SyntaxError
-        sender.send({"type": "load_error", "error": _fmt_exc(), "flags": flags})
-        os._exit(0)
-    model_cls = getattr(ans, "ModelNew", None)
-    if model_cls is None:
-        sender.send({"type": "no_model_new", "error": "the answer module defines no ModelNew", "flags": flags})
-        os._exit(0)
-    sender.send({"type": "imported", "flags": flags})  # KernelBench's "compiled" from here on
-    try:
-        model = c.build_model(model_cls, init_inputs)
-    except Exception:  # noqa: BLE001
-        check_tamper()
-        sender.send({"type": "init_error", "error": _fmt_exc(), "flags": flags})
-        os._exit(0)
-    check_tamper()
-    sender.send({"type": "loaded", "flags": flags})
-    try:
-        _answer_loop(c, model, launch, guard, flag, flags, check_tamper, threads_before)
-    except Exception:  # noqa: BLE001 - the harness choked on something the answer produced
-        check_tamper()
-        sender.send({"type": "runtime_error", "index": None, "kind": "harness", "error": _fmt_exc(), "flags": flags})
-    os._exit(0)
-
-
-def _answer_loop(c: _Child, model: Any, launch: LaunchCounter, guard: Guard,
-                 flag: Callable[[str], None], flags: list[str], check_tamper: Callable[[], None],
-                 threads_before: set[Any]) -> None:
-    import threading
-
-    torch = c.torch
-    sender = c.sender
-    is_cuda = c.device_kind == "cuda"
-    sync = torch.cuda.synchronize if is_cuda else None
-    clone, equal_bits, storage = c.clone, c.bitwise_equal, c.untyped_storage
-    _type, Tensor, _isinstance = c._type, c.Tensor, c._isinstance
-    perf = c.clock.perf_counter
-    timing_inputs: list[Any] | None = None
-    timing_snapshot: list[Any] = []
-
-    def context_broken() -> bool:
-        if not is_cuda:
-            return False
-        try:
-            sync()
-            return False
-        except Exception:  # noqa: BLE001 - a sticky CUDA error
-            return True
-
-    def fail(index: Any, kind: str) -> None:
-        err = _fmt_exc()
-        check_tamper()
-        sender.send({"type": "cuda_error" if context_broken() else "runtime_error", "index": index, "kind": kind,
-                     "error": err, "flags": flags})
-        os._exit(0)
-
-    # Comparisons and copies of whole input lists live in functions of their own: a loop variable left in this loop's
-    # scope would keep a multi-GB tensor alive (and its device memory taken) until the next command.
-    def mutated(inputs: list[Any], snapshot: list[Any]) -> bool:
-        return any(_isinstance(x, Tensor) and not equal_bits(x, s) for x, s in zip(inputs, snapshot))
-
-    def refill(inputs: list[Any], fresh: list[Any]) -> None:
-        """Overwrite ``inputs`` in place (same storage, same addresses) with ``fresh`` where shapes and dtypes
-        allow; elsewhere the fresh value takes the place."""
-        with c.no_grad():
-            for i, (t, f) in enumerate(zip(inputs, fresh)):
-                if _isinstance(t, Tensor) and _isinstance(f, Tensor) and t.shape == f.shape and t.dtype == f.dtype:
-                    c.copy_(t, f)
-                else:
-                    inputs[i] = f
-
-    def input_ptrs(inputs: list[Any]) -> set[int]:
-        return {storage(x).data_ptr() for x in inputs if _isinstance(x, Tensor) and x.numel()}
-
-    def run_once(inputs: list[Any], snapshot: list[Any], seed: int | None, index: Any, kind: str,
-                 rng: dict[str, Any] | None) -> None:
-        launch.take()
-        sender.send({"type": "calling", "index": index})  # the parent's per-call watchdog starts now
-        t0 = perf()
-        try:
-            with c.no_grad():
-                if rng is not None:
-                    c.set_rng_state(rng)  # where the reference's forward left the generators (KernelBench)
-                elif seed is not None:
-                    c.set_seed(seed)
-                t0 = perf()
-                out = model(*inputs)
-        except Exception:  # noqa: BLE001
-            fail(index, kind)
-        ms = (perf() - t0) * 1e3
-        launches = launch.take()
-        structure, outs = c.flatten(out)
-        # Exact type: a subclass could compute lazily inside whatever later inspects it.
-        bad_types = [_type(o).__module__ + "." + _type(o).__qualname__ for o in outs if _type(o) is not Tensor]
-        if bad_types:
-            subclass = any(_isinstance(o, Tensor) for o in outs)
-            check_tamper()
-            if subclass:
-                flag("output_not_plain_tensor")
-            sender.send({"type": "bad_output", "index": index, "kind": kind, "subclass": subclass,
-                         "error": f"output types {bad_types}", "launches": launches, "flags": flags})
-            return
-        if is_cuda:
-            try:
-                snap = [clone(o) for o in outs]  # stream-ordered: what a consumer on the current stream sees
-                sync()
-            except Exception:  # noqa: BLE001 - asynchronous CUDA errors surface here
-                fail(index, kind)
-            ms = (perf() - t0) * 1e3
-            if not all(equal_bits(a, b) for a, b in zip(snap, outs)):
-                flag("unsynchronized_stream")
-            send_outs = snap
-        else:
-            send_outs = outs
-        ptrs = input_ptrs(inputs)
-        if any(o.numel() and storage(o).data_ptr() in ptrs for o in outs):
-            flag("output_aliases_input")
-        if mutated(inputs, snapshot):
-            flag("inputs_mutated")
-        check_tamper()
-        metas, written = c.write_outputs(send_outs)
-        sender.send({"type": "output", "index": index, "kind": kind, "structure": structure, "outputs": metas,
-                     "written": written, "launches": launches, "forward_ms": ms, "flags": flags})
-
-    stdin = c.stdin
-    while True:
-        cmd = _read_cmd(stdin)
-        name = cmd.get("cmd")
-        if name == "trial":
-            inputs = c.area_inputs(cmd["inputs"])
-            run_once(inputs, c.pristine_inputs(cmd["inputs"], inputs), int(cmd["seed"]), cmd.get("index"),
-                     cmd.get("kind", "seeded"), cmd.get("rng"))
-            del inputs
-        elif name == "time":
-            # One block of the timing (timing.paired_blocks): the first loads the timing inputs; every block
-            # checks them against the snapshot taken then.
-            if timing_inputs is None:
-                timing_inputs = c.area_inputs(cmd["inputs"])
-                timing_snapshot = c.pristine_inputs(cmd["inputs"], timing_inputs)
-            block = cmd.get("block")
-            protocol = c.protocol if not isinstance(block, dict) else c.timing.TimingProtocol(**dict(
-                c.protocol.to_dict(), warmup=int(block["warmup"]), trials=int(block["trials"]),
-                discard_first=int(block["discard_first"])))
-            per_call: list[int] = []
-            ptrs = input_ptrs(timing_inputs)
-
-            def after(out: Any, phase: str, ms: float | None = None) -> None:
-                per_call.append(launch.take())
-                structure, outs = c.flatten(out)
-                if phase == "trial":
-                    # Every timed call is reported as it ends: the trusted side times the interval between
-                    # reports itself (a cross-check of the reported times) and, only now, after the call, says
-                    # whether it checks this call's output, which it then judges before the next call starts.
-                    sender.send({"type": "timed", "ms": ms})
-                    if _read_cmd(stdin).get("cmd") == "check":
-                        check_tamper()  # on the calls drawn in secret, told only now: no call is safe to tamper in
-                        if any(_type(o) is not Tensor for o in outs):
-                            sender.send({"type": "bad_output", "index": "timing", "kind": "timing",
-                                         "error": "a timed call returned other than plain tensors"})
-                        else:
-                            metas, written = c.write_outputs(outs)
-                            sender.send({"type": "output", "index": "timing", "kind": "timing",
-                                         "structure": structure, "outputs": metas, "written": written})
-                        _read_cmd(stdin)  # judged: the next call may start
-                for o in outs:
-                    if _type(o) is Tensor:
-                        if o.numel() and storage(o).data_ptr() in ptrs:
-                            flag("output_aliases_input")  # scrubbing it would destroy the inputs
-                        else:
-                            c.timing.scrub(o)
-                # The full tamper check (thousands of identity reads, about a millisecond) runs on the checked calls
-                # and after each block, not after every timed call (a tenth of a second per answer).
-
-            launch.take()
-            sender.send({"type": "calling", "index": "timing"})
-            launch.bare = True  # nothing but a counter inside the timing windows
-            try:
-                raw = c.clock.time_callable(model, timing_inputs, protocol, after)
-            except Exception:  # noqa: BLE001
-                fail("timing", "timing")
-            finally:
-                launch.bare = False
-            if mutated(timing_inputs, timing_snapshot):
-                flag("inputs_mutated")
-            check_tamper()
-            sender.send({"type": "timing", "raw": raw.to_dict(), "launches_per_call": per_call, "flags": flags})
-        elif name == "post_timing":
-            # Overwrite the timed input tensors in place (same storage, same addresses) with fresh inputs.
-            if timing_inputs is None:
-                raise RuntimeError("post_timing before time")
-            timing_snapshot = []  # timing is over: the snapshot's memory goes back
-            fresh = c.area_inputs(cmd["inputs"])
-            refill(timing_inputs, fresh)
-            del fresh
-            run_once(timing_inputs, c.pristine_inputs(cmd["inputs"], timing_inputs), int(cmd["seed"]), "post_timing",
-                     "post_timing", cmd.get("rng"))
-        elif name == "finish":
-            check_tamper()
-            new_threads = [t.name for t in threading.enumerate() if t.ident not in threads_before]
-            sender.send({"type": "done", "flags": flags, "guard_flags": list(guard.seen),
-                         "threads_started": new_threads[:10]})
-            sys.stdout.flush()
-            os._exit(0)
 
 
 def _run_baseline(c: _Child, problem: Any, init: dict[str, Any]) -> None:
@@ -624,7 +247,7 @@ def _run_baseline(c: _Child, problem: Any, init: dict[str, Any]) -> None:
     eager_ref = None
     stdin = c.stdin
     while True:
-        cmd = _read_cmd(stdin)
+        cmd = read_command(stdin)
         name = cmd.get("cmd")
         if name == "eager":
             try:
@@ -634,7 +257,7 @@ def _run_baseline(c: _Child, problem: Any, init: dict[str, Any]) -> None:
                 raw = c.clock.time_callable(model, inputs, c.protocol, after)
                 sender.send({"type": "timing", "raw": raw.to_dict()})
             except Exception:  # noqa: BLE001
-                sender.send({"type": "error", "error": _fmt_exc()})
+                sender.send({"type": "error", "error": exception_text()})
         elif name == "compile":
             try:
                 if eager_ref is None:  # reference values for compile_max_abs_diff_vs_eager
@@ -662,7 +285,7 @@ def _run_baseline(c: _Child, problem: Any, init: dict[str, Any]) -> None:
                 sender.send({"type": "timing", "raw": raw.to_dict(), "compile_time_s": compile_s,
                              "max_abs_diff_vs_eager": diff})
             except Exception:  # noqa: BLE001
-                sender.send({"type": "error", "error": _fmt_exc()})
+                sender.send({"type": "error", "error": exception_text()})
         elif name == "finish":
             sender.send({"type": "done"})
             sys.stdout.flush()
@@ -688,7 +311,7 @@ def main() -> None:
             # answer is timed; one process at a time, see start_gate).
             sender.send({"type": "staged"})
             t_gate = time.monotonic()
-            if _read_cmd(c.stdin).get("cmd") != "go":
+            if read_command(c.stdin).get("cmd") != "go":
                 os._exit(0)
             c.setup_s["gate_wait_s"] = time.monotonic() - t_gate
         t_device = time.monotonic()
@@ -698,22 +321,22 @@ def main() -> None:
         if init.get("start_gate"):
             sender.send({"type": "device_ready"})
     except Exception:  # noqa: BLE001
-        sender.send({"type": "setup_error", "error": _fmt_exc()})
+        sender.send({"type": "setup_error", "error": exception_text()})
         os._exit(0)
     try:
         if c.role == "answer":
-            _run_answer(c, init)  # never imports the problem: its inputs come from the trusted side
+            run_answer(c, init)  # never imports the problem: its inputs come from the trusted side
         elif c.role == "baseline":
             try:
-                problem = c.load_module(_inbox_path(init, init["problem"]), "kb_problem")
+                problem = c.load_module(c.inbox_path(init["problem"]), "kb_problem")
             except Exception:  # noqa: BLE001
-                sender.send({"type": "setup_error", "error": "loading the problem failed:\n" + _fmt_exc()})
+                sender.send({"type": "setup_error", "error": "loading the problem failed:\n" + exception_text()})
                 os._exit(0)
             _run_baseline(c, problem, init)
         else:
             raise ValueError(f"unknown role {c.role!r}")
     except Exception:  # noqa: BLE001 - harness-side failures
-        sender.send({"type": "setup_error", "error": _fmt_exc()})
+        sender.send({"type": "setup_error", "error": exception_text()})
     sys.stdout.flush()
     os._exit(0)
 

@@ -1,27 +1,55 @@
-"""The run configuration answers and baselines share: where a child runs (device, GPU, isolation, locks), its
-limits, and the timing protocol. ``EvalConfig`` (``workflow_scripts.evaluation.answer``) and ``BaselineConfig``
-(``workflow_scripts.evaluation.baseline``) extend ``RunConfig`` with their own fields."""
+"""The run configurations: ``RunConfig`` (what answers and baselines share: where a child runs, its limits, the
+timing protocol), ``EvalConfig`` (an answer's evaluation: KernelBench's correctness protocol and our additions) and
+``BaselineConfig`` (a problem's baselines).
+
+This module is the one home of the protocol's numbers: the dataclass field defaults, and ``DEVICE_DEFAULTS`` for the
+few that differ by device. The workflow configuration's schema declares no default for them: ``filled`` completes a
+configuration's ``evaluation`` and ``baselines`` sections from here (rules/common.smk), so the rules, the report's
+captions and summary.json state the numbers the evaluations use."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from workflow_scripts.evaluation import environment, gpu_lock, timing
+from workflow_scripts.evaluation.isolation import ISOLATION_MODES
+from workflow_scripts.evaluation.limits import Limits
 from workflow_scripts.evaluation.memory_cap import MODES as MEMORY_CAP_MODES
-from workflow_scripts.evaluation.sandbox import ISOLATION_MODES, Limits
+from workflow_scripts.evaluation.protocol import WATCHDOG_CALL_S, WATCHDOG_FIRST_CALL_S
 from workflow_scripts.suite.problem_module import KERNELBENCH_SEED
+
+
+@dataclass(frozen=True)
+class DeviceDefaults:
+    """The protocol's numbers that differ by device."""
+
+    timing_trials: int  # timed trials per forward (the first ``discard_first`` discarded)
+    warmup: int  # untimed calls before them
+    answer_timeout_s: float  # one answer's whole evaluation
+    baseline_timeout_s: float  # each baseline child (eager, compile)
+
+
+# KernelBench's protocol on the GPU (3 warm-up calls, 100 timed trials); on the CPU the Triton interpreter is about a
+# thousand times slower: fewer trials, and time for it.
+DEVICE_DEFAULTS: dict[str, DeviceDefaults] = {
+    "cuda": DeviceDefaults(timing_trials=100, warmup=3, answer_timeout_s=1200.0, baseline_timeout_s=1800.0),
+    "cpu": DeviceDefaults(timing_trials=10, warmup=1, answer_timeout_s=300.0, baseline_timeout_s=600.0),
+}
 
 
 @dataclass
 class RunConfig:
     device: str = "cpu"  # "cpu" | "cuda"
     gpu_index: int | None = None
-    timeout_s: float | None = None  # default: default_timeout_s[device]
+    # None: the device's (DEVICE_DEFAULTS), set when the configuration is made, so every record holds the number.
+    timeout_s: float | None = None
     seed: int = KERNELBENCH_SEED  # models are built (and baselines timed) after seeding with it
-    timing_trials: int | None = None  # default 100 on cuda, 10 on cpu
-    warmup: int | None = None  # default 3 on cuda, 1 on cpu
+    timing_trials: int | None = None  # None: the device's
+    warmup: int | None = None  # None: the device's
     discard_first: int = 1
     l2_flush_mib: int = 256
     # A device-side wait between the L2 flush and the start event (timing.py): host launch work up to this long
@@ -44,11 +72,19 @@ class RunConfig:
     # Inductor's C++ links - oversubscribe small machines) and lets evaluations run side by side.
     cpu_threads: int | None = 1
 
-    default_timeout_s: ClassVar[dict[str, float]]  # per device, set by each subclass
+    # Which of DEVICE_DEFAULTS' timeouts ``timeout_s`` defaults to (each subclass's own).
+    timeout_default: ClassVar[str]
 
     def __post_init__(self) -> None:
-        if self.device not in ("cpu", "cuda"):
+        if self.device not in DEVICE_DEFAULTS:
             raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+        defaults = DEVICE_DEFAULTS[self.device]
+        if self.timeout_s is None:
+            self.timeout_s = getattr(defaults, self.timeout_default)
+        if self.timing_trials is None:
+            self.timing_trials = defaults.timing_trials
+        if self.warmup is None:
+            self.warmup = defaults.warmup
         if self.memory_cap not in MEMORY_CAP_MODES:
             raise ValueError(f"memory_cap must be one of {MEMORY_CAP_MODES}, got {self.memory_cap!r}")
         if self.isolation not in ISOLATION_MODES:
@@ -57,13 +93,15 @@ class RunConfig:
             raise ValueError(f"tf32 must be one of {environment.TF32_MODES}")
 
     def timing_protocol(self) -> timing.TimingProtocol:
-        return timing.TimingProtocol.for_device(self.device, warmup=self.warmup, trials=self.timing_trials,
-                                                discard_first=self.discard_first, l2_flush_mib=self.l2_flush_mib,
-                                                launch_headroom_us=self.launch_headroom_us if self.device == "cuda"
-                                                else 0.0)
+        assert self.warmup is not None and self.timing_trials is not None  # set by __post_init__
+        return timing.TimingProtocol(warmup=self.warmup, trials=self.timing_trials, discard_first=self.discard_first,
+                                     l2_flush_mib=self.l2_flush_mib,
+                                     launch_headroom_us=self.launch_headroom_us if self.device == "cuda" else 0.0)
 
     def effective_timeout(self) -> float:
-        return float(self.timeout_s) if self.timeout_s else self.default_timeout_s[self.device]
+        """The wall-clock limit in seconds (an answer's whole evaluation; each baseline child)."""
+        assert self.timeout_s is not None  # set by __post_init__
+        return float(self.timeout_s)
 
     def limits(self) -> Limits:
         # The tree's cap; on the CPU also each process's address space (CUDA reserves far more than any cap).
@@ -82,3 +120,119 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass
+class EvalConfig(RunConfig):
+    """An answer's evaluation: the run configuration, KernelBench's correctness protocol and the additions."""
+
+    timeout_default: ClassVar[str] = "answer_timeout_s"
+    correctness_trials: int = 5
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    require_triton: bool = True
+    time_answer: bool = True
+    hidden_trials: int = 1
+    # Secret seeds, drawn per run when None; set them to replay a run.
+    hidden_seeds: list[int] | None = None
+    timing_seed: int | None = None
+    post_timing_seed: int | None = None
+    run_static: bool = True
+    keep_workdir: bool = False
+    # The per-call watchdog's floor in seconds (protocol.call_limit_s). None: the protocol's floors on CUDA, and no
+    # watchdog on the CPU, where the Triton interpreter's speed says nothing about the reference's.
+    watchdog_floor_s: float | None = None
+    # Answer processes started at once, ahead of their answers (a process takes seconds to start: torch, CUDA,
+    # Triton's driver, and none may start while an answer is timed, so each batch costs one wait). None: 15 on CUDA
+    # (the study's answers per problem; an idle child holds a CUDA context and the L2 flush buffer, under 1 GiB of
+    # GPU memory), 1 on the CPU. Bounded by host memory: each holds its own input and output areas
+    # (ProblemEvaluator.batch_size).
+    prestart: int | None = None
+    # Trials per block of paired timing (timing.paired_blocks): the eager reference is timed on the same inputs in
+    # blocks alternating with the answer's, and the speedup is taken against it. 0: the answer alone, in one window
+    # (KernelBench's loop; the speedup is then taken against the baseline stage's eager time).
+    paired_block: int = 10
+    # Trials per block of the eager reference in paired timing (timing.reference_block; at most paired_block): as
+    # many as the answer's by default, the protocol the calibration was measured with. Fewer save a reference forward
+    # each (5: half a second per answer on a 10 ms problem) and widen the speedup's spread (bench/NOTES.md, eleventh
+    # session: with 5, |speedup-1| p90 0.57% on 28 problems against 0.15% with 10 on the same problems).
+    paired_reference_block: int = 10
+    # "keep": only floating inputs become fp32 (integer targets stay integer); "cast": every input tensor becomes
+    # fp32, as KernelBench casts them (its level-1 problem 95 then fails: cross-entropy needs integer targets).
+    integer_inputs: str = "keep"
+    # False: integrity flags and static-analysis rejections are recorded but do not change the verdict, which then
+    # rests on the outputs alone, as KernelBench's does.
+    reject_cheats: bool = True
+    # The re-check on fresh inputs after timing (KernelBench has none).
+    post_timing_check: bool = True
+    # Directories the answer's sandbox shows empty, besides the problem's own sources (isolation.problem_sources),
+    # e.g. the workflow's results folder, which holds the prompts (the reference code of every problem).
+    hidden_paths: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.integer_inputs not in ("keep", "cast"):
+            raise ValueError(f"integer_inputs must be keep or cast, got {self.integer_inputs!r}")
+        if self.paired_reference_block < 1:
+            raise ValueError(f"paired_reference_block must be at least 1, got {self.paired_reference_block!r}")
+
+    @classmethod
+    def kernelbench_exact(cls, **overrides: Any) -> "EvalConfig":
+        """KernelBench's verdicts to the letter (docs/evaluation.md, "Deviations"): no Triton requirement, only its 5
+        seeded trials (no hidden or post-timing check), every input cast to fp32, cheats flagged but not rejected,
+        the answer timed alone (its eager speedup against the baseline stage) in KernelBench's window to the letter
+        (no launch headroom). Isolation, the watchdog and the dtype check stay: they decide nothing for an answer
+        that KernelBench would pass."""
+        settings: dict[str, Any] = dict(require_triton=False, hidden_trials=0, post_timing_check=False,
+                                        integer_inputs="cast", reject_cheats=False, paired_block=0,
+                                        launch_headroom_us=0.0)
+        settings.update(overrides)
+        return cls(**settings)
+
+    def prestart_count(self) -> int:
+        return max(1, int(self.prestart if self.prestart is not None else (15 if self.device == "cuda" else 1)))
+
+    def watchdog_limits(self) -> tuple[float, float] | None:
+        """(first call, later calls) floors in seconds, or None without a watchdog."""
+        if self.watchdog_floor_s is not None:
+            return (self.watchdog_floor_s, self.watchdog_floor_s)
+        return (WATCHDOG_FIRST_CALL_S, WATCHDOG_CALL_S) if self.device == "cuda" else None
+
+
+@dataclass
+class BaselineConfig(RunConfig):
+    """A problem's baselines: the run configuration answers use (seed 42: KernelBench times on its inputs) and
+    the compile settings."""
+
+    timeout_default: ClassVar[str] = "baseline_timeout_s"
+    compile_mode: str = "max-autotune"
+    run_eager: bool = True
+    run_compile: bool = True
+    compile_threads: int = 1  # TORCHINDUCTOR_COMPILE_THREADS: no worker pool on small machines
+
+
+def filled(config_class: type[RunConfig], section: Mapping[str, Any], keys: Iterable[str],
+           **given: Any) -> dict[str, Any]:
+    """A configuration's section (``evaluation`` or ``baselines``) with each of ``keys`` (the schema's keys of that
+    section) that it leaves out and ``config_class`` has as a field set to that field's value: its default, or the
+    device's (``given`` adds settings from elsewhere, e.g. the device for the baselines)."""
+    fields = config_class.__dataclass_fields__
+    settings = {k: v for k, v in {**section, **given}.items() if k in fields and k != "gpus"}
+    resolved = config_class(**settings)
+    out = dict(section)
+    for key in keys:
+        if key in fields and key not in out:
+            out[key] = getattr(resolved, key)
+    return out
+
+
+def fill_protocol_defaults(config: dict[str, Any], schema_file: Path | str) -> None:
+    """A workflow configuration's ``evaluation`` and ``baselines`` sections completed in place: every key of the
+    schema that they leave out, from the run configurations (``filled``). The schema declares no default for them."""
+    import yaml
+
+    sections = yaml.safe_load(Path(schema_file).read_text(encoding="utf-8"))["properties"]
+    config["evaluation"] = filled(EvalConfig, config["evaluation"], sections["evaluation"]["properties"])
+    config["baselines"] = filled(BaselineConfig, config["baselines"], sections["baselines"]["properties"],
+                                 device=config["evaluation"]["device"])
+

@@ -48,7 +48,6 @@ WATCH_LIMITS = ("host memory capped by polling, not by the kernel: socket buffer
                 "a socket, unmapped SysV segments and files in the private tmpfs (bounded by its own size cap) are "
                 "not counted, and a fast allocation overshoots by one 50 ms poll; a memory cgroup holds all of them")
 POLL_S = 0.05
-CGROUP_FS = Path("/sys/fs/cgroup")
 _PREFIX = "kbeval-"  # per-child cgroup names: kbeval-<evaluator pid>-<token>
 
 

@@ -59,19 +59,15 @@ _perf_counter = time.perf_counter
 
 @dataclass(frozen=True)
 class TimingProtocol:
+    """One timing's protocol, as the run configuration sets it (``config.RunConfig.timing_protocol``: the numbers'
+    home) and as its result records it."""
+
     warmup: int
     trials: int
-    discard_first: int = 1
-    l2_flush_mib: int = 256
-    no_grad: bool = True
-    launch_headroom_us: float = 0.0  # device-side wait between the flush and the start event (CUDA)
-
-    @classmethod
-    def for_device(cls, device: str, **overrides: Any) -> "TimingProtocol":
-        # KernelBench: 100 trials on the GPU. The CPU interpreter is ~1000x slower, so fewer by default.
-        base = dict(warmup=3, trials=100) if device == "cuda" else dict(warmup=1, trials=10)
-        base.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**base)
+    discard_first: int
+    l2_flush_mib: int
+    launch_headroom_us: float  # device-side wait between the flush and the start event (CUDA; 0 on the CPU)
+    no_grad: bool = True  # always: KernelBench times under torch.no_grad()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

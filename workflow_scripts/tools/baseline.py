@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from workflow_scripts.evaluation import environment, gpu_lock
-from workflow_scripts.evaluation.sandbox import BWRAP_ENV, ISOLATION_MODES
+from workflow_scripts.evaluation.isolation import BWRAP_ENV, ISOLATION_MODES
 from workflow_scripts.evaluation.baseline import BaselineConfig, measure_baselines
 from workflow_scripts.core.io import write_json
 

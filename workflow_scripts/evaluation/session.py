@@ -1,0 +1,576 @@
+"""One answer's evaluation, seen from the trusted side: a conversation with the answer's process, started ahead of
+its answer (``AnswerSlot``), in named steps (``AnswerSession``): ready, load, correctness, timing (alone on the GPU,
+paired with the reference), the post-timing check and the authenticated end. Every verdict is decided here, from
+the reference's outputs and this side's own clock; what the answer's process reports is evidence (``evidence``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.core.statuses import Status, is_integrity_flag
+from workflow_scripts.evaluation import environment, gpu_lock, timing
+from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, Message, ProtocolError
+from workflow_scripts.evaluation.config import EvalConfig
+from workflow_scripts.evaluation.evidence import count, launch_counts, number, raw_times, text
+from workflow_scripts.evaluation.protocol import TimedChecks, call_limit_s, compare_outputs, timing_limit_s
+from workflow_scripts.evaluation.records import TrialRecord
+from workflow_scripts.evaluation.reference import ReferenceFailed, ReferenceSide, ReferenceTrial
+from workflow_scripts.evaluation.sandbox import ChildProcess
+from workflow_scripts.evaluation.start_gate import StartGate
+from workflow_scripts.evaluation.transport import Area, TransportError, dtype_name
+
+# What an answer's process reports its start took (child.main), kept as phases "child_<name>": not verdict inputs.
+CHILD_SETUP_PHASES = ("startup_s", "host_start_s", "gate_wait_s", "device_start_s", "areas_wait_s", "areas_pin_s")
+
+
+class InfrastructureError(RuntimeError):
+    """The evaluation itself could not run (not the answer's fault): exit non-zero, record nothing."""
+
+
+class ReferenceUnusable(Exception):
+    """The problem's own reference failed on a trial drawn for this answer: the answer's verdict is
+    ``reference_error``."""
+
+
+@dataclass
+class AnswerSlot:
+    """An answer's process, started ahead of its answer, with its own writable areas (secret inputs, outputs) once
+    the trusted side has handed it its areas (``ProblemEvaluator.hand_areas``)."""
+
+    child: ChildProcess
+    secret: Area | None = None
+    output: Area | None = None
+    pinning: threading.Thread | None = None
+
+    def ready(self) -> None:
+        """The child has its areas and this side's mappings of the answer's areas are page-locked (done in the
+        background while the previous answer ran)."""
+        if self.pinning is not None:
+            self.pinning.join()
+            self.pinning = None
+
+    def close(self) -> None:
+        self.ready()
+        self.child.kill()
+        for area in (self.secret, self.output):
+            if area is not None:
+                area.close()
+
+
+class AnswerSession:
+    """One answer, judged against the problem's trusted side in a child started for it (``run``)."""
+
+    def __init__(self, reference: ReferenceSide, slot: AnswerSlot, answer_path: Path, config: EvalConfig,
+                 gpu: str | None, lease: gpu_lock.GpuLease | None = None,
+                 gate: StartGate | None = None) -> None:
+        self.reference = reference
+        self.slot = slot
+        self.gate = gate  # the later answers' processes start in the gaps between timings
+        self.lease = lease
+        self.deadline = 0.0
+        # (limit s, reference forward ms) of the call the watchdog killed, if it did
+        self.watchdog: tuple[float, float] | None = None
+        self.answer_path = answer_path
+        self.cfg = config
+        self.gpu = gpu
+        self.flags: list[str] = []
+        self.trials: list[TrialRecord] = []
+        self.failure: Status | None = None
+        self.pre_import_status: Status | None = None
+        self.imported = False
+        self.error: str | None = None
+        self.timing_raw: dict[str, Any] | None = None
+        self.runtime_stats: dict[str, Any] | None = None
+        self.paired_reference: dict[str, Any] | None = None  # the eager reference timed beside the answer
+        self.timed_checks = TimedChecks(frozenset(), False)  # drawn when timing starts (_time_paired)
+        self.tf32: dict[str, Any] | None = None
+        self.phases: dict[str, float] = {}
+        self.sm_clocks: list[float] = []
+        self.done_ok = False
+        self.phase = "setup"  # the step the evaluation is in: how a timeout or the child's death is judged
+        self.planned_trials = 0
+        self.isolation = slot.child.sandbox
+        cfg = config
+        self.trial_seeds = [t.seed for t in reference.seeded]
+        self.hidden_seeds = list(cfg.hidden_seeds) if cfg.hidden_seeds is not None else [
+            secrets.randbelow(2**32 - 1) for _ in range(cfg.hidden_trials)]
+        self.timing_seed = reference.timing_seed
+        self.post_seed = cfg.post_timing_seed if cfg.post_timing_seed is not None else secrets.randbelow(2**32 - 1)
+
+    def flag(self, f: str) -> None:
+        f = str(f)[:160]
+        if f not in self.flags and len(self.flags) < 64:
+            self.flags.append(f)
+
+    def _add_phase(self, name: str, seconds: float) -> None:
+        self.phases[name] = self.phases.get(name, 0.0) + seconds
+
+    def _merge(self, msg: Message | None) -> None:
+        if msg is not None and isinstance(msg.header.get("flags"), list):
+            for f in msg.header["flags"][:64]:
+                self.flag(str(f))
+
+    def _events(self, child: ChildProcess) -> None:
+        for ev in child.events:
+            self.flag(str(ev.get("flag")))
+
+    def _secret_trial(self, kind: str, seed: int) -> ReferenceTrial:
+        try:
+            return self.reference.secret_trial(kind, seed, self.slot.secret)
+        except ReferenceFailed as e:
+            raise ReferenceUnusable(str(e)) from None
+
+    def run(self) -> None:
+        t_start = time.monotonic()
+        self.deadline = t_start + self.cfg.effective_timeout()
+        ans = self.slot.child
+        try:
+            shutil.copyfile(self.answer_path, ans.workdir / "answer.py")
+            self._drive(ans, t_start)
+        except ReferenceUnusable as e:
+            self.failure = Status.REFERENCE_ERROR
+            self.error = str(e)[:4000]
+        finally:
+            if self.gate is not None:
+                self.gate.resume()  # paused for a timing that an error cut short
+            self._events(ans)
+            ans.kill()
+            self.phases["total_s"] = time.monotonic() - t_start
+
+    def _drive(self, ans: ChildProcess, t_start: float) -> None:
+        """The answer's process through every step, in order; a step that ends the answer's evaluation (a failed
+        load or trial, an error while timed) returns False. A timeout, the process's death or a forged message
+        ends it wherever it comes, judged by the step it came in (``phase``)."""
+        try:
+            self._await_ready(ans, t_start)
+            if not self._load(ans) or not self._correctness(ans):
+                return
+            if self._timeable(ans) and self.cfg.time_answer:
+                if not self._timing(ans):
+                    return
+                if self.cfg.post_timing_check:
+                    self._post_timing(ans)
+            if self.failure is None:
+                self._finish(ans)
+        except ChildTimeout:
+            self._timed_out()
+        except ChildDied:
+            self._died(ans)
+        except ProtocolError as e:
+            self.flag("result_channel_forged")
+            self.failure = Status.CRASH
+            self.error = f"result channel: {e}"
+
+    # -- the steps -----------------------------------------------------------------------------------------------
+    def _await_ready(self, ans: ChildProcess, t_start: float) -> None:
+        """The child was started ahead of its answer: its hello (TF32 flags, what its start took)."""
+        self.phase = "setup"
+        m = ans.await_hello(self.deadline)
+        if m.type != "hello":
+            raise InfrastructureError(f"answer child setup failed: {m.header.get('error') or m.type}")
+        self.tf32 = m.header.get("tf32")
+        setup = m.header.get("setup_s")
+        for k, v in (setup.items() if isinstance(setup, dict) else ()):
+            if k in CHILD_SETUP_PHASES and number(v) is not None:
+                self.phases[f"child_{k}"] = float(v)  # as the child reports it: not a verdict input
+        if bool(m.header.get("interpret")) != (self.cfg.device == "cpu"):
+            raise InfrastructureError("TRITON_INTERPRET does not match the device")
+        self.phases["child_ready_wait_s"] = time.monotonic() - t_start
+
+    def _load(self, ans: ChildProcess) -> bool:
+        """The answer imported and its ``ModelNew`` built on the reference's init inputs. False: it did not load
+        (``pre_import_status``) or did not build (``init_error``)."""
+        self.phase = "import"
+        t_load = time.monotonic()
+        ans.send("load", init_inputs=self.reference.init_entries)
+        m = ans.recv(self.deadline)
+        answer_running = m.type == "loading"  # from here on the answer's code runs in that process
+        if answer_running:
+            m = ans.recv(self.deadline)
+        self._merge(m)
+        if m.type == "setup_error" and not answer_running:
+            raise InfrastructureError(f"answer child setup failed: {m.header.get('error')}")
+        if m.type == "setup_error":
+            # Sent while the answer's module ran: the answer's doing (a message it sent with the nonce, or the
+            # harness choking on what it did), never the evaluator's failure.
+            self.pre_import_status = Status.LOAD_ERROR
+            self.error = f"setup error while the answer was loading: {text(m.header.get('error'), 2000)}"
+            return False
+        if m.type in ("load_error", "no_model_new"):
+            self.pre_import_status = Status.LOAD_ERROR if m.type == "load_error" else Status.NO_MODEL_NEW
+            self.error = text(m.header.get("error"))
+            return False
+        if m.type != "imported":
+            raise ProtocolError(f"unexpected {m.type} while importing")
+        self.imported = True  # ModelNew exists (KernelBench's "compiled")
+        self.phase = "init"
+        m = ans.recv(self.deadline)
+        self._merge(m)
+        if m.type == "init_error":
+            self.failure = Status.INIT_ERROR
+            self.error = text(m.header.get("error"))
+            return False
+        if m.type != "loaded":
+            raise ProtocolError(f"unexpected {m.type} while loading")
+        self.phases["load_s"] = time.monotonic() - t_load
+        return True
+
+    def _correctness(self, ans: ChildProcess) -> bool:
+        """KernelBench's seeded trials (their reference computed once per problem), then the hidden ones on secret
+        seeds, until the first that fails. False: a call failed (``failure``)."""
+        self.phase = "correctness"
+        t_corr = time.monotonic()
+        ref = self.reference
+        plan: list[tuple[int, str, int]] = [(i, "seeded", s) for i, s in enumerate(self.trial_seeds)]
+        plan += [(len(plan) + j, "hidden", s) for j, s in enumerate(self.hidden_seeds)]
+        self.planned_trials = len(plan)
+        for idx, kind, seed in plan:
+            rt = ref.seeded[idx] if kind == "seeded" else self._secret_trial(kind, seed)
+            ans.send("trial", seed=seed, index=idx, kind=kind, inputs=ref.trial_inputs(rt, self.slot.secret),
+                     rng=rt.rng)
+            if not self._answer_trial(ans, rt, idx, kind, seed):
+                break
+        self.phases["correctness_s"] = time.monotonic() - t_corr
+        return self.failure is None
+
+    def _timeable(self, ans: ChildProcess) -> bool:
+        """Only answers that can still be correct are timed: every trial passed, no integrity flag (where cheats are
+        rejected), and Triton launched in every call where the run requires it."""
+        passed = all(t.verdict == "ok" for t in self.trials) and len(self.trials) == self.planned_trials
+        integrity = any(is_integrity_flag(f) for f in self.flags + [str(e.get("flag")) for e in ans.events])
+        launched = all((t.launches or 0) > 0 for t in self.trials)
+        return passed and not (integrity and self.cfg.reject_cheats) and (launched or not self.cfg.require_triton)
+
+    def _timing(self, ans: ChildProcess) -> bool:
+        """The answer timed (paired with the reference, ``_time_paired``) alone on the GPU, and the trusted side's
+        reading of the raw numbers. False: the answer failed while timed."""
+        self._exclusive()
+        self.phase = "timing"
+        t_time = time.monotonic()
+        self._sample_clock()
+        try:
+            tm, raw, per_call = self._time_paired(ans)
+        finally:
+            self._sample_clock()
+            if self.gate is not None:
+                self.gate.resume()
+        if tm.type in ("runtime_error", "cuda_error"):
+            self.failure = Status.CRASH if tm.type == "cuda_error" else Status.RUNTIME_ERROR
+            self.error = text(tm.header.get("error"))
+            self.flag("timing_error")
+            return False
+        self._read_timing(raw, per_call, time.monotonic() - t_time)
+        self.phases["timing_s"] = time.monotonic() - t_time
+        return True
+
+    def _exclusive(self) -> None:
+        """Before timing: no later answer's process starts (the gate is paused until the timing ends) and the GPU is
+        this job's alone. Waiting for either never counts against the answer."""
+        if self.gate is not None:
+            self.phases["next_child_wait_s"] = self.gate.pause()
+            self.deadline += self.phases["next_child_wait_s"]
+        if self.lease is not None:
+            left = self.deadline - time.monotonic()
+            try:
+                waited = self.lease.upgrade(timeout_s=max(1.0, left))
+            except gpu_lock.GpuLockTimeout:
+                raise ChildTimeout() from None
+            self.phases["gpu_lock_wait_s"] = waited
+            self.deadline += waited
+
+    def _read_timing(self, raw: timing.RawTimes, per_call: list[int] | None, wall_s: float) -> None:
+        """The answer's raw numbers (validated block by block: lists of finite numbers) judged here: the timed-call
+        checks, the launches per call, the statistics, work left on other streams."""
+        cfg, checks = self.cfg, self.timed_checks
+        self.timing_raw = {"discarded_ms": raw.discarded_ms, "warmup_ms": raw.warmup_ms, "host_ms": raw.host_ms,
+                           "leftover_us": raw.leftover_us, "launches_per_call": per_call, "wall_s_parent": wall_s,
+                           "timed_checks": checks.to_dict(cfg.device)}
+        if checks.mismatches:
+            self.flag("timed_output_mismatch")
+            self.error = self.error or f"timed call: {checks.detail}"
+        if checks.unconfirmed(cfg.device):
+            self.flag("timing_unconfirmed")
+        if cfg.require_triton and 0 in (per_call or []):
+            # Decided here, from the launches the child counted per call of its timing (warm-up and timed): Triton
+            # in every correctness call (else it would not be timed) and none in one of these.
+            self.flag("triton_launch_skipped_in_timing")
+        self.runtime_stats = timing.stats(raw.trials_ms)
+        if self.runtime_stats is None:
+            raise ProtocolError("timing without usable trials")
+        if timing.side_stream_leftover(raw):
+            self.flag("unsynchronized_stream")  # judged here, from raw numbers, not in the answer's process
+
+    def _post_timing(self, ans: ChildProcess) -> None:
+        """The timed input tensors overwritten in place with inputs built only now (the answer could not have seen
+        them before or while it was timed), and one more call checked."""
+        self.phase = "post_timing"
+        t_post = time.monotonic()
+        rpost = self._secret_trial("post_timing", self.post_seed)
+        ans.send("post_timing", seed=self.post_seed, inputs=self.reference.trial_inputs(rpost, self.slot.secret),
+                 rng=rpost.rng)
+        self._answer_trial(ans, rpost, "post_timing", "post_timing", self.post_seed)
+        self.phases["post_timing_s"] = time.monotonic() - t_post
+
+    def _finish(self, ans: ChildProcess) -> None:
+        """The authenticated end: without it, no answer is correct."""
+        self.phase = "finish"
+        ans.send("finish")
+        dm = ans.recv(self.deadline)
+        if dm.type != "done":
+            raise ProtocolError(f"expected done, got {dm.type}")
+        self._merge(dm)
+        gf = dm.header.get("guard_flags")
+        for f in (gf if isinstance(gf, list) else [])[:64]:
+            self.flag(str(f))
+        if dm.header.get("threads_started"):
+            self.flag("python_threads_started")
+        self.done_ok = True
+
+    # -- how an evaluation can end early -------------------------------------------------------------------------
+    def _timed_out(self) -> None:
+        if self.phase == "import":
+            self.pre_import_status = Status.LOAD_ERROR
+            self.error = f"timed out after {self.cfg.effective_timeout():.0f}s while importing the answer"
+        elif self.watchdog is not None:
+            self.failure = Status.TIMEOUT
+            limit_s, reference_ms = self.watchdog
+            self.error = (f"killed by the watchdog during {self.phase}: no result {limit_s:.0f}s after the call "
+                          f"started (reference forward {reference_ms:.3g} ms)")
+        else:
+            self.failure = Status.TIMEOUT
+            self.error = f"timed out after {self.cfg.effective_timeout():.0f}s during {self.phase}"
+
+    def _died(self, ans: ChildProcess) -> None:
+        ans.wait(5.0)
+        reason = ans.death_reason()
+        if self.phase == "setup":
+            raise InfrastructureError(f"answer child died during setup: {reason}\n{ans.log_tail()}") from None
+        if self.phase == "import":
+            self.pre_import_status = Status.LOAD_ERROR
+            self.error = f"the child {reason} while importing the answer\n{ans.log_tail(1500)}"
+        else:
+            self.failure = Status.CRASH
+            self.error = f"the child {reason} during {self.phase}\n{ans.log_tail(1500)}"
+
+    # -- timing ----------------------------------------------------------------------------------------------------
+    def _time_paired(self, ans: ChildProcess) -> tuple[Message, timing.RawTimes, list[int] | None]:
+        """The answer's timing, in blocks alternating with the eager reference's on the same inputs
+        (``timing.paired_blocks``, ABBA order). Returns the answer's last message (``timing`` or its error), its raw
+        numbers merged over the blocks and its launches per call; the reference's go to ``paired_reference``."""
+        cfg, ref = self.cfg, self.reference
+        protocol = cfg.timing_protocol()
+        blocks = timing.paired_blocks(protocol, cfg.paired_block)
+        paired = cfg.paired_block > 0
+        floors = cfg.watchdog_limits() or (0.0, 0.0)
+        reference_ms = self.reference_ms() or 0.0
+        answer_parts: list[timing.RawTimes] = []
+        reference_parts: list[timing.RawTimes] = []
+        per_call: list[int] = []
+        tm: Message | None = None
+        calls = sum(b.discard_first + b.trials for b in blocks)
+        self.timed_checks = TimedChecks.choose(calls, ref.output_capacity(), ref.timing_trial is not None)
+        for i, block in enumerate(blocks):
+            order = ("answer", "reference") if timing.answer_goes_first(i) else ("reference", "answer")
+            for side in order if paired else ("answer",):
+                if side == "reference":
+                    t_ref = time.monotonic()
+                    try:
+                        reference_parts.append(ref.time_block(timing.reference_block(block, cfg.paired_reference_block),
+                                                              protocol.l2_flush_mib, cfg.cpu_threads))
+                    except ReferenceFailed as e:
+                        raise ReferenceUnusable(str(e)) from None
+                    self._add_phase("timing_reference_s", time.monotonic() - t_ref)
+                    continue
+                ans.send("time", seed=self.timing_seed, inputs={"area": "timing", "entries": ref.timing_entries},
+                         block={"warmup": block.warmup, "trials": block.trials, "discard_first": block.discard_first})
+                calls = block.warmup + block.discard_first + block.trials
+                tm = self._timed_block(ans, timing_limit_s(reference_ms, calls, floors[0]), reference_ms)
+                self._merge(tm)
+                if tm.type in ("runtime_error", "cuda_error"):
+                    return tm, timing.RawTimes(), None
+                if tm.type != "timing":
+                    raise ProtocolError(f"unexpected {tm.type} while timing")
+                part = raw_times(tm.header.get("raw"))
+                if len(part.trials_ms) != block.trials:
+                    raise ProtocolError(f"{len(part.trials_ms)} timed trials in a block of {block.trials}")
+                answer_parts.append(part)
+                per_call += launch_counts(tm.header.get("launches_per_call"), calls)
+        assert tm is not None
+        if reference_parts:
+            merged = timing.merge_raw(reference_parts)
+            self.paired_reference = {"stats": timing.stats(merged.trials_ms), "raw": merged.to_dict(),
+                                     "block_trials": cfg.paired_block, "blocks": len(blocks), "order": "ABBA",
+                                     "reference_block_trials": cfg.paired_reference_block}
+        return tm, timing.merge_raw(answer_parts), per_call
+
+    def _timed_block(self, ans: ChildProcess, limit_s: float, reference_ms: float) -> Message:
+        """One block of the answer's timing under the watchdog (``_watched``'s rules, for the whole block). Each
+        timed call reports itself as it ends; this side notes when (the interval between the reply to one call and
+        the next report holds that call's whole trial: the reported time must fit in it), tells the child whether
+        it checks this call's output (a choice drawn in secret beforehand, told only after the call), judges a
+        checked output against the reference's on the timing inputs before the next call starts, and replies.
+        Returns the block's last message (``timing``, or the answer's error)."""
+        m = ans.recv(self.deadline)
+        if m.type != "calling":
+            return m
+        end = self._watch_end(limit_s)
+        checks = self.timed_checks
+
+        def recv() -> Message:
+            return self._recv_watched(ans, end, limit_s, reference_ms)
+
+        # A block's first call is not observed: no reply of ours precedes it (in the first block its interval
+        # would also hold the warm-up calls).
+        replied: float | None = None
+        while True:
+            m = recv()
+            if m.type != "timed":
+                return m
+            now = time.monotonic()
+            reported = number(m.header.get("ms"))
+            if reported is None or reported < 0:
+                raise ProtocolError("a timed call without a valid time")
+            if replied is not None:
+                checks.observe(reported, (now - replied) * 1e3)
+            if checks.take():
+                t_check = time.monotonic()
+                ans.send("check")
+                om = recv()
+                if om.type == "bad_output":
+                    checks.failed("a timed call returned other than plain tensors")
+                elif om.type == "output":
+                    checks.judged(*self._judge_timed(om))
+                else:
+                    return om
+                self._add_phase("timing_checks_s", time.monotonic() - t_check)
+            replied = time.monotonic()  # before the reply: the next call cannot start earlier
+            ans.send("next")
+
+    def _judge_timed(self, om: Message) -> tuple[str, str | None]:
+        """(verdict, detail) of a checked timed call's outputs. Judged on this side's device, or on the host when the
+        device has no room left (the answer's process may hold most of it): a full device never crashes the job."""
+        trial = self.reference.timing_trial
+        assert trial is not None
+        torch = self.reference.torch
+        try:
+            verdict, _, detail = self._judge(trial, om)
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            verdict, _, detail = self._judge(trial, om, torch.device("cpu"))
+        return verdict, detail
+
+    def reference_ms(self) -> float | None:
+        """The slowest forward of the reference so far (what the watchdog scales with)."""
+        times = [t.ref_forward_ms for t in self.trials if isinstance(t.ref_forward_ms, (int, float))]
+        return max(times) if times else None
+
+    def _watched(self, ans: ChildProcess, limit_s: float, reference_ms: float) -> Message:
+        """The answer child's next message after it announced a call: at most ``limit_s`` after the announcement
+        (the per-call watchdog, which kills the child at once), never past the evaluation's deadline. Reading the
+        inputs before the announcement is not the answer's time."""
+        m = ans.recv(self.deadline)
+        if m.type != "calling":
+            return m  # it failed before calling (an error message): nothing to watch
+        return self._recv_watched(ans, self._watch_end(limit_s), limit_s, reference_ms)
+
+    def _watch_end(self, limit_s: float) -> float:
+        """When the watchdog kills the call announced now: ``limit_s`` from now, never past the evaluation's own
+        deadline (which comes first when it is earlier, or when there is no watchdog)."""
+        if self.cfg.watchdog_limits() is None:
+            return self.deadline
+        return min(self.deadline, time.monotonic() + limit_s)
+
+    def _recv_watched(self, ans: ChildProcess, end: float, limit_s: float, reference_ms: float) -> Message:
+        """The child's next message by ``end``; a timeout before the evaluation's deadline is the watchdog's kill
+        (recorded for the verdict's message)."""
+        try:
+            return ans.recv(end)
+        except ChildTimeout:
+            if end < self.deadline:
+                self.watchdog = (limit_s, reference_ms)
+            raise
+
+    def _judge(self, rt: ReferenceTrial, am: Message, device: Any = None) -> tuple[str, float | None, str | None]:
+        """(verdict, max_abs_diff, detail) of an ``output`` message against the reference trial, on this side's
+        device (or ``device``), from the bytes in the answer's output area."""
+        if rt.structure != am.header.get("structure"):
+            return "shape_mismatch", None, (f"output structure differs: expected {rt.structure}, got "
+                                            f"{text(am.header.get('structure'), 40)}")
+        metas = am.header.get("outputs")
+        if not isinstance(metas, list) or not metas:
+            raise ProtocolError("an output message without outputs")
+        if not am.header.get("written"):
+            # Larger than the reference's outputs (or a dtype the transport does not carry): a shape or dtype differs.
+            if len(metas) != len(rt.outputs):
+                return "shape_mismatch", None, f"expected {len(rt.outputs)} outputs, got {len(metas)}"
+            for i, (r, m) in enumerate(zip(rt.outputs, metas)):
+                m = m if isinstance(m, dict) else {}
+                if list(r.shape) != m.get("shape"):
+                    return "shape_mismatch", None, (f"output {i}: expected shape {tuple(r.shape)}, got "
+                                                    f"{text(m.get('shape'), 80)}")
+                if dtype_name(r.dtype) != m.get("dtype"):
+                    return "dtype_mismatch", None, (f"output {i}: expected dtype {r.dtype}, got "
+                                                    f"{text(m.get('dtype'), 40)}")
+            raise ProtocolError("outputs that fit were not written")
+        device = device or self.reference.device
+        try:
+            new_out = self.reference.answer_outputs(metas, self.slot.output, device)
+        except TransportError as e:
+            raise ProtocolError(f"output slots: {e}") from None
+        ref_out = [o.to(device) for o in rt.outputs]
+        verdict, diff, detail = compare_outputs(ref_out, new_out, self.cfg.atol, self.cfg.rtol)
+        del new_out, ref_out
+        new_dev = [m.get("device") for m in metas]
+        if verdict == "ok" and rt.output_devices != new_dev:
+            self.flag("output_wrong_device")
+            return "device_mismatch", diff, f"output on {text(new_dev, 200)}, expected {rt.output_devices}"
+        return verdict, diff, detail
+
+    def _answer_trial(self, ans: ChildProcess, rt: ReferenceTrial, idx: Any, kind: str, seed: int) -> bool:
+        ref_max = max(x for x in (rt.forward_ms, self.reference_ms(), 0.0) if x is not None)
+        floors = self.cfg.watchdog_limits() or (0.0, 0.0)
+        am = self._watched(ans, call_limit_s(ref_max, floors[0] if not self.trials else floors[1]), ref_max)
+        self._merge(am)
+        rec = TrialRecord(index=idx, kind=kind, seed=seed, verdict="error", ref_forward_ms=rt.forward_ms)
+        if am.type == "output":
+            rec.launches = count(am.header.get("launches"))
+            rec.forward_ms = number(am.header.get("forward_ms"))
+            rec.verdict, rec.max_abs_diff, rec.detail = self._judge(rt, am)
+            if rec.verdict != "ok" and rec.detail:
+                self.error = self.error or f"trial {idx} ({kind}): {rec.detail}"
+        elif am.type == "bad_output":
+            rec.verdict, rec.detail = "bad_output", text(am.header.get("error"), 500)
+            rec.launches = count(am.header.get("launches"))
+            self.error = f"trial {idx}: {rec.detail}"
+        elif am.type in ("runtime_error", "cuda_error"):
+            rec.detail = "error"
+            self.trials.append(rec)
+            self.failure = Status.CRASH if am.type == "cuda_error" else Status.RUNTIME_ERROR
+            self.error = text(am.header.get("error"))
+            return False
+        else:
+            raise ProtocolError(f"unexpected {am.type} during a trial")
+        self.trials.append(rec)
+        if rec.verdict != "ok":
+            if kind == "hidden":
+                self.flag("hidden_input_mismatch")
+            elif kind == "post_timing":
+                self.flag("post_timing_mismatch")
+            return False
+        return True
+
+    def _sample_clock(self) -> None:
+        # The SM clock right before and right after timing, never during it: an nvidia-smi query stalls CUDA
+        # calls of every process on the GPU for milliseconds, which a timed window would count (seen on the H200
+        # as single trials of tens of milliseconds).
+        if self.cfg.device == "cuda":
+            v = environment.sample_sm_clock(self.gpu)
+            if v is not None:
+                self.sm_clocks.append(v)
