@@ -9,7 +9,7 @@ For an honest answer (tests/cheats: elementwise add, pure Triton) it times, over
 3. a bare baseline: one fresh interpreter that imports torch and triton, loads both modules from files, builds
    both models, runs 5 correctness trials and the same number of timed calls, KernelBench-style, with none of
    the checks.
-and prints the wall time of each and the evaluator's own phase breakdown. Record the output in bench/NOTES.md.
+and prints the wall time of each and the evaluator's own phase breakdown. Record the numbers in bench/README.md.
 """
 
 from __future__ import annotations

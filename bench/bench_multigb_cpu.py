@@ -13,7 +13,7 @@ This bench shows the same effect on the CPU, with the reference as its own answe
    ``get_inputs()`` once more and the reference's timed calls: seven input builds per answer), with 1 thread too.
    Until 2026-12-02 this side built the inputs five times and timed only the answer (numbers before then).
 
-It prints the wall time of each answer; record the output in bench/NOTES.md.
+It prints the wall time of each answer; record the numbers in bench/README.md.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
     python bench/bench_pipeline.py [--skip-demo] [--schedulers greedy ilp]
 
 1. demo: copies the workflow to a temporary folder and runs `snakemake --cores all` on the bundled demo,
-   from an empty results folder and empty store (the install is timed separately: see bench/NOTES.md).
+   from an empty results folder and empty store (the install is timed separately: see bench/README.md).
 2. study dry run: a synthetic suite of 100 + 100 problems (KernelBench's layout and file names) and 15 models,
    `snakemake -n` with each scheduler; prints the job count and the wall time.
-Record the printed numbers in bench/NOTES.md.
+Record the printed numbers in bench/README.md.
 """
 
 from __future__ import annotations

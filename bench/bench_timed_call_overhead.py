@@ -6,7 +6,7 @@ harness's own per-call work, which the CPU shows as well.
 
     PYTHONPATH=. .venv/bin/python bench/bench_timed_call_overhead.py [--trials 200] [--device cpu]
 
-Record the output in bench/NOTES.md.
+Record the numbers in bench/README.md.
 """
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 its own answer, so every true speedup is 1): correct share, |speedup-1| median and p90 (nearest rank: index
 round(p x (n-1)) of the sorted values), the signed bias per size bucket of the paired eager time, the outliers.
 
-    python bench/calibration_summary.py bench/h200/2026-12-03-session13/call2_gpu_problem_worker.jsonl
+    python bench/calibration_summary.py bench/archive/h200/2026-12-04-session14/call2_gpu_problem_worker.jsonl
 
 With --copies (the copies bench: one problem, several answer processes against one trusted side), one line per file:
 each answer's speedup, and with --slow-above-ms how many answers and paired references ran on the slow side of a
 two-speed kernel (median trial above the threshold; L2/77: 5.8 ms, between its 4.9-5.1 and 6.3-6.6 ms):
 
-    python bench/calibration_summary.py --copies --slow-above-ms 5.8 bench/h200/2026-12-04-session16/call2_copies_*.jsonl
+    python bench/calibration_summary.py --copies --slow-above-ms 5.8 bench/archive/h200/2026-12-04-session16/call2_copies_*.jsonl
 """
 
 from __future__ import annotations

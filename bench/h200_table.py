@@ -3,7 +3,7 @@
 Unlike the collect stage it does not need every job to have finished: a GPU lease can end mid-run, and what was
 measured until then is still worth recording.
 
-    python bench/h200_table.py --results results/h200 [--log snakemake.log] --out-dir bench/h200
+    python bench/h200_table.py --results results/h200 [--log snakemake.log] --out-dir OUT
 writes rows.csv (one row per evaluated model x problem, with its baselines) and spread.json (the calibration
 model's speedup against eager: its distribution is the harness's noise and bias, ideally centred on 1). The eager
 time is the collect stage's (``scoring.metrics.eager_baseline``: the reference timed beside the answer); without a

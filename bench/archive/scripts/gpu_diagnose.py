@@ -17,8 +17,8 @@ One JSON line per measurement in $OUT/gpu_diagnose.jsonl, written as the run goe
   between placements against the spread between rounds of one placement says whether placement sets the level; a
   second process repeats the ``inputs`` variant (same seeds, same values) for the between-process difference.
 
-    python3 bench/gpu_diagnose.py trivial --out $OUT --repeats 3
-    python3 bench/gpu_diagnose.py placement --suite .kb --problems L2_79 L2_6 --out $OUT
+    python3 bench/archive/scripts/gpu_diagnose.py trivial --out $OUT --repeats 3
+    python3 bench/archive/scripts/gpu_diagnose.py placement --suite .kb --problems L2_79 L2_6 --out $OUT
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]  # bench/archive/scripts/ -> the repository root
 sys.path.insert(0, str(ROOT))
 
 from bench.gpu_watchdog import append_record, problem_file  # noqa: E402

@@ -6,7 +6,7 @@ forward (seed 42, KernelBench's order) in fresh processes: alone, then while ano
 after it is killed, and reports each against the first (max |diff|, mismatched share at 1e-4) with the cuDNN
 settings, so an evaluator bug can be told from the neighbour changing the library's choice of algorithm.
 
-    python bench/spin_neighbour_check.py --problem .kb/KernelBench/level2/71_Conv2d_Divide_LeakyReLU.py --out DIR
+    python bench/archive/scripts/spin_neighbour_check.py --problem .kb/KernelBench/level2/71_Conv2d_Divide_LeakyReLU.py --out DIR
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Why does a problem's eager forward run at one of two speeds depending on the process (L2/77: 0.765 or 1.0 of
-itself across answer processes, `bench/NOTES.md`, thirteenth session)? Each fresh process builds the problem as
+itself across answer processes, `bench/archive/NOTES.md`, thirteenth session)? Each fresh process builds the problem as
 KernelBench does (seed 42), times its forward with CUDA events (warm-up, then the median of 30 calls), lists the GPU
 kernels one call launches (torch.profiler) and the free device memory; half the processes first take most of the
 device's memory, to tell an algorithm choice that follows free memory (workspace limits) from one that does not, or
@@ -16,24 +16,24 @@ segments: a slow process can then be told apart by algorithm (kernels), by data 
 something process-wide (everything slow). The profiler slows every later call of its process: the verdicts' speedups
 of such a run are not timings.
 
-    python bench/per_process_kernels.py --problem .kb/KernelBench/level2/77_*.py --processes 6 --out DIR
-    python bench/per_process_kernels.py --hold-mib 256 --problem .kb/KernelBench/level2/77_*.py --processes 16 --out DIR
+    python bench/archive/scripts/per_process_kernels.py --problem .kb/KernelBench/level2/77_*.py --processes 6 --out DIR
+    python bench/archive/scripts/per_process_kernels.py --hold-mib 256 --problem .kb/KernelBench/level2/77_*.py --processes 16 --out DIR
 With ``--placement`` one fresh process times the forward again after each of a series of padding allocations
 (the cache emptied, a pad of N bytes taken, inputs and module copied anew): if the speed follows where the
 buffers land in device memory, it changes between pads within one process. With ``--placement-blocks``, per
 process, a candidate protocol: ``--blocks`` blocks of 10 trials, each after the cache is emptied and a pad of random
 size taken, and the spread of the processes' means over blocks.
 
-    python bench/per_process_kernels.py --placement --problem .kb/KernelBench/level2/77_*.py --processes 2 --out DIR
-    python bench/per_process_kernels.py --in-evaluator --problem .kb/KernelBench/level2/77_*.py --processes 8 --out DIR
+    python bench/archive/scripts/per_process_kernels.py --placement --problem .kb/KernelBench/level2/77_*.py --processes 2 --out DIR
+    python bench/archive/scripts/per_process_kernels.py --in-evaluator --problem .kb/KernelBench/level2/77_*.py --processes 8 --out DIR
 
 With ``--others N`` each plain process (forward times only) runs beside 0..N other processes, each holding a CUDA
 context and ``--others-mib`` MiB taken before it started, as the evaluator's trusted side and pre-started answer
 processes do: does another process's device memory move this one's placement?
 
-    python bench/per_process_kernels.py --others 3 --problem .kb/KernelBench/level2/77_*.py --processes 12 --out DIR
-    python bench/per_process_kernels.py --others 1 --flush kernelbench --problem .kb/KernelBench/level2/77_*.py --processes 8 --out DIR
-    python bench/per_process_kernels.py --others 1 --kb-src .kb/kbsrc --problem .kb/KernelBench/level2/77_*.py --processes 8 --out DIR
+    python bench/archive/scripts/per_process_kernels.py --others 3 --problem .kb/KernelBench/level2/77_*.py --processes 12 --out DIR
+    python bench/archive/scripts/per_process_kernels.py --others 1 --flush kernelbench --problem .kb/KernelBench/level2/77_*.py --processes 8 --out DIR
+    python bench/archive/scripts/per_process_kernels.py --others 1 --kb-src .kb/kbsrc --problem .kb/KernelBench/level2/77_*.py --processes 8 --out DIR
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # bench/archive/scripts/ -> the repository root
 from bench.gpu_watchdog import append_record  # noqa: E402
-from bench.spin_neighbour_check import BUILD_PROBLEM, run_script  # noqa: E402
+from bench.archive.scripts.spin_neighbour_check import BUILD_PROBLEM, run_script  # noqa: E402
 
 HOLD_MEMORY = r'''
 import sys, torch
