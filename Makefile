@@ -68,7 +68,7 @@ verify: venv
 	$(BIN)/snakemake --cores 1 verify_store
 
 ## bench: time the study-sized dry run, the demo run, the bootstrap and one evaluated answer
-## (record the printed numbers in bench/NOTES.md)
+## (record the printed numbers in bench/README.md, with the command)
 bench: venv
 	$(BIN)/python bench/bench_pipeline.py
 	$(BIN)/python bench/bench_bootstrap.py

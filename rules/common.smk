@@ -60,7 +60,7 @@ MODELS = list(config["models"])
 # Snakemake runs ready jobs of higher priority first. Completions and answer tables come before any evaluation, so a
 # problem's first evaluate job finds every model's answers written and judges them all against one reference side
 # (its companions, stages/evaluate.py). In the default order, evaluate jobs of the first models started before the
-# other models' answers existed: 62 of the demo's 78 evaluate jobs judged answers, for 13 problems (bench/NOTES.md).
+# other models' answers existed: 62 of the demo's 78 evaluate jobs judged answers, for 13 problems (bench/archive/NOTES.md, fifteenth session).
 ANSWERS_FIRST = 10
 for _name in [config["summary"]["reference"], *(config["summary"]["compare"] or [])]:
     if _name not in config["models"]:

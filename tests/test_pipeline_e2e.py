@@ -121,7 +121,7 @@ def test_a_problem_is_judged_once_for_all_models(demo: Path) -> None:
     # jobs find theirs in the store. With two cores, a core left idle while the last answer table is written may
     # start one evaluation without it, whose problem is then judged twice: two such problems are allowed. Without the
     # priority, the demo's evaluate jobs started before most answer tables existed: 62 of its 78 jobs judged answers,
-    # up to 5 for one problem (bench/NOTES.md).
+    # up to 5 for one problem (bench/archive/NOTES.md, fifteenth session).
     logs = list((demo / RESULTS / "logs" / "evaluations").glob("*/level*.log"))
     problems = {log.stem for log in logs}
     assert len(problems) == 13 and len(logs) == len(demo_config()["models"]) * len(problems)

@@ -1,6 +1,6 @@
 """The timing window (evaluation/timing.py): KernelBench's structure, nothing of ours inside it, and work left on
 other streams measured after it. CUDA is replaced by a recording stand-in, so the order of operations is checked
-on any machine; the numbers themselves are measured on the GPU (bench/NOTES.md)."""
+on any machine; the numbers themselves are measured on the GPU (bench/README.md)."""
 
 from __future__ import annotations
 

@@ -154,7 +154,7 @@ class EvalConfig(RunConfig):
     paired_block: int = 10
     # Trials per block of the eager reference in paired timing (timing.reference_block; at most paired_block): as
     # many as the answer's by default, the protocol the calibration was measured with. Fewer save a reference forward
-    # each (5: half a second per answer on a 10 ms problem) and widen the speedup's spread (bench/NOTES.md, eleventh
+    # each (5: half a second per answer on a 10 ms problem) and widen the speedup's spread (bench/archive/NOTES.md, eleventh
     # session: with 5, |speedup-1| p90 0.57% on 28 problems against 0.15% with 10 on the same problems).
     paired_reference_block: int = 10
     # "keep": only floating inputs become fp32 (integer targets stay integer); "cast": every input tensor becomes

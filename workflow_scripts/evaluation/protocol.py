@@ -19,7 +19,7 @@ TIMED_CHECK_BYTES = 1 << 30
 # over the calls): (milliseconds, share of the reported time, milliseconds per GiB of output), per device. The
 # interval holds the whole trial (synchronize, L2 flush, launch headroom, the window, the output's scrub and the
 # harness's checks, two messages); on the CPU the interpreter's harness work is slower and noisier. Measured on
-# honest answers on an H200 (bench/NOTES.md, sixth session), four evaluations sharing the host: 0.61-1.58 ms on 120
+# honest answers on an H200 (bench/archive/NOTES.md, sixth session), four evaluations sharing the host: 0.61-1.58 ms on 120
 # problems with outputs under 1 GiB, 1.8-2.1 ms with 6.4 GB outputs. The band is wide (a study runs more jobs per
 # host, whose Python work shares its cores): it catches a call that reports about half of its time or less, or
 # hides 5 ms or more of work outside its window, not a small forgery.

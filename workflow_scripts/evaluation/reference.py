@@ -43,7 +43,7 @@ DEVICE_OUTPUT_SHARE = 0.3
 # Seeded inputs at least this large per trial are built by helper processes in parallel (reference_inputs). A
 # helper's start (interpreter, torch) took about 5 s on the H200 beside the answer processes starting with it, while
 # get_inputs() builds about 0.5-0.7 GB/s on one core: at 256 MiB per trial the helpers took 5.7 s for what this
-# process builds in about 2 s (bench/NOTES.md, eleventh session); from 1 GiB they win.
+# process builds in about 2 s (bench/archive/NOTES.md, eleventh session); from 1 GiB they win.
 PARALLEL_INPUTS_MIN_BYTES = 1 << 30
 # Outputs at least this large: the reference's timing outputs wait on the host. Inputs or outputs at least this
 # large: the memory this side cached for a secret trial or for judging an answer is given back to the device after
@@ -57,7 +57,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 # torch's random generators are the process's: a seed and the draws it governs (the model's weights, get_inputs(), a
 # stochastic forward and the state it leaves) must not interleave with another thread's. Several problems judged
 # from threads of one process (the spin bench) otherwise built each other's inputs: L2/71's reference differed from
-# its own code's output by 0.105 beside two other problems (bench/NOTES.md, twelfth session).
+# its own code's output by 0.105 beside two other problems (bench/archive/NOTES.md, twelfth session).
 _SEEDED_DRAWS = threading.RLock()
 
 

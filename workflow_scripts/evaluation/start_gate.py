@@ -7,7 +7,7 @@ driver bound to the device) begins only when this gate sends ``go``; the process
 done. A context created while an answer is timed could disturb that timing, so before this gate every process of a
 batch had to be ready before the first timing: on an H200, 15 processes started together took 7.7 s to be ready (one
 alone 2.3 s). The gate starts the device parts one at a time in the gaps instead: while the problem is prepared,
-while answers load and are checked for correctness. Measured on the H200 with the gate (bench/NOTES.md, eleventh
+while answers load and are checked for correctness. Measured on the H200 with the gate (bench/archive/NOTES.md, eleventh
 session): a device part takes about 0.2 s, a host part 3 s alone and 5-7 s when 15 start together.
 
 Before an answer is timed, ``pause`` waits until no device part is under way and every started process has finished

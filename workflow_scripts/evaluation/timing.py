@@ -16,7 +16,7 @@ Both are timed by the same code with the same :class:`TimingProtocol`, so their 
   window to the letter) enqueues a device-side wait of that length between the flush and the start event: the
   256 MiB flush takes about 60 us on an H200, about what Python needs to launch one Triton kernel, so in
   KernelBench's window a one-kernel call reads either its device time or that plus whatever host time exceeded the
-  flush (3.5 or 8-48 us for the same kernel on an H200, bench/NOTES.md). With the headroom the host's launch work
+  flush (3.5 or 8-48 us for the same kernel on an H200, bench/archive/NOTES.md, sixth session). With the headroom the host's launch work
   up to that long is never in the window; beyond it (many launches) it still is, as in KernelBench. Outside the
   window: ``end.synchronize()`` (the current stream is done), then a device-wide synchronize whose host time is the
   trial's ``leftover_us``: work the call left on another stream is still running then. Its minimum over the trials
@@ -140,7 +140,7 @@ def stats(trials_ms: Sequence[float]) -> dict[str, Any] | None:
 # whose Python work would otherwise take the interpreter's lock inside a window, between the host's launches (the
 # trusted side's memory watcher, which walks process trees every 50 ms: ``memory_cap``), does that work holding this
 # lock, so it runs between trials, never during one. Without it the paired reference's trials on L1/12 (0.054 ms)
-# held polls 2-10x the median in 12 of 16 answers, +3.8% on the mean speedup (bench/NOTES.md, thirteenth session).
+# held polls 2-10x the median in 12 of 16 answers, +3.8% on the mean speedup (bench/archive/NOTES.md, thirteenth session).
 TRIAL_GATE = threading.Lock()
 
 
