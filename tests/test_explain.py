@@ -86,7 +86,7 @@ def test_members_count_to_the_published_numbers(tmp_path: Path) -> None:
         members = sm.count_members(rows, model)
         for level, counts in summary["models"][model]["levels"].items():
             chosen = members if level == "overall" else members[members["level"] == int(level)]
-            assert {name: int(chosen[name].sum()) for name in sm.LEVEL_FIELDS} == counts
+            assert {name: int(chosen[name].sum()) for name in sm.level_fields()} == counts
         for level, counts in summary["level2_strategy"][model].items():
             chosen = members[members["level"] == int(level)]
             assert {name: int(chosen[name].sum()) for name in sm.STRATEGY_FIELDS} == counts

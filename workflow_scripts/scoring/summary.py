@@ -11,10 +11,11 @@ Definitions (the published ones):
 * ``n`` = problems of the level; every problem stays in every denominator (failed answers, rejected answers,
   problems whose baseline failed).
 * ``compiled`` / ``correct``: counts of rows with that flag.
-* ``eager_fast_p`` / ``compile_fast_p`` (p in 1, 1.5, 2): correct AND speedup strictly > p. A null speedup (the
-  baseline or the answer's timing is unknown) is never fast.
-* ``flags``: correct answers whose speedup over eager OR over torch.compile is > 10.
-* ``eager_fast_1_unflagged`` / ``compile_fast_1_unflagged``: the fast_1 counts without flagged answers.
+* ``eager_fast_p`` / ``compile_fast_p`` (p in scoring/metrics.py THRESHOLDS; published: 1, 1.5, 2): correct AND
+  speedup strictly > p. A null speedup (the baseline or the answer's timing is unknown) is never fast.
+* ``flags``: correct answers whose speedup over eager OR over torch.compile is > FLAG_SPEEDUP (10).
+* ``eager_fast_1_unflagged`` / ``compile_fast_1_unflagged``: the fast_1 counts (HEADLINE_THRESHOLD) without
+  flagged answers.
 * ``overall``: all levels together. Level keys come from the levels present in the rows.
 * ``mean_completion_tokens``: mean over rows with a token count (null if none), unrounded; per model in the
   JSON, per model and level in levels.parquet.
@@ -71,14 +72,7 @@ import pandas as pd
 from workflow_scripts.core.columns import column_names
 from workflow_scripts.core.io import write_parquet
 from workflow_scripts.scoring import metrics
-from workflow_scripts.scoring.metrics import THRESHOLDS
 
-LEVEL_FIELDS: tuple[str, ...] = (
-    "n", "compiled", "correct",
-    "eager_fast_1", "eager_fast_1.5", "eager_fast_2",
-    "compile_fast_1", "compile_fast_1.5", "compile_fast_2",
-    "flags", "eager_fast_1_unflagged", "compile_fast_1_unflagged",
-)
 STRATEGY_FIELDS: tuple[str, ...] = ("answers_keeping_pytorch_op", "fast_unflagged_hybrid", "fast_unflagged_pure_triton")
 # Where levels.parquet names a published count otherwise: "flags" would shadow pandas' DataFrame.flags.
 TABLE_NAMES: dict[str, str] = {"flags": "flagged"}
@@ -94,40 +88,59 @@ CONTEXT_KEYS = frozenset({"title", "benchmark", "runtime", "models", "notes"})
 CONTEXT_MODEL_KEYS = frozenset({"label", "generation"})
 CONTEXT_NOTE_KEYS = frozenset({"paired_bootstrap", "level2_strategy"})
 
-STRATEGY_NOTE = (
-    "An answer 'keeps a PyTorch op' when forward() still calls a torch layer, functional op, tensor math method "
-    "or arithmetic on inputs (static AST check). fast_unflagged_hybrid / fast_unflagged_pure_triton split the "
-    "eager_fast_1_unflagged answers by that check."
-)
+
+
+def strategy_note() -> str:
+    return ("An answer 'keeps a PyTorch op' when forward() still calls a torch layer, functional op, tensor math "
+            "method or arithmetic on inputs (static AST check). fast_unflagged_hybrid / fast_unflagged_pure_triton "
+            f"split the {metrics.unflagged_fields()[0]} answers by that check.")
+
+
+def bootstrap_note(reference: str, n_problems: int, resamples: int, seed: int) -> str:
+    fields = bootstrap_fields()
+    return (f"Differences in percentage points against '{reference}' on the same {n_problems} problems "
+            f"(fast_eager = {fields['fast_eager']}, fast_compile = {fields['fast_compile']}); 95% percentile "
+            f"interval from {resamples:,} paired resamples of problems, seed {seed}. gained / lost = problems where "
+            f"only the model / only '{reference}' succeeds.")
 
 
 # ---------------------------------------------------------------------------------------------------- records
 
 
+def level_fields() -> list[str]:
+    """The published counts of a level, in the published order: n, compiled, correct, the fast_p counts (one per
+    baseline and threshold of scoring/metrics.py), flags, the unflagged headline counts. Made when asked, from
+    THRESHOLDS: the JSON, levels.parquet, the markdown table and explain all read it."""
+    return ["n", "compiled", "correct", *metrics.fast_fields(), "flags", *metrics.unflagged_fields()]
+
+
+def table_name(count: str) -> str:
+    """A published count's column in levels.parquet."""
+    return TABLE_NAMES.get(count, count)
+
+
+def bootstrap_fields() -> dict[str, str]:
+    """Each bootstrap metric -> the level count whose per-problem membership it compares (fast_eager is the headline
+    eager fast_p count, eager_fast_1)."""
+    key = metrics.HEADLINE_THRESHOLD[0]
+    return {"correct": "correct", "fast_eager": metrics.fast_field("eager", key),
+            "fast_compile": metrics.fast_field("compile", key)}
+
+
 @dataclass(frozen=True)
 class LevelCounts:
-    """The counts of one model at one level (or overall); ``to_dict`` gives the published keys."""
+    """The counts of one model at one level (or overall); ``to_dict`` gives the published keys in their order."""
 
     n: int
     compiled: int
     correct: int
-    eager_fast_1: int
-    eager_fast_1_5: int
-    eager_fast_2: int
-    compile_fast_1: int
-    compile_fast_1_5: int
-    compile_fast_2: int
+    fast: dict[str, int]  # eager_fast_1, ..., compile_fast_2: one per baseline and threshold (metrics.fast_fields)
     flags: int
-    eager_fast_1_unflagged: int
-    compile_fast_1_unflagged: int
+    fast_unflagged: dict[str, int]  # eager_fast_1_unflagged, compile_fast_1_unflagged (metrics.unflagged_fields)
 
     def to_dict(self) -> dict[str, int]:
-        values = (
-            self.n, self.compiled, self.correct, self.eager_fast_1, self.eager_fast_1_5, self.eager_fast_2,
-            self.compile_fast_1, self.compile_fast_1_5, self.compile_fast_2, self.flags,
-            self.eager_fast_1_unflagged, self.compile_fast_1_unflagged,
-        )
-        return dict(zip(LEVEL_FIELDS, values))
+        return {"n": self.n, "compiled": self.compiled, "correct": self.correct, **self.fast, "flags": self.flags,
+                **self.fast_unflagged}
 
 
 @dataclass(frozen=True)
@@ -203,9 +216,9 @@ class Outcomes:
         if metric == "correct":
             return self.correct
         if metric == "fast_eager":
-            return self.fast("eager", 1.0)
+            return self.fast("eager", metrics.HEADLINE_THRESHOLD[1])
         if metric == "fast_compile":
-            return self.fast("compile", 1.0)
+            return self.fast("compile", metrics.HEADLINE_THRESHOLD[1])
         raise ValueError(f"unknown bootstrap metric {metric!r}")
 
 
@@ -364,21 +377,22 @@ def model_order(rows: pd.DataFrame, context: SummaryContext | None = None) -> li
 
 
 def level_members(outcomes: Outcomes) -> dict[str, np.ndarray]:
-    """Per problem, whether it counts in each published level count (keys: LEVEL_FIELDS, in order). The one
+    """Per problem, whether it counts in each published level count (keys: ``level_fields()``, in order). The one
     definition of the counts: ``level_counts`` sums these, ``explain`` lists the rows behind a number with them."""
     flagged = outcomes.flagged
     members = {"n": np.ones_like(outcomes.correct), "compiled": outcomes.compiled, "correct": outcomes.correct}
-    members.update({f"eager_fast_{k}": outcomes.fast("eager", p) for k, p in THRESHOLDS})
-    members.update({f"compile_fast_{k}": outcomes.fast("compile", p) for k, p in THRESHOLDS})
+    members.update({metrics.fast_field(baseline, key): outcomes.fast(baseline, p)
+                    for baseline in metrics.BASELINES for key, p in metrics.THRESHOLDS})
     members["flags"] = flagged
-    members["eager_fast_1_unflagged"] = outcomes.fast("eager", 1.0) & ~flagged
-    members["compile_fast_1_unflagged"] = outcomes.fast("compile", 1.0) & ~flagged
-    return {name: members[name] for name in LEVEL_FIELDS}
+    headline = metrics.HEADLINE_THRESHOLD[1]
+    members.update({name: outcomes.fast(baseline, headline) & ~flagged
+                    for baseline, name in zip(metrics.BASELINES, metrics.unflagged_fields())})
+    return {name: members[name] for name in level_fields()}
 
 
 def strategy_members(outcomes: Outcomes) -> dict[str, np.ndarray]:
     """Per problem, whether it counts in each level2_strategy count (keys: STRATEGY_FIELDS)."""
-    fast_unflagged = outcomes.fast("eager", 1.0) & ~outcomes.flagged
+    fast_unflagged = outcomes.fast("eager", metrics.HEADLINE_THRESHOLD[1]) & ~outcomes.flagged
     keeps = outcomes.keeps_torch_op
     return {
         "answers_keeping_pytorch_op": keeps,
@@ -390,8 +404,10 @@ def strategy_members(outcomes: Outcomes) -> dict[str, np.ndarray]:
 def level_counts(outcomes: Outcomes, mask: np.ndarray | None = None) -> LevelCounts:
     """Counts over the problems selected by ``mask`` (all problems when None)."""
     sel = np.ones_like(outcomes.correct) if mask is None else mask
-    counts = [int(np.count_nonzero(member & sel)) for member in level_members(outcomes).values()]
-    return LevelCounts(*counts)  # LevelCounts' fields are LEVEL_FIELDS, in order
+    counts = {name: int(np.count_nonzero(member & sel)) for name, member in level_members(outcomes).items()}
+    return LevelCounts(n=counts["n"], compiled=counts["compiled"], correct=counts["correct"],
+                       fast={name: counts[name] for name in metrics.fast_fields()}, flags=counts["flags"],
+                       fast_unflagged={name: counts[name] for name in metrics.unflagged_fields()})
 
 
 def strategy_counts(outcomes: Outcomes, mask: np.ndarray) -> StrategyCounts:
@@ -411,7 +427,7 @@ def mean_completion_tokens(outcomes: Outcomes, mask: np.ndarray | None = None) -
 
 def count_members(rows: pd.DataFrame, model: str) -> pd.DataFrame:
     """One row per problem of ``model`` in (level, problem_id) order: whether it counts in each published count
-    (a column per LEVEL_FIELDS and STRATEGY_FIELDS entry) and in mean_completion_tokens (has a token count)."""
+    (a column per ``level_fields()`` and STRATEGY_FIELDS entry) and in mean_completion_tokens (has a token count)."""
     frame = normalize_rows(rows)
     if model not in set(frame["model"].astype(str)):
         raise ValueError(f"model {model!r} is not in the rows (models: {list(pd.unique(frame['model']))})")
@@ -556,17 +572,12 @@ def summarize(
         models[name] = entry
         strategy[name] = {str(level): strategy_counts(o, o.levels == level).to_dict() for level in levels}
 
-    bootstrap_note = (
-        f"Differences in percentage points against '{reference}' on the same {n_problems} problems "
-        f"(fast_eager = eager_fast_1, fast_compile = compile_fast_1); 95% percentile interval from {resamples:,} "
-        f"paired resamples of problems, seed {seed}. gained / lost = problems where only the model / only "
-        f"'{reference}' succeeds."
-    )
+    boot_note = bootstrap_note(reference, n_problems, resamples, seed)
     if "paired_bootstrap" in context.notes:
-        bootstrap_note += " " + context.notes["paired_bootstrap"]
-    strategy_note = STRATEGY_NOTE
+        boot_note += " " + context.notes["paired_bootstrap"]
+    split_note = strategy_note()
     if "level2_strategy" in context.notes:
-        strategy_note += " " + context.notes["level2_strategy"]
+        split_note += " " + context.notes["level2_strategy"]
 
     benchmark = dict(context.benchmark)
     if context.runtime is not None:
@@ -580,9 +591,9 @@ def summarize(
     summary[f"paired_bootstrap_vs_{reference}"] = bootstrap_block(
         outcomes, reference, compared, resamples=resamples, seed=seed
     )
-    summary["paired_bootstrap_note"] = bootstrap_note
+    summary["paired_bootstrap_note"] = boot_note
     summary["level2_strategy"] = strategy
-    summary["level2_strategy_note"] = strategy_note
+    summary["level2_strategy_note"] = split_note
     return summary
 
 
@@ -614,7 +625,7 @@ def levels_table(summary: Mapping[str, Any], rows: pd.DataFrame) -> pd.DataFrame
         strategy = summary["level2_strategy"].get(name, {})
         for level, counts in entry["levels"].items():
             record: dict[str, Any] = {"model": name, "label": entry.get("label"), "level": level}
-            record.update({TABLE_NAMES.get(field, field): value for field, value in counts.items()})
+            record.update({table_name(count): value for count, value in counts.items()})
             n = counts["n"]
             record["compiled_rate"] = counts["compiled"] / n if n else None
             record["correct_rate"] = counts["correct"] / n if n else None
@@ -628,8 +639,9 @@ def levels_table(summary: Mapping[str, Any], rows: pd.DataFrame) -> pd.DataFrame
             mask = None if level == "overall" else own.levels == int(level)
             record["mean_completion_tokens"] = mean_completion_tokens(own, mask)
             records.append(record)
-    frame = pd.DataFrame.from_records(records, columns=column_names("levels"))
-    ints = [TABLE_NAMES.get(f, f) for f in LEVEL_FIELDS] + list(STRATEGY_FIELDS)
+    frame = pd.DataFrame.from_records(records, columns=column_names(
+        "levels", fast_counts=metrics.fast_fields(), unflagged_fast_counts=metrics.unflagged_fields()))
+    ints = [table_name(f) for f in level_fields()] + list(STRATEGY_FIELDS)
     return frame.astype({c: "Int64" for c in ints} | {"label": "string", "model": "string", "level": "string",
                                                        "mean_completion_tokens": "Float64"})
 
@@ -662,8 +674,9 @@ def markdown_table(summary: Mapping[str, Any]) -> str:
     """The headline table: overall counts (and % of all problems) per model, and the bootstrap delta on correct."""
     reference = bootstrap_reference(summary)
     boot = summary[f"paired_bootstrap_vs_{reference}"]
-    header = ["model", "label", "n", "compiled", "correct", "eager fast_1", "eager fast_1.5", "eager fast_2",
-              "compile fast_1", "compile fast_1.5", "compile fast_2", "flags",
+    fast = [(metrics.fast_field(baseline, key), f"{baseline} fast_{key}")
+            for baseline in metrics.BASELINES for key, _ in metrics.THRESHOLDS]
+    header = ["model", "label", "n", "compiled", "correct", *(title for _, title in fast), "flags",
               f"Δ correct vs {reference}, pp [95% CI]"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
     for name, entry in summary["models"].items():
@@ -675,8 +688,7 @@ def markdown_table(summary: Mapping[str, Any]) -> str:
         else:
             delta = "reference" if name == reference else ""
         cells = [name, str(entry.get("label") or ""), str(n), _pct(c["compiled"], n), _pct(c["correct"], n)]
-        cells += [_pct(c[f"eager_fast_{k}"], n) for k, _ in THRESHOLDS]
-        cells += [_pct(c[f"compile_fast_{k}"], n) for k, _ in THRESHOLDS]
+        cells += [_pct(c[count], n) for count, _ in fast]
         cells += [str(c["flags"]), delta]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines) + "\n"

@@ -29,20 +29,18 @@ from typing import Any
 import pandas as pd
 
 from workflow_scripts.core import configuration
-from workflow_scripts.core.columns import TABLES
+from workflow_scripts.core.columns import table as column_table
 from workflow_scripts.core.hashing import sha256_file, sha256_text
 from workflow_scripts.core.layout import ResultsLayout, problem_key
 from workflow_scripts.core.store import Store, code_version, package_version
 from workflow_scripts.evaluation.environment import fingerprint_key
 from workflow_scripts.generation.cache import CompletionCache
 from workflow_scripts.scoring.summary import (
-    BOOTSTRAP_METRICS, LEVEL_FIELDS, STRATEGY_FIELDS, TABLE_NAMES, bootstrap_reference, count_members,
+    BOOTSTRAP_METRICS, STRATEGY_FIELDS, bootstrap_fields, bootstrap_reference, count_members, level_fields, table_name,
 )
 
 PROG = "python -m workflow_scripts explain"
 DEFAULT_CONFIG = Path("config.yaml")
-# The per-problem success each bootstrap metric compares (scoring/summary.py Outcomes.success), as count columns.
-BOOTSTRAP_COLUMNS = {"correct": "correct", "fast_eager": "eager_fast_1", "fast_compile": "compile_fast_1"}
 RATES = {"compiled_rate": "compiled", "correct_rate": "correct"}
 ENVIRONMENT_FACTS = ("device", "python", "torch", "triton", "cuda", "driver", "gpu_name", "cpu_model", "tf32_mode")
 LOG_TAIL_LINES = 5
@@ -130,7 +128,7 @@ def read_json(path: str) -> dict[str, Any] | None:
 
 
 def with_unit(table: str, column: str, value: Any) -> str:
-    definition = TABLES[table].columns.get(column)
+    definition = column_table(table).column(column)
     unit = definition.unit if definition else ""
     shown = "null" if value is None else str(value)
     return f"{shown} {unit}" if value is not None and unit in ("ms", "tokens", "ratio") else shown
@@ -159,7 +157,7 @@ def summary_section(workflow: Workflow, rows: pd.DataFrame, row: dict[str, Any])
     levels = (summary or {}).get("models", {}).get(model, {}).get("levels", {})
     counted, not_counted = [], []
     disagree = []
-    for name in LEVEL_FIELDS:
+    for name in level_fields():
         values = {}
         for key, mask in ((str(level), members["level"] == level), ("overall", members["level"].notna())):
             recomputed = int(members.loc[mask, name].sum())
@@ -167,7 +165,7 @@ def summary_section(workflow: Workflow, rows: pd.DataFrame, row: dict[str, Any])
             values[key] = published
             if published is not None and published != recomputed:
                 disagree.append(f"levels.{key}.{name}: summary.json {published}, rows {recomputed}")
-        label = f"{TABLE_NAMES.get(name, name)} (level {level}: {values[str(level)]}, overall: {values['overall']})"
+        label = f"{table_name(name)} (level {level}: {values[str(level)]}, overall: {values['overall']})"
         (counted if here[name] else not_counted).append(label)
     section.facts["counted in"] = counted
     section.facts["not counted in"] = not_counted
@@ -192,8 +190,9 @@ def summary_section(workflow: Workflow, rows: pd.DataFrame, row: dict[str, Any])
             theirs = count_members(rows, reference)
             ref_here = theirs[(theirs["level"] == level) & (theirs["problem_id"] == pid)].iloc[0]
             outcome = {}
+            counts = bootstrap_fields()  # the per-problem success each metric compares, as count columns
             for metric in BOOTSTRAP_METRICS:
-                own, ref = bool(here[BOOTSTRAP_COLUMNS[metric]]), bool(ref_here[BOOTSTRAP_COLUMNS[metric]])
+                own, ref = bool(here[counts[metric]]), bool(ref_here[counts[metric]])
                 word = "gained" if own and not ref else "lost" if ref and not own else "same as the reference"
                 outcome[metric] = f"{word} (summary: gained {block[model][metric]['gained']}, lost " \
                                   f"{block[model][metric]['lost']})"
@@ -485,9 +484,9 @@ def explain_number(workflow: Workflow, model: str, metric: str, level: str) -> l
     rows = read_parquet(rows_path, "per-problem rows")
     if model not in set(rows["model"]):
         raise ExplainError(f"{rows_path} has no model {model!r} (models: {list(dict.fromkeys(rows['model']))})")
-    published_names = {TABLE_NAMES.get(f, f): f for f in LEVEL_FIELDS}  # levels.parquet's names too
+    published_names = {table_name(f): f for f in level_fields()}  # levels.parquet's names too
     count = published_names.get(metric, metric)
-    known = set(LEVEL_FIELDS) | set(STRATEGY_FIELDS) | set(RATES) | {"mean_completion_tokens"}
+    known = set(level_fields()) | set(STRATEGY_FIELDS) | set(RATES) | {"mean_completion_tokens"}
     if count not in known:
         raise ExplainError(f"unknown metric {metric!r}; one of {sorted(known | set(published_names))}")
     members = count_members(rows, model)
