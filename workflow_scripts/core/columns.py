@@ -20,6 +20,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from workflow_scripts.core.records import HEADLINE_STATISTIC
+
 NO_UNIT = "none"
 MS = "ms"
 RATIO = "ratio"
@@ -109,7 +111,7 @@ def _rows_columns() -> dict[str, Column]:
         "status": Column("the answer's one status (core/statuses.py: missing_completion ... correct)"),
         "compiled": Column("KernelBench's compiled: the answer module imported and defined ModelNew"),
         "correct": Column("status is correct: every correctness trial matched the reference"),
-        "runtime_ms": Column("mean of the answer's timing trials; null unless correct", MS),
+        "runtime_ms": Column(f"{HEADLINE_STATISTIC} of the answer's timing trials; null unless correct", MS),
         "eager_ms": Column("the eager PyTorch reference's time: timed beside the answer when eager_source is "
                            "paired, else the baseline stage's; null when the eager baseline failed", MS),
         "eager_source": Column("where eager_ms comes from: paired (timed beside the answer) or baseline (the "

@@ -46,6 +46,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from workflow_scripts.core.layout import BOOTSTRAP_FIGURE, CORRECT_FIGURE, FAST_P_FIGURE, STRATEGY_FIGURE  # noqa: E402
+from workflow_scripts.core import records  # noqa: E402
 from workflow_scripts.core.records import TIMING_MODES  # noqa: E402
 from workflow_scripts.scoring import metrics  # noqa: E402
 from workflow_scripts.scoring.summary import (  # noqa: E402
@@ -122,7 +123,8 @@ class RunFacts:
         ev = self.evaluation
         if "timing_trials" in ev and "warmup" in ev:
             calls = "call" if ev["warmup"] == 1 else "calls"
-            text += f"; mean of {ev['timing_trials']} timed calls after {ev['warmup']} warm-up {calls}"
+            text += (f"; {records.HEADLINE_STATISTIC} of {ev['timing_trials']} timed calls after {ev['warmup']} "
+                     f"warm-up {calls}")
         return text
 
     def footnote(self, *, timing: bool = True, bootstrap: bool = False) -> str:

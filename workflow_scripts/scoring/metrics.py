@@ -4,7 +4,8 @@ these: change the definition here and every published number follows.
 - speedup = baseline time / answer time, for a correct answer with both times known (else unknown);
 - the eager baseline time of an answer is the eager reference timed beside it (paired timing: same inputs, blocks
   alternating with the answer's, so both see the same GPU state) when its evaluation has one, and the baseline
-  stage's eager time otherwise (``eager_baseline``); the torch.compile baseline is always the baseline stage's. A
+  stage's eager time otherwise (``eager_baseline``); each time is its trials' headline statistic
+  (core/records.py HEADLINE_STATISTIC, the mean); the torch.compile baseline is always the baseline stage's. A
   problem whose eager baseline failed in the baseline stage has no eager speedup either way;
 - fast_p = the answer is correct and its speedup is strictly greater than p (KernelBench's definition); an
   unknown speedup is never fast;
@@ -16,6 +17,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from workflow_scripts.core.records import headline_ms
 
 # Speedup thresholds of the published fast_p counts; the key is how the published file spells p. Every name that
 # carries a threshold (summary.json's eager_fast_1.5, levels.parquet's columns, the markdown header, explain, the
@@ -62,9 +65,9 @@ def eager_baseline(evaluation: dict, baseline: dict) -> tuple[float | None, str 
     time for the problem); (None, None) when the baseline stage's eager run failed or neither exists."""
     if baseline.get("eager_status") != "ok":
         return None, None
-    paired = (evaluation.get("paired_reference") or {}).get("stats") or {}
-    if isinstance(paired.get("mean"), (int, float)):
-        return float(paired["mean"]), "paired"
+    paired = headline_ms((evaluation.get("paired_reference") or {}).get("stats"))
+    if paired is not None:
+        return paired, "paired"
     if baseline.get("eager_ms") is None:
         return None, None
     return float(baseline["eager_ms"]), "baseline"
