@@ -43,6 +43,7 @@ from workflow_scripts.generation.cache import (
     sha256_text,
     utc_now,
 )
+from workflow_scripts.generation.kinds import kind_of
 
 PROVIDER = "vllm"
 # Ranks vLLM's LoRAConfig accepts for max_lora_rank (vllm/config/lora.py, MaxLoRARanks).
@@ -307,10 +308,11 @@ DECODING_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "seed")
 
 
 def engine_groups(models: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
-    """One engine per base model: base folder -> the names of the ``kind: vllm`` models it serves, in config order."""
+    """One engine per base model: base folder -> the names of the models it serves (those whose kind is served per
+    base model, generation/kinds.py: kind vllm), in config order."""
     groups: dict[str, list[str]] = {}
     for name, entry in models.items():
-        if entry.get("kind") == "vllm":
+        if kind_of(entry).per_base_model:
             groups.setdefault(str(entry["base_model"]), []).append(name)
     return groups
 

@@ -35,6 +35,7 @@ from workflow_scripts.core.layout import ResultsLayout, problem_key
 from workflow_scripts.core.store import Store, code_version, package_version
 from workflow_scripts.evaluation.environment import fingerprint_key
 from workflow_scripts.generation.cache import CompletionCache
+from workflow_scripts.generation.kinds import KINDS, CompletionSource
 from workflow_scripts.scoring.summary import (
     BOOTSTRAP_METRICS, STRATEGY_FIELDS, bootstrap_fields, bootstrap_reference, count_members, level_fields, table_name,
 )
@@ -258,9 +259,10 @@ def completion_section(workflow: Workflow, row: dict[str, Any], answer: dict[str
     section.check("the text's sha256 is the answer's completion_sha256",
                   text_hash == (answer or {}).get("completion_sha256") == row["completion_sha256"])
     entry = workflow.model(model)
-    kind = entry.get("kind")
-    section.facts["model kind"] = kind
-    if kind == "cached" and entry.get("completions"):
+    kind = KINDS.get(entry.get("kind"))
+    section.facts["model kind"] = entry.get("kind")
+    source = kind.source if kind else None
+    if source is CompletionSource.FOLDER and entry.get("completions"):
         source = Path(entry["completions"], f"{problem_key(level, pid)}.txt")
         section.facts["source file"] = str(source)
         if source.is_file():
@@ -268,10 +270,10 @@ def completion_section(workflow: Workflow, row: dict[str, Any], answer: dict[str
                           sha256_file(source) == record["cache_key"])
         else:
             section.check("the cached file exists", record["status"] == "missing", f"{source} is absent")
-    elif kind == "reference":
+    elif source is CompletionSource.PROBLEM:
         section.facts["source"] = "the problem's own code, class renamed ModelNew (cache_key = its sha256)"
         section.check("the cache_key is the problem's sha256", record["cache_key"] == row["problem_sha256"])
-    elif kind in ("vllm", "cli"):
+    elif source is CompletionSource.CACHE:
         root = Path(entry.get("cache") or Path(workflow.store.root, "completions"))
         section.facts["completion cache"] = f"{root} (key {record['cache_key']})"
         if root.is_dir() and record.get("cache_key"):
