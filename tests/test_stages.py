@@ -14,7 +14,7 @@ from workflow_scripts.core.params import ParamsError, parse_params
 from workflow_scripts.evaluation.jobs import failed_without_running, key_params, run_settings
 from workflow_scripts.generation.replay import reference_completions, rename_reference_model, replay_cached
 from workflow_scripts.scoring.rows import build_row, collect_rows, flag_table
-from workflow_scripts.scoring.summary import build_context
+from workflow_scripts.scoring.context import build_context
 
 PROBLEMS = pd.DataFrame(
     {"level": [1, 1, 2], "problem_id": [1, 2, 1], "problem": ["A", "B", "C"],

@@ -16,6 +16,7 @@ import pytest
 from workflow_scripts.core.store import Store
 from workflow_scripts.scoring import metrics
 from workflow_scripts.scoring import summary as sm
+from workflow_scripts.scoring.context import parse_context
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO.parent / "shared" / "published" / "results.json"
@@ -214,7 +215,7 @@ def test_reference_and_compare() -> None:
 
 
 def test_context_order_labels_runtime() -> None:
-    context = sm.parse_context({
+    context = parse_context({
         "title": "T",
         "benchmark": {"name": "demo", "problems": 12},
         "runtime": {"gpu": "none"},
@@ -233,9 +234,9 @@ def test_context_order_labels_runtime() -> None:
     assert summary["level2_strategy_note"].endswith("Extra.")
     assert "10 paired resamples" in summary["paired_bootstrap_note"] and "seed 42" in summary["paired_bootstrap_note"]
     with pytest.raises(ValueError, match="unknown context keys"):
-        sm.parse_context({"modles": {}})
+        parse_context({"modles": {}})
     with pytest.raises(ValueError, match="unknown keys"):
-        sm.parse_context({"models": {"m": {"lable": "x"}}})
+        parse_context({"models": {"m": {"lable": "x"}}})
 
 
 def test_no_context_no_label() -> None:
@@ -446,7 +447,7 @@ def test_published_numbers_come_back(published: dict[str, Any]) -> None:
     assert len(rows) == 15 * 200
     compare = list(published["paired_bootstrap_vs_sft"])
     summary = sm.summarize(rows, reference="sft", compare=compare, resamples=100_000, seed=42,
-                           context=sm.parse_context(published_context(published)))
+                           context=parse_context(published_context(published)))
     # Every model's levels, tokens, labels and generation; also the key order, via the serialized text.
     assert summary["models"] == published["models"]
     assert json.dumps(summary["models"]) == json.dumps(published["models"])

@@ -4,7 +4,8 @@ Input: the per-problem rows of ``<results>/evaluations.parquet`` (one row per mo
 the columns used are ``model, level, problem_id, problem, compiled, correct, speedup_eager, speedup_compile,
 keeps_torch_op, completion_tokens``. Output: a JSON object with the keys and nesting of the published
 ``results.json`` (``benchmark``, ``models``, ``paired_bootstrap_vs_<reference>``, ``paired_bootstrap_note``,
-``level2_strategy``, ``level2_strategy_note``).
+``level2_strategy``, ``level2_strategy_note``). What the rows cannot say (protocol, runtime, labels) is the
+context (scoring/context.py).
 
 Definitions (the published ones):
 
@@ -35,22 +36,6 @@ all comparisons are paired on the same resamples. Each block becomes a count mat
 drawn) and the resampled sums are ``counts @ (model - ref)`` in float32, which is exact for integer data this
 size. Values are not rounded: the published file stores raw floats such as 3.5000000000000004 (= 100 * 7/200).
 
-Context JSON (``--context``; every key optional, unknown keys are rejected to catch typos)::
-
-    {
-      "title": "...",                       # copied to the top of the summary
-      "benchmark": {...},                   # protocol etc., copied verbatim to summary.benchmark
-      "runtime": {...},                     # software / GPU of the run -> summary.benchmark.runtime
-      "models": {                           # key order = model order of the summary
-        "<model>": {"label": "...", "generation": {...}}   # both optional, copied verbatim
-      },
-      "notes": {"paired_bootstrap": "...", "level2_strategy": "..."}   # appended to the generated notes
-    }
-
-``runtime`` is nested inside ``benchmark`` because that is where the published file keeps it. Models named in
-the context but absent from the rows are ignored; models in the rows but not in the context follow, in order of
-first appearance.
-
 CLI: ``python -m workflow_scripts summarize --rows ROWS.parquet --out OUT.json [--reference NAME]
 [--compare NAME ...] [--resamples 100000] [--seed 42] [--tables-dir DIR] [--figures-dir DIR] [--markdown OUT.md]
 [--context CONTEXT.json]``. Re-running on the same inputs gives byte-identical outputs (ordered keys, no
@@ -62,7 +47,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +57,7 @@ import pandas as pd
 from workflow_scripts.core.columns import column_names
 from workflow_scripts.core.io import write_parquet
 from workflow_scripts.scoring import metrics
+from workflow_scripts.scoring.context import ModelContext, SummaryContext
 
 STRATEGY_FIELDS: tuple[str, ...] = ("answers_keeping_pytorch_op", "fast_unflagged_hybrid", "fast_unflagged_pure_triton")
 # Where levels.parquet names a published count otherwise: "flags" would shadow pandas' DataFrame.flags.
@@ -84,10 +70,6 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 DEFAULT_RESAMPLES = 100_000
 DEFAULT_SEED = 42
 BOOTSTRAP_CHUNK = 10_000  # rows of the index matrix drawn at once: bounds memory (~16 MB per block at n=200)
-CONTEXT_KEYS = frozenset({"title", "benchmark", "runtime", "models", "notes"})
-CONTEXT_MODEL_KEYS = frozenset({"label", "generation"})
-CONTEXT_NOTE_KEYS = frozenset({"paired_bootstrap", "level2_strategy"})
-
 
 
 def strategy_note() -> str:
@@ -173,23 +155,6 @@ class BootstrapResult:
 
 
 @dataclass(frozen=True)
-class ModelContext:
-    label: str | None = None
-    generation: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class SummaryContext:
-    """What the rows cannot say: protocol, runtime, model labels and generation provenance (schema above)."""
-
-    title: str | None = None
-    benchmark: dict[str, Any] = field(default_factory=dict)
-    runtime: dict[str, Any] | None = None
-    models: dict[str, ModelContext] = field(default_factory=dict)
-    notes: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class Outcomes:
     """Per-problem outcomes of one model, aligned to the sorted (level, problem_id) problem list."""
 
@@ -220,84 +185,6 @@ class Outcomes:
         if metric == "fast_compile":
             return self.fast("compile", metrics.HEADLINE_THRESHOLD[1])
         raise ValueError(f"unknown bootstrap metric {metric!r}")
-
-
-# ---------------------------------------------------------------------------------------------------- context
-
-
-def parse_context(data: Mapping[str, Any] | None) -> SummaryContext:
-    """Validate the context object (schema in the module docstring) and turn it into a SummaryContext."""
-    if data is None:
-        return SummaryContext()
-    if not isinstance(data, Mapping):
-        raise ValueError("context must be a JSON object")
-    unknown = set(data) - CONTEXT_KEYS
-    if unknown:
-        raise ValueError(f"unknown context keys {sorted(unknown)}; allowed: {sorted(CONTEXT_KEYS)}")
-    for key in ("benchmark", "runtime", "models", "notes"):
-        if key in data and data[key] is not None and not isinstance(data[key], Mapping):
-            raise ValueError(f"context.{key} must be an object")
-    models: dict[str, ModelContext] = {}
-    for name, entry in (data.get("models") or {}).items():
-        if not isinstance(entry, Mapping):
-            raise ValueError(f"context.models.{name} must be an object")
-        bad = set(entry) - CONTEXT_MODEL_KEYS
-        if bad:
-            raise ValueError(
-                f"unknown keys {sorted(bad)} in context.models.{name}; allowed: {sorted(CONTEXT_MODEL_KEYS)}"
-            )
-        generation = entry.get("generation")
-        if generation is not None and not isinstance(generation, Mapping):
-            raise ValueError(f"context.models.{name}.generation must be an object")
-        models[str(name)] = ModelContext(entry.get("label"), dict(generation) if generation is not None else None)
-    notes = dict(data.get("notes") or {})
-    bad = set(notes) - CONTEXT_NOTE_KEYS
-    if bad:
-        raise ValueError(f"unknown keys {sorted(bad)} in context.notes; allowed: {sorted(CONTEXT_NOTE_KEYS)}")
-    runtime = data.get("runtime")
-    return SummaryContext(
-        title=data.get("title"),
-        benchmark=dict(data.get("benchmark") or {}),
-        runtime=dict(runtime) if runtime is not None else None,
-        models=models,
-        notes={k: str(v) for k, v in notes.items()},
-    )
-
-
-def runtime_block(environment: dict[str, Any]) -> dict[str, Any]:
-    """What the published runtime block holds (torch, triton, cuda, python, gpu), then the full fingerprint."""
-    runtime = {key: environment.get(key) for key in ("device", "torch", "triton", "cuda", "python", "gpu")}
-    runtime.update({k: v for k, v in environment.items() if k not in runtime})
-    return runtime
-
-
-def build_context(settings: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
-    """The summary context from the workflow's config blocks (models, model_order, summary, suite, prompt,
-    evaluation, baselines) and the environment fingerprint."""
-    benchmark = dict(settings["summary"].get("benchmark") or {})
-    benchmark["settings"] = {
-        "suite": {k: settings["suite"].get(k) for k in ("path", "levels", "revision")},
-        "prompt": settings["prompt"],
-        # What the protocol is, not how much memory a job reserves.
-        "evaluation": {k: v for k, v in settings["evaluation"].items() if k != "memory_gb"},
-        "baselines": settings["baselines"],
-        "bootstrap": {k: settings["summary"][k] for k in ("reference", "resamples", "seed")},
-    }
-    models = {}
-    # The settings travel as sorted JSON; the config's order of models is kept separately.
-    for name in settings.get("model_order") or list(settings["models"]):
-        model = settings["models"][name]
-        entry: dict[str, Any] = {}
-        if "label" in model:
-            entry["label"] = model["label"]
-        if "generation" in model:
-            entry["generation"] = model["generation"]
-        models[name] = entry
-    return {"benchmark": benchmark, "runtime": runtime_block(environment), "models": models}
-
-
-def load_context(path: Path | None) -> SummaryContext:
-    return parse_context(None if path is None else json.loads(Path(path).read_text()))
 
 
 # ---------------------------------------------------------------------------------------------------- rows
@@ -714,6 +601,3 @@ def write_outputs(
         markdown.write_text(markdown_table(summary))
         written.append(markdown)
     return written
-
-
-# ---------------------------------------------------------------------------------------------------- CLI
