@@ -61,8 +61,3 @@ def kind_of(entry: Mapping[str, Any]) -> ModelKind:
 def models_for_rule(models: Mapping[str, Mapping[str, Any]], rule: str) -> list[str]:
     """The names of the configured models whose completions ``rule`` writes, in configuration order."""
     return [name for name, entry in models.items() if kind_of(entry).rule == rule]
-
-
-def completion_rules() -> list[str]:
-    """Every rule that writes completions, once each, in registry order."""
-    return list(dict.fromkeys(kind.rule for kind in KINDS.values()))

@@ -334,8 +334,6 @@ def _cache_answer(cache: CompletionCache, request: _Request, comp: Any, prov: di
 # ------------------------------------------------------------------------------------------------------- CLI
 
 
-# Engine keys with their own place in vllm.LLM's call here; the rest of a model's `engine:` mapping is passed through.
-ENGINE_KEYS = ("dtype", "max_model_len", "gpu_memory_utilization", "tensor_parallel_size", "enforce_eager")
 DECODING_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "seed")
 
 

@@ -241,11 +241,6 @@ def render_suite_prompts(suite: Path, problems: Any, backend: str, option: str, 
 
 
 
-def chat_messages(prompt: str, system_message: str = SYSTEM_MESSAGE) -> list[dict[str, str]]:
-    """The chat request KernelBench sends for a string prompt: system message, then the prompt as the user turn."""
-    return [{"role": "system", "content": system_message}, {"role": "user", "content": prompt}]
-
-
 def prompt_filename(problem: Problem) -> str:
     return f"level{problem.level}_{problem.problem_id}.txt"
 

@@ -32,6 +32,7 @@ from workflow_scripts.core import configuration
 from workflow_scripts.core.columns import table as column_table
 from workflow_scripts.core.hashing import sha256_file, sha256_text
 from workflow_scripts.core.layout import ResultsLayout, problem_key
+from workflow_scripts.core.statuses import DESCRIPTIONS, Status
 from workflow_scripts.core.store import Store, code_version, package_version
 from workflow_scripts.evaluation.environment import fingerprint_key
 from workflow_scripts.generation.cache import CompletionCache
@@ -207,6 +208,8 @@ def summary_section(workflow: Workflow, rows: pd.DataFrame, row: dict[str, Any])
 def row_section(workflow: Workflow, row: dict[str, Any]) -> Section:
     section = Section("row", workflow.layout.rows())
     section.facts = {name: with_unit("rows", name, value) for name, value in row.items()}
+    if row.get("status") in {status.value for status in Status}:
+        section.facts["what the status means"] = DESCRIPTIONS[Status(row["status"])]
     own = workflow.layout.model_rows(row["model"])
     if Path(own).is_file():
         same = one_row(pd.read_parquet(own), own, row["level"], row["problem_id"], row["model"])
