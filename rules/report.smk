@@ -12,7 +12,7 @@ from workflow_scripts.scoring.captions import write_captions
 CAPTIONS = write_captions(Path(workflow.basedir, "report"), Path(".snakemake", "report-captions").resolve())
 
 
-# The front page: this description, then the items marked report().
+# The report's front page (report/workflow.rst, composed like the captions), before the items marked report().
 report: CAPTIONS["workflow"]
 
 # Each item's n (the problems the DAG is built on; the models), shown as label columns.

@@ -101,6 +101,7 @@ STUDY_CONFIG = (ROOT / "config" / "study.yaml").read_text()
          "mean 'command'?)"),
         ("    kind: vllm", "    kind: vlm", "kind: vlm", "models.base.kind: expected one of cached, reference, vllm, "
          "cli; got 'vlm'"),
+        ("    kind: cli\n", "", "  opus55:", "models.opus55: missing key 'kind'"),
     ],
 )
 def test_a_schema_error_in_a_generated_model_names_its_key(tmp_path: Path, old: str, new: str, fragment: str,

@@ -185,8 +185,7 @@ def _expected(error: Any) -> _Violation:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return _Violation(keys, f"unknown key {key!r}{hint}; allowed: {', '.join(allowed)}", [*keys, key])
     if kind == "required":
-        missing = error.message.split("'")[1] if error.message.count("'") >= 2 else error.message
-        return _Violation(keys, f"missing key {missing!r}", keys)
+        return _Violation(keys, f"missing key {_missing_key(error) or error.message!r}", keys)
     if kind == "type":
         wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
         return _Violation(keys, f"expected {' or '.join(map(str, wanted))}, got {_short(instance)}", keys)
@@ -240,7 +239,10 @@ def schema_error(config: dict[str, Any], schema_file: Path | str, sources: Seque
     errors = list(validator.iter_errors(config))
     if not errors:
         return None
-    violation = _expected(jsonschema.exceptions.best_match(errors))
+    best = jsonschema.exceptions.best_match(errors)
+    while best.parent is not None:  # best_match may descend into one alternative of a oneOf: judge the oneOf itself
+        best = best.parent
+    violation = _expected(best)
     path = ".".join(str(k) for k in violation.path) or "(top level)"
     others = len(errors) - 1
     more = f" (and {others} more error{'s' if others > 1 else ''})" if others else ""
