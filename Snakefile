@@ -4,9 +4,8 @@
 
 # config.yaml is the default; a --configfile replaces it (rules/common.smk loads and validates the configuration).
 
-# `snakemake --report report.html` after a run: this description, then the items marked report() (rules/report.smk).
-report: "report/workflow.rst"
-
+# `snakemake --report report.html` after a run: report/workflow.rst, then the items marked report() (rules/report.smk
+# composes the captions).
 
 include: "rules/common.smk"
 include: "rules/problems.smk"

@@ -11,9 +11,10 @@ rule extract:
     output:
         LAYOUT.answers("{model}"),
     params:
-        # The calibration model (kind reference) answers with the problem's own code: no Triton is required of it.
+        # Whether the model's kind must launch Triton (generation/kinds.py: the calibration model, kind reference,
+        # answers with the problem's own code and is exempt).
         settings=lambda wc: as_params(
-            {"model": wc.model, "require_triton": config["models"][wc.model]["kind"] != "reference"}
+            {"model": wc.model, "require_triton": kind_of(config["models"][wc.model]).require_triton}
         ),
         store=STORE,
     log:

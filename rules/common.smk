@@ -15,6 +15,7 @@ from workflow_scripts.core.layout import ResultsLayout
 from workflow_scripts.evaluation.config import fill_protocol_defaults
 from workflow_scripts.evaluation.environment import live_facts
 from workflow_scripts.evaluation.resources import job_memory
+from workflow_scripts.generation.kinds import kind_of, models_for_rule
 from workflow_scripts.generation.replay import cached_folder_problems
 from workflow_scripts.generation.vllm import engine_groups
 from workflow_scripts.suite.kernelbench import KernelBenchError, problem_files, suite_root_of
@@ -101,12 +102,9 @@ def as_params(value):
     return json.dumps(value, sort_keys=True)
 
 
-def models_of_kind(*kinds):
-    return [name for name, model in config["models"].items() if model["kind"] in kinds]
-
-
-def model_regex(*kinds):
-    names = models_of_kind(*kinds)
+def model_regex(rule):
+    """The models whose completions `rule` writes (generation/kinds.py, by their kind), as a wildcard constraint."""
+    names = models_for_rule(config["models"], rule)
     return "|".join(re.escape(n) for n in names) if names else "(?!x)x"
 
 
@@ -122,11 +120,11 @@ def baseline_files():
     return [LAYOUT.baseline(level, pid) for level, pid in PROBLEMS] if PROBLEMS else []
 
 
-# Cached models' folders are checked now, at parse time: an error inside an input function can be swallowed by
-# Snakemake when the rows already exist, and a misnamed file, or a folder with none of the run's problems, would
-# silently become missing_completion rows.
+# The completions folders of the kinds that replay one (cached) are checked now, at parse time: an error inside an
+# input function can be swallowed by Snakemake when the rows already exist, and a misnamed file, or a folder with
+# none of the run's problems, would silently become missing_completion rows.
 _SUITE_PROBLEMS = set(problem_files(SUITE, LEVELS)) if PROBLEMS else None
-for _name in models_of_kind("cached"):
+for _name in [name for name, model in config["models"].items() if kind_of(model).reads_folder]:
     _folder = config["models"][_name]["completions"]
     _problems = cached_folder_problems(_folder, PROBLEMS, _SUITE_PROBLEMS)
     if _problems:
@@ -136,7 +134,7 @@ for _name in models_of_kind("cached"):
 
 def cached_completion_files(wildcards):
     model = config["models"][wildcards.model]
-    if model["kind"] != "cached":
+    if not kind_of(model).reads_folder:
         return []
     return sorted(str(p) for p in Path(model["completions"]).iterdir() if p.is_file())
 

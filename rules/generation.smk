@@ -1,5 +1,6 @@
-# Stage 3: one completions JSONL per model (docs/generation.md). Cached and calibration models replay; vLLM models
-# generate through one engine per base model, CLI models through their tools; both reuse the completion cache.
+# Stage 3: one completions JSONL per model (docs/generation.md). Which rule serves a model is its kind's rule in
+# generation/kinds.py: cached and calibration models replay; vLLM models generate through one engine per base model,
+# CLI models through their tools; both reuse the completion cache.
 
 
 rule completions_replay:
@@ -11,7 +12,7 @@ rule completions_replay:
     output:
         LAYOUT.completions("{model}"),
     wildcard_constraints:
-        model=model_regex("cached", "reference"),
+        model=model_regex("completions_replay"),
     params:
         settings=lambda wc: as_params({"model": wc.model, "kind": config["models"][wc.model]["kind"]}),
         # Quoted here: Snakemake's :q turns an empty value (kind reference has no folder) into nothing, not ''.
@@ -37,7 +38,7 @@ rule completions_cli:
     output:
         LAYOUT.completions("{model}"),
     wildcard_constraints:
-        model=model_regex("cli"),
+        model=model_regex("completions_cli"),
     params:
         settings=lambda wc: as_params({"name": wc.model, "entry": config["models"][wc.model]}),
         cache=lambda wc: completion_cache([wc.model]),

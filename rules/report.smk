@@ -4,6 +4,16 @@
 from collections import Counter
 
 from workflow_scripts.core.layout import BOOTSTRAP_FIGURE, CORRECT_FIGURE, FAST_P_FIGURE, STRATEGY_FIGURE
+from workflow_scripts.scoring.captions import write_captions
+
+# Each caption is its item's text (report/<item>.rst) followed by the paragraph all share (report/_protocol.rst.j2),
+# composed by the package (Snakemake renders a caption without a template loader, so {% include %} cannot reach
+# it) into Snakemake's own working folder; a file is rewritten only when its content changes.
+CAPTIONS = write_captions(Path(workflow.basedir, "report"), Path(".snakemake", "report-captions").resolve())
+
+
+# The report's front page (report/workflow.rst, composed like the captions), before the items marked report().
+report: CAPTIONS["workflow"]
 
 # Each item's n (the problems the DAG is built on; the models), shown as label columns.
 _PER_LEVEL = Counter(str(level) for level, _ in PROBLEMS or {})
@@ -27,7 +37,7 @@ REPORTED_FIGURES = {
 # report() arguments of every figure file.
 FIGURE_REPORTS = {
     path: {
-        "caption": f"../report/{caption}.rst",
+        "caption": CAPTIONS[caption],
         "category": "Figures",
         "subcategory": subcategory,
         "labels": {**labels, "format": Path(path).suffix.lstrip(".").upper()},
@@ -45,9 +55,9 @@ rule collect:
         evaluations=[f for model in MODELS for f in evaluation_files(model)],
         baselines=baseline_files(),
     output:
-        rows=report(LAYOUT.rows(), caption="../report/evaluations.rst", category="Tables",
+        rows=report(LAYOUT.rows(), caption=CAPTIONS["evaluations"], category="Tables",
                     labels={"table": "per-problem rows", **REPORT_N}),
-        flags=report(LAYOUT.flags(), caption="../report/flags.rst", category="Tables",
+        flags=report(LAYOUT.flags(), caption=CAPTIONS["flags"], category="Tables",
                      labels={"table": "review flags and rejections", **REPORT_N}),
     params:
         settings=as_params({"models": MODELS}),
@@ -70,13 +80,13 @@ rule summary:
         rows=LAYOUT.rows(),
         environment=LAYOUT.environment(DEVICE),
     output:
-        json=report(LAYOUT.summary_json(), caption="../report/summary_json.rst", category="Summary",
+        json=report(LAYOUT.summary_json(), caption=CAPTIONS["summary_json"], category="Summary",
                     labels={"file": "summary (published schema)", **REPORT_N}),
-        markdown=report(LAYOUT.summary_markdown(), caption="../report/summary_markdown.rst", category="Summary",
+        markdown=report(LAYOUT.summary_markdown(), caption=CAPTIONS["summary_markdown"], category="Summary",
                         labels={"file": "headline table", **REPORT_N}),
-        levels=report(LAYOUT.table("levels"), caption="../report/levels.rst", category="Tables",
+        levels=report(LAYOUT.table("levels"), caption=CAPTIONS["levels"], category="Tables",
                       labels={"table": "counts per model and level", **REPORT_N}),
-        bootstrap=report(LAYOUT.table("bootstrap"), caption="../report/bootstrap.rst", category="Tables",
+        bootstrap=report(LAYOUT.table("bootstrap"), caption=CAPTIONS["bootstrap"], category="Tables",
                          labels={"table": "paired bootstrap", **REPORT_N}),
         figures=[report(path, **FIGURE_REPORTS[path]) for path in summary_figures()],
     params:

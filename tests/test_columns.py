@@ -13,6 +13,7 @@ import pytest
 from workflow_scripts.analysis.tables import analyze_answers, extract_answers
 from workflow_scripts.core import columns
 from workflow_scripts.core.io import write_parquet
+from workflow_scripts.scoring import metrics
 from workflow_scripts.scoring import summary as sm
 from workflow_scripts.scoring.rows import COLUMNS, collect_rows, flag_table
 from workflow_scripts.suite.kernelbench import Problem, problems_dataframe
@@ -50,7 +51,7 @@ def test_every_table_the_pipeline_builds_is_written_with_each_column_described(t
     assert schema.metadata[b"table"] == table.encode()
     assert schema.metadata[b"description"] == columns.TABLES[table].description.encode()
     for name in schema.names:
-        definition = columns.TABLES[table].columns[name]
+        definition = columns.table(table).column(name)
         assert schema.field(name).metadata == {b"description": definition.description.encode(),
                                                b"unit": definition.unit.encode()}
     # pandas reads back what it wrote (its nullable dtypes included), and equal tables give equal bytes.
@@ -100,6 +101,21 @@ def test_every_parquet_writer_call_names_a_defined_table() -> None:
 
 
 def test_the_levels_table_describes_the_published_counts_under_its_own_names() -> None:
-    names = set(columns.column_names("levels"))
-    assert {sm.TABLE_NAMES.get(f, f) for f in sm.LEVEL_FIELDS} | set(sm.STRATEGY_FIELDS) <= names
+    names = set(columns.column_names("levels", fast_counts=metrics.fast_fields(),
+                                     unflagged_fast_counts=metrics.unflagged_fields()))
+    assert {sm.table_name(f) for f in sm.level_fields()} | set(sm.STRATEGY_FIELDS) <= names
     assert "flags" not in names and "flagged" in names
+
+
+def test_a_column_family_describes_each_member_and_refuses_strangers() -> None:
+    """The fast_p counts are one family (a member per threshold of scoring/metrics.py): a threshold added there is
+    described here without an edit of core/columns.py; a name outside the pattern is not."""
+    levels = columns.table("levels")
+    assert levels.column("eager_fast_3").description.startswith("correct answers with speedup_eager strictly "
+                                                                "greater than 3 (KernelBench's fast_3")
+    assert levels.column("compile_fast_1.5_unflagged").description == "compile_fast_1.5 without the flagged answers"
+    assert levels.column("eager_fast_x") is None and levels.column("fast_1") is None
+    with pytest.raises(ValueError, match="not members of the column family 'fast_counts'"):
+        columns.column_names("levels", fast_counts=["eager_fast_1", "colour"], unflagged_fast_counts=[])
+    with pytest.raises(ValueError, match="column families"):
+        columns.column_names("levels")

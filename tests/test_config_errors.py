@@ -66,7 +66,7 @@ def test_a_key_written_twice_is_an_error_naming_both_lines(tmp_path: Path) -> No
         ("kind: reference", "kind: magic", "kind: magic",
          "models.calibration.kind: expected one of cached, reference, vllm, cli; got 'magic'"),
         ("    label: \"Expert (pure Triton, fused)\"", "    labl: x", "labl: x",
-         "models.expert: unknown key 'labl' (did you mean 'label'?); allowed: adapter,"),
+         "models.expert: unknown key 'labl' (did you mean 'label'?); allowed: completions, generation, kind, label"),
         ("results_dir: results/demo", "results_dir: results/demo\ncolour: blue", "colour: blue",
          "(top level): unknown key 'colour'; allowed: baselines, evaluation,"),
         ("    completions: demo/completions/weak\n", "", "  weak:", "models.weak: missing key 'completions'"),
@@ -83,6 +83,38 @@ def test_a_schema_error_is_one_line_with_file_line_key_and_expectation(tmp_path:
     assert message is not None and "\n" not in message
     assert message.startswith(f"{path}, line {line_of(text, fragment)}: {expected}")
     assert schema_error(yaml.safe_load(DEMO_CONFIG), SCHEMA, [ROOT / "config.yaml"]) is None
+
+
+STUDY_CONFIG = (ROOT / "config" / "study.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "fragment", "expected"),
+    [
+        ("    engine: {dtype", "    engin: {dtype", "engin: {dtype",
+         "models.base: unknown key 'engin' (did you mean 'engine'?); allowed: adapter, base_model, cache, decoding, "
+         "engine, generation, kind, label, offline"),
+        ("decoding: {temperature: 0,", "decoding: {temprature: 0,", "decoding: {temprature",
+         "models.base.decoding: unknown key 'temprature' (did you mean 'temperature'?)"),
+        ("    base_model: models/Qwen3.8-27B\n", "", "  base:", "models.base: missing key 'base_model'"),
+        ("    command: \"claude -p", "    comand: \"claude -p", "comand:", "models.opus55: unknown key 'comand' (did you "
+         "mean 'command'?)"),
+        ("    kind: vllm", "    kind: vlm", "kind: vlm", "models.base.kind: expected one of cached, reference, vllm, "
+         "cli; got 'vlm'"),
+        ("    kind: cli\n", "", "  opus55:", "models.opus55: missing key 'kind'"),
+    ],
+)
+def test_a_schema_error_in_a_generated_model_names_its_key(tmp_path: Path, old: str, new: str, fragment: str,
+                                                           expected: str) -> None:
+    """Each kind has its own $defs entry (oneOf): the error is the one of the entry's own kind, one line."""
+    assert old in STUDY_CONFIG
+    text = STUDY_CONFIG.replace(old, new, 1)
+    path = tmp_path / "study.yaml"
+    path.write_text(text)
+    message = schema_error(yaml.safe_load(text), SCHEMA, [path])
+    assert message is not None and "\n" not in message
+    assert message.startswith(f"{path}, line {line_of(text, fragment)}: {expected}"), message
+    assert schema_error(yaml.safe_load(STUDY_CONFIG), SCHEMA, [ROOT / "config" / "study.yaml"]) is None
 
 
 def test_a_value_from_the_command_line_is_not_blamed_on_the_file(tmp_path: Path) -> None:

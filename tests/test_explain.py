@@ -86,7 +86,7 @@ def test_members_count_to_the_published_numbers(tmp_path: Path) -> None:
         members = sm.count_members(rows, model)
         for level, counts in summary["models"][model]["levels"].items():
             chosen = members if level == "overall" else members[members["level"] == int(level)]
-            assert {name: int(chosen[name].sum()) for name in sm.LEVEL_FIELDS} == counts
+            assert {name: int(chosen[name].sum()) for name in sm.level_fields()} == counts
         for level, counts in summary["level2_strategy"][model].items():
             chosen = members[members["level"] == int(level)]
             assert {name: int(chosen[name].sum()) for name in sm.STRATEGY_FIELDS} == counts
@@ -130,3 +130,16 @@ def test_columns_of_a_parquet_file(tmp_path: Path, capsys: pytest.CaptureFixture
     frame.to_parquet(plain)  # written without the definitions
     assert explain.main(["--columns", str(plain)]) == 1
     assert "model: (no description)" in capsys.readouterr().out
+
+
+def test_the_row_says_what_its_status_means(tmp_path: Path) -> None:
+    """core/statuses.py describes every status once; explain's row section shows the row's."""
+    from workflow_scripts.core.layout import ResultsLayout
+    from workflow_scripts.core.statuses import DESCRIPTIONS, Status
+    from workflow_scripts.core.store import Store
+
+    workflow = explain.Workflow(ResultsLayout(str(tmp_path / "results")), Store(tmp_path / "store"), {})
+    assert set(DESCRIPTIONS) == set(Status)
+    section = explain.row_section(workflow, {"model": "m", "level": 1, "problem_id": 1, "status": "mismatch"})
+    assert section.facts["what the status means"] == DESCRIPTIONS[Status.MISMATCH]
+    assert "beyond atol/rtol" in section.facts["what the status means"]

@@ -20,6 +20,7 @@ import pytest
 from workflow_scripts.core.layout import figure_names
 from workflow_scripts.scoring import figures as fg
 from workflow_scripts.scoring import summary as sm
+from workflow_scripts.scoring.context import parse_context
 
 REPO = Path(__file__).resolve().parents[1]
 # The figure names the workflow declares as outputs (core/layout.py): the figures module must draw exactly these.
@@ -154,7 +155,7 @@ def summary_with_settings(frame: pd.DataFrame, evaluation: dict[str, Any] | None
     """The summary as the workflow's summary stage writes it: the run's settings in benchmark.settings."""
     reference = str(frame["model"].iloc[0])
     settings = {"evaluation": evaluation, "bootstrap": {"reference": reference, "resamples": 200, "seed": 42}}
-    context = sm.parse_context({"benchmark": {"settings": settings}} if evaluation is not None else None)
+    context = parse_context({"benchmark": {"settings": settings}} if evaluation is not None else None)
     return sm.summarize(frame, reference=reference, resamples=200, context=context)
 
 

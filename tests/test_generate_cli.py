@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from workflow_scripts.devtools.generation_files import read_completions_jsonl, write_prompts_jsonl
 from workflow_scripts.generation.cache import (
     RECORD_KEYS,
     CompletionCache,
@@ -20,8 +21,6 @@ from workflow_scripts.generation.cache import (
     PromptItem,
     cache_key,
     key_material,
-    read_completions_jsonl,
-    write_prompts_jsonl,
 )
 from workflow_scripts.generation.cli_tool import (
     CliModel,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from workflow_scripts.devtools.generation_files import read_completions_jsonl, write_prompts_jsonl
 from workflow_scripts.generation import vllm as gv
 from workflow_scripts.generation.cache import (
     CompletionCache,
@@ -27,9 +28,7 @@ from workflow_scripts.generation.cache import (
     cache_key,
     folder_digest,
     key_material,
-    read_completions_jsonl,
     sha256_text,
-    write_prompts_jsonl,
 )
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,7 +15,6 @@ from workflow_scripts.suite.kernelbench import list_problems
 from workflow_scripts.suite.prompt import (
     SYSTEM_MESSAGE,
     PromptError,
-    chat_messages,
     render_all,
     render_problem_prompt,
     render_prompt,
@@ -283,10 +282,8 @@ def test_cli_synthetic(suite: Path, tmp_path: Path) -> None:
     assert r.returncode == 1 and b"no problem 9 in level 1" in r.stderr
 
 
-def test_chat_messages() -> None:
+def test_the_system_message_is_kernelbench_s() -> None:
     assert SYSTEM_MESSAGE == "You are a helpful assistant"  # KernelBench's query_server default, no period
-    assert chat_messages("P") == [{"role": "system", "content": "You are a helpful assistant"},
-                                  {"role": "user", "content": "P"}]
 
 
 def test_demo_suite_renders() -> None:

@@ -31,6 +31,7 @@ from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params, Resourc
 from snakemake.utils import validate
 
 from workflow_scripts.core.layout import figure_names
+from workflow_scripts.scoring.captions import PROTOCOL, compose
 from workflow_scripts.devtools.workspace import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,12 +60,13 @@ def load_config(path: Path) -> dict[str, Any]:
 
 
 def render_caption(name: str, config: dict[str, Any]) -> str:
-    """A caption as Snakemake renders it (snakemake/report/__init__.py): Jinja with trim_blocks and lstrip_blocks
-    and the job's `snakemake` object, then reStructuredText to HTML."""
+    """A caption as Snakemake renders it (snakemake/report/__init__.py): the caption file rules/report.smk composes
+    (scoring/captions.py), as Jinja with trim_blocks and lstrip_blocks and the job's `snakemake` object, then
+    reStructuredText to HTML."""
     env = Environment(trim_blocks=True, lstrip_blocks=True)
     snakemake = Snakemake(InputFiles(), OutputFiles(), Params(), Wildcards(), 1, ResourceList(), Log(), config,
                           "summary", None)
-    text = env.from_string((ROOT / "report" / name).read_text()).render(snakemake=snakemake, categories={}, files=[])
+    text = env.from_string(compose(ROOT / "report" / name)).render(snakemake=snakemake, categories={}, files=[])
     # Captions use "body"; the workflow description "html_body", which keeps its title.
     part = "html_body" if name == "workflow.rst" else "body"
     # Links to other report items resolve only inside a report (Snakemake appends their targets): not checked here.
@@ -80,13 +82,17 @@ def test_every_caption_file_is_known() -> None:
     assert sorted(CAPTION_SUBJECTS) == CAPTIONS
 
 
-def test_every_caption_states_the_same_protocol() -> None:
-    """Snakemake renders a caption without a template loader, so the protocol part (n, correctness, timing) is
-    written out in each file: it must read the same in all of them, so that a change of the protocol reaches every
-    item of the report."""
-    tails = {name: (ROOT / "report" / name).read_text().split("{% set cfg = snakemake.config %}", 1) for name in CAPTIONS}
-    assert all(len(parts) == 2 for parts in tails.values()), [n for n, parts in tails.items() if len(parts) != 2]
-    assert len({parts[1] for parts in tails.values()}) == 1
+def test_the_shared_protocol_paragraph_is_written_once() -> None:
+    """The paragraph every caption ends with (n, correctness, timing) lives in report/_protocol.rst.j2 only: no
+    caption file repeats a line of it (scoring/captions.py adds it when rules/report.smk composes the captions), and
+    every composed caption ends with it, so that a change of the protocol reaches every item of the report."""
+    protocol = (ROOT / "report" / PROTOCOL).read_text()
+    # Its lines of text (a bare Jinja tag such as {% set cfg = snakemake.config %} may open any caption).
+    shared = {line.strip() for line in protocol.splitlines() if len(line.strip()) > 20 and not line.startswith("{%")}
+    for name in CAPTIONS + ["workflow.rst"]:
+        repeated = shared & {line.strip() for line in (ROOT / "report" / name).read_text().splitlines()}
+        assert not repeated, (name, sorted(repeated)[:3])
+        assert compose(ROOT / "report" / name).endswith(protocol) == (name != "workflow.rst"), name
 
 
 @pytest.mark.parametrize("configfile", ["config.yaml", "config/study.yaml"])
@@ -108,6 +114,27 @@ def test_caption_states_n_protocol_and_timing_mode(configfile: str, caption: str
     else:
         assert all(part in text for part in CPU_TIMING) and "CUDA events" not in text
     assert " ," not in text and " ." not in text and " ;" not in text  # the optional clauses join cleanly
+
+
+def test_the_captions_state_the_package_definitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thresholds, the flag limit and the headline statistic reach the captions from their one home
+    (scoring/metrics.py, core/records.py) through scoring/captions.py, never typed into a caption."""
+    from workflow_scripts.core import records
+    from workflow_scripts.scoring import metrics
+
+    monkeypatch.setattr(metrics, "THRESHOLDS", (*metrics.THRESHOLDS, ("3", 3.0)))
+    monkeypatch.setattr(metrics, "FLAG_SPEEDUP", 20.0)
+    monkeypatch.setattr(records, "HEADLINE_STATISTIC", "median")
+    config = load_config(ROOT / "config.yaml")
+    assert "compile_fast_p (p = 1, 1.5, 2, 3)" in plain(render_caption("levels.rst", config))
+    assert "fast_p for p = 1, 1.5, 2, 3 against" in plain(render_caption("summary_json.rst", config))
+    markdown = plain(render_caption("summary_markdown.rst", config))
+    assert "fast_1 / fast_1.5 / fast_2 / fast_3 (counts" in markdown and "above 20x over a baseline" in markdown
+    assert "at p = 1, 1.5, 2, 3, drawn" in plain(render_caption("fast_p.rst", config))
+    assert "more than 20x faster" in plain(render_caption("flags.rst", config))
+    ev = config["evaluation"]
+    assert f"the median of {ev['timing_trials']} timed calls" in plain(render_caption("bootstrap.rst", config))
+    assert f"Timed: median of {ev['timing_trials']} calls" in plain(render_caption("workflow.rst", config))
 
 
 @pytest.mark.parametrize("configfile", ["config.yaml", "config/study.yaml"])

@@ -14,7 +14,7 @@ from workflow_scripts.core.params import ParamsError, parse_params
 from workflow_scripts.evaluation.jobs import failed_without_running, key_params, run_settings
 from workflow_scripts.generation.replay import reference_completions, rename_reference_model, replay_cached
 from workflow_scripts.scoring.rows import build_row, collect_rows, flag_table
-from workflow_scripts.scoring.summary import build_context
+from workflow_scripts.scoring.context import build_context
 
 PROBLEMS = pd.DataFrame(
     {"level": [1, 1, 2], "problem_id": [1, 2, 1], "problem": ["A", "B", "C"],
@@ -111,6 +111,25 @@ def test_eager_speedup_uses_the_reference_timed_beside_the_answer() -> None:
     assert (unpaired["eager_ms"], unpaired["eager_source"], unpaired["speedup_eager"]) == (2.0, "baseline", 2.0)
     failed = build_row("m", problem, answer, {}, paired, {"eager_status": "error: x", "eager_ms": 5.0}, CODE)
     assert failed["eager_ms"] is None and failed["eager_source"] is None and failed["speedup_eager"] is None
+
+
+def test_the_headline_statistic_of_core_records_is_the_one_scoring_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """core/records.py HEADLINE_STATISTIC picks "the" time of a timing's stats: changed there (to the median), the
+    paired reference's eager time of a row and the figures' timing footnote follow, with no other edit."""
+    from workflow_scripts.core import records
+    from workflow_scripts.scoring.figures import RunFacts
+
+    problem = PROBLEMS.iloc[0].to_dict()
+    answer = {"completion_tokens": 7, "completion_sha256": "c", "code_sha256": "d", "require_triton": True}
+    paired = dict(evaluation("correct", 1.0), paired_reference={"stats": {"mean": 1.5, "median": 3.0}})
+    facts = RunFacts({"overall": 1}, 1, ("cpu_wall_interpreter",), {"timing_trials": 10, "warmup": 1}, {})
+    assert build_row("m", problem, answer, {}, paired, BASELINE, CODE)["speedup_eager"] == 1.5
+    assert "; mean of 10 timed calls" in facts.timing_text()
+    monkeypatch.setattr(records, "HEADLINE_STATISTIC", "median")
+    row = build_row("m", problem, answer, {}, paired, BASELINE, CODE)
+    assert (row["eager_ms"], row["eager_source"], row["speedup_eager"]) == (3.0, "paired", 3.0)
+    assert "; median of 10 timed calls" in facts.timing_text()
+    assert records.headline_ms({"mean": 1.5}) is None  # no median recorded: no paired time, not the mean
 
 
 def test_collect_rows_and_flag_table() -> None:

@@ -359,7 +359,7 @@ def test_finding_fields() -> None:
     r = model("torch.allclose = lambda *a, **k: True\nreturn launch_relu(x)")
     (f,) = [f for f in r.findings if f.code == "monkeypatch_torch"]
     assert f.severity == "reject" and f.line > 0 and "torch.allclose" in f.message
-    assert r.rejected and r.reject_codes == ["monkeypatch_torch"]
+    assert r.reject_codes == ["monkeypatch_torch"]
 
 
 CLEAN_FORWARD = "return launch_relu(x)"

@@ -14,7 +14,9 @@ import pandas as pd
 import pytest
 
 from workflow_scripts.core.store import Store
+from workflow_scripts.scoring import metrics
 from workflow_scripts.scoring import summary as sm
+from workflow_scripts.scoring.context import parse_context
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO.parent / "shared" / "published" / "results.json"
@@ -70,8 +72,8 @@ def test_level_counts_every_field() -> None:
         "compile_fast_1": 3, "compile_fast_1.5": 2, "compile_fast_2": 2,
         "flags": 2, "eager_fast_1_unflagged": 2, "compile_fast_1_unflagged": 1,
     }
-    assert levels["overall"] == {k: levels["1"][k] + levels["2"][k] for k in sm.LEVEL_FIELDS}
-    assert list(levels["1"]) == list(sm.LEVEL_FIELDS)
+    assert levels["overall"] == {k: levels["1"][k] + levels["2"][k] for k in sm.level_fields()}
+    assert list(levels["1"]) == list(sm.level_fields())
 
 
 def test_strict_threshold_at_each_p() -> None:
@@ -80,6 +82,27 @@ def test_strict_threshold_at_each_p() -> None:
     # 1.0 is not > 1; 1.5 is > 1 but not > 1.5; 2.0 is > 1.5 but not > 2.
     assert (counts["eager_fast_1"], counts["eager_fast_1.5"], counts["eager_fast_2"]) == (2, 1, 0)
     assert (counts["compile_fast_1"], counts["compile_fast_1.5"], counts["compile_fast_2"]) == (2, 1, 0)
+
+
+def test_a_threshold_added_in_metrics_reaches_the_json_the_markdown_and_the_levels_table(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """scoring/metrics.py THRESHOLDS is the one home of the fast_p thresholds: one added there (3) is a count of the
+    JSON at its place, a column of the markdown table and of levels.parquet (described by core/columns.py's family),
+    with no other edit."""
+    monkeypatch.setattr(metrics, "THRESHOLDS", (*metrics.THRESHOLDS, ("3", 3.0)))
+    summary = sm.summarize(hand_rows(), reference="ref", resamples=10)
+    level2 = summary["models"]["m"]["levels"]["2"]
+    assert list(level2) == ["n", "compiled", "correct", "eager_fast_1", "eager_fast_1.5", "eager_fast_2",
+                            "eager_fast_3", "compile_fast_1", "compile_fast_1.5", "compile_fast_2", "compile_fast_3",
+                            "flags", "eager_fast_1_unflagged", "compile_fast_1_unflagged"]
+    assert (level2["eager_fast_3"], level2["compile_fast_3"]) == (2, 1)  # 10.0 and 10.5 > 3 eager; 11.0 compile
+    header = sm.markdown_table(summary).splitlines()[0]
+    assert "| eager fast_2 | eager fast_3 | compile fast_1 |" in header and "| compile fast_3 | flags |" in header
+    sm.write_outputs(summary, tmp_path / "summary.json", hand_rows())
+    levels = pd.read_parquet(tmp_path / "tables" / "levels.parquet")
+    assert list(levels.columns[3:3 + len(level2)]) == [sm.table_name(count) for count in level2]
+    assert levels.set_index(["model", "level"]).loc[("m", "2"), "eager_fast_3"] == 2
+    assert "fast_3" not in json.dumps(sm.summarize(hand_rows(), reference="ref", resamples=10)["paired_bootstrap_note"])
 
 
 def test_failed_baseline_stays_in_denominator() -> None:
@@ -192,7 +215,7 @@ def test_reference_and_compare() -> None:
 
 
 def test_context_order_labels_runtime() -> None:
-    context = sm.parse_context({
+    context = parse_context({
         "title": "T",
         "benchmark": {"name": "demo", "problems": 12},
         "runtime": {"gpu": "none"},
@@ -211,9 +234,9 @@ def test_context_order_labels_runtime() -> None:
     assert summary["level2_strategy_note"].endswith("Extra.")
     assert "10 paired resamples" in summary["paired_bootstrap_note"] and "seed 42" in summary["paired_bootstrap_note"]
     with pytest.raises(ValueError, match="unknown context keys"):
-        sm.parse_context({"modles": {}})
+        parse_context({"modles": {}})
     with pytest.raises(ValueError, match="unknown keys"):
-        sm.parse_context({"models": {"m": {"lable": "x"}}})
+        parse_context({"models": {"m": {"lable": "x"}}})
 
 
 def test_no_context_no_label() -> None:
@@ -424,7 +447,7 @@ def test_published_numbers_come_back(published: dict[str, Any]) -> None:
     assert len(rows) == 15 * 200
     compare = list(published["paired_bootstrap_vs_sft"])
     summary = sm.summarize(rows, reference="sft", compare=compare, resamples=100_000, seed=42,
-                           context=sm.parse_context(published_context(published)))
+                           context=parse_context(published_context(published)))
     # Every model's levels, tokens, labels and generation; also the key order, via the serialized text.
     assert summary["models"] == published["models"]
     assert json.dumps(summary["models"]) == json.dumps(published["models"])

@@ -6,11 +6,21 @@ a new column cannot be written before it is described here.
 A column shared by several tables (``model``, ``level``, ``problem_id``...) is defined once below and reused; a
 name whose meaning differs between tables (``correct`` is a flag per row, a count per level) is defined per table.
 ``unit`` is ``none`` for identifiers, names, flags and text; ``count`` for numbers of rows.
+
+Columns that exist once per value of a library's definition (the fast_p counts: one per baseline and threshold of
+scoring/metrics.py THRESHOLDS) are a ``ColumnFamily``: one pattern and one description here, the members named by
+the library that writes them (``column_names("levels", fast_counts=[...])``). core/ imports nothing of the libraries,
+and the thresholds stay in scoring/, so changing one re-keys only the stages that score, not every evaluation (a
+stage's code version hashes every core/ file).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from workflow_scripts.core.records import HEADLINE_STATISTIC
 
 NO_UNIT = "none"
 MS = "ms"
@@ -30,11 +40,37 @@ class Column:
 
 
 @dataclass(frozen=True)
+class ColumnFamily:
+    """Columns named by a pattern: ``pattern``'s named groups fill ``description`` (str.format) for each member."""
+
+    pattern: str  # matched whole (re.fullmatch)
+    description: str
+    unit: str = NO_UNIT
+
+    def column(self, name: str) -> Column | None:
+        match = re.fullmatch(self.pattern, name)
+        return Column(self.description.format(**match.groupdict()), self.unit) if match else None
+
+
+@dataclass(frozen=True)
 class Table:
-    """One kind of parquet file: what a row is, and its columns in the order the pipeline writes them."""
+    """One kind of parquet file: what a row is, and its columns in the order the pipeline writes them (a family
+    stands at its members' place, under its own name)."""
 
     description: str
-    columns: dict[str, Column]
+    columns: dict[str, Column | ColumnFamily]
+    families: dict[str, ColumnFamily] = field(init=False)
+
+    def __post_init__(self) -> None:
+        families = {name: c for name, c in self.columns.items() if isinstance(c, ColumnFamily)}
+        object.__setattr__(self, "families", families)
+
+    def column(self, name: str) -> Column | None:
+        """The definition of column ``name``: its own, or its family's; None if it has none."""
+        own = self.columns.get(name)
+        if isinstance(own, Column):
+            return own
+        return next((found for family in self.families.values() if (found := family.column(name))), None)
 
 
 class UndescribedColumnError(ValueError):
@@ -57,11 +93,13 @@ KEEPS_TORCH_OP = Column("whether ModelNew.forward still calls a PyTorch layer, f
                         "arithmetic (static AST check, docs/design.md); null without code")
 MEAN_COMPLETION_TOKENS = Column("mean completion_tokens over the rows with a token count; null if none has one",
                                 TOKENS)
-FAST_COUNTS = {
-    f"{baseline}_fast_{p}": Column(f"correct answers with speedup_{baseline} strictly greater than {p} "
-                                   f"(KernelBench's fast_{p}; an unknown speedup is never fast)", COUNT)
-    for baseline in ("eager", "compile") for p in ("1", "1.5", "2")
-}
+# The speedup thresholds are scoring/metrics.py's THRESHOLDS: a threshold there is a member here.
+_P = r"(?P<p>[0-9]+(?:\.[0-9]+)?)"
+FAST_COUNTS = ColumnFamily(rf"(?P<baseline>eager|compile)_fast_{_P}",
+                           "correct answers with speedup_{baseline} strictly greater than {p} (KernelBench's fast_{p}; "
+                           "an unknown speedup is never fast)", COUNT)
+UNFLAGGED_FAST_COUNTS = ColumnFamily(rf"(?P<baseline>eager|compile)_fast_{_P}_unflagged",
+                                     "{baseline}_fast_{p} without the flagged answers", COUNT)
 
 
 def _rows_columns() -> dict[str, Column]:
@@ -73,7 +111,7 @@ def _rows_columns() -> dict[str, Column]:
         "status": Column("the answer's one status (core/statuses.py: missing_completion ... correct)"),
         "compiled": Column("KernelBench's compiled: the answer module imported and defined ModelNew"),
         "correct": Column("status is correct: every correctness trial matched the reference"),
-        "runtime_ms": Column("mean of the answer's timing trials; null unless correct", MS),
+        "runtime_ms": Column(f"{HEADLINE_STATISTIC} of the answer's timing trials; null unless correct", MS),
         "eager_ms": Column("the eager PyTorch reference's time: timed beside the answer when eager_source is "
                            "paired, else the baseline stage's; null when the eager baseline failed", MS),
         "eager_source": Column("where eager_ms comes from: paired (timed beside the answer) or baseline (the "
@@ -166,11 +204,10 @@ TABLES: dict[str, Table] = {
         "n": Column("problems of the level: every problem stays in every denominator", COUNT),
         "compiled": Column("rows whose answer compiled (KernelBench's meaning)", COUNT),
         "correct": Column("rows whose answer is correct", COUNT),
-        **FAST_COUNTS,
+        "fast_counts": FAST_COUNTS,
         "flagged": Column("correct answers whose speedup over eager or over torch.compile exceeds the flag limit "
                           "(scoring/metrics.py FLAG_SPEEDUP); the summary JSON's flags", COUNT),
-        "eager_fast_1_unflagged": Column("eager_fast_1 without the flagged answers", COUNT),
-        "compile_fast_1_unflagged": Column("compile_fast_1 without the flagged answers", COUNT),
+        "unflagged_fast_counts": UNFLAGGED_FAST_COUNTS,
         "compiled_rate": Column("compiled / n; null when n is 0", FRACTION),
         "correct_rate": Column("correct / n; null when n is 0", FRACTION),
         "answers_keeping_pytorch_op": Column("rows whose answer keeps a PyTorch op (keeps_torch_op)", COUNT),
@@ -201,17 +238,31 @@ def table(name: str) -> Table:
         raise KeyError(f"no parquet table {name!r} in core/columns.py (tables: {sorted(TABLES)})") from None
 
 
-def column_names(name: str) -> list[str]:
-    """The table's columns, in the order the pipeline writes them."""
-    return list(table(name).columns)
+def column_names(name: str, **members: Sequence[str]) -> list[str]:
+    """The table's columns, in the order the pipeline writes them; each family's place holds the members given
+    under its name (every family of the table must be given, each member must match its pattern)."""
+    spec = table(name)
+    if set(members) != set(spec.families):
+        raise ValueError(f"table {name!r} has the column families {sorted(spec.families)}; got {sorted(members)}")
+    names: list[str] = []
+    for key, definition in spec.columns.items():
+        if isinstance(definition, ColumnFamily):
+            strangers = [m for m in members[key] if definition.column(m) is None]
+            if strangers:
+                raise ValueError(f"{strangers} are not members of the column family {key!r} of table {name!r}")
+            names.extend(members[key])
+        else:
+            names.append(key)
+    return names
 
 
 def definitions(name: str, columns: list[str]) -> dict[str, Column]:
     """The definition of each of ``columns`` of table ``name``; an error names every column without one."""
     spec = table(name)
-    missing = [c for c in columns if c not in spec.columns]
+    found = {c: spec.column(c) for c in columns}
+    missing = [c for c, definition in found.items() if definition is None]
     if missing:
         raise UndescribedColumnError(
             f"table {name!r} has columns {missing} with no description; define them in core/columns.py"
         )
-    return {c: spec.columns[c] for c in columns}
+    return {c: definition for c, definition in found.items() if definition is not None}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -162,27 +163,69 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _expected(error: Any) -> tuple[str, list[str | int]]:
+@dataclass(frozen=True)
+class _Violation:
+    path: list[str | int]  # where the schema is violated, shown as a.b.c
+    expected: str  # what the schema wanted there
+    keys: list[str | int]  # the key path to point at in the file
+
+
+def _expected(error: Any) -> _Violation:
     """What the schema wanted at the error's place, and the key path to point at in the file."""
     keys: list[str | int] = list(error.absolute_path)
     schema, instance = error.schema, error.instance
     kind = error.validator
+    if kind in ("oneOf", "anyOf") and error.context:
+        return _expected_of_one_kind(error)
     if kind == "additionalProperties" and isinstance(instance, dict):
         allowed = sorted(schema.get("properties", {}))
         unexpected = sorted(str(k) for k in instance if k not in allowed)
         key = unexpected[0] if unexpected else ""
         close = difflib.get_close_matches(key, allowed, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"unknown key {key!r}{hint}; allowed: {', '.join(allowed)}", [*keys, key]
+        return _Violation(keys, f"unknown key {key!r}{hint}; allowed: {', '.join(allowed)}", [*keys, key])
     if kind == "required":
-        missing = error.message.split("'")[1] if error.message.count("'") >= 2 else error.message
-        return f"missing key {missing!r}", keys
+        return _Violation(keys, f"missing key {_missing_key(error) or error.message!r}", keys)
     if kind == "type":
         wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
-        return f"expected {' or '.join(map(str, wanted))}, got {_short(instance)}", keys
+        return _Violation(keys, f"expected {' or '.join(map(str, wanted))}, got {_short(instance)}", keys)
     if kind == "enum":
-        return f"expected one of {', '.join(map(str, error.validator_value))}; got {_short(instance)}", keys
-    return error.message if len(error.message) <= 160 else error.message[:157] + "...", keys
+        return _Violation(keys, f"expected one of {', '.join(map(str, error.validator_value))}; got {_short(instance)}",
+                          keys)
+    return _Violation(keys, error.message if len(error.message) <= 160 else error.message[:157] + "...", keys)
+
+
+def _expected_of_one_kind(error: Any) -> _Violation:
+    """A oneOf of alternatives told apart by one key's ``const`` (a model entry's ``kind``: one $defs entry per
+    kind). jsonschema reports the oneOf itself ("... is not valid under any of the given schemas") and best_match
+    cannot tell which alternative was meant: it is the one whose const the entry's value matches, and its own
+    error is the one to report. Without a match, the key's value is wrong: the consts are what was expected."""
+    import jsonschema
+
+    keys: list[str | int] = list(error.absolute_path)
+    branches: dict[Any, list[Any]] = {}
+    for sub in error.context:
+        branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+    tags = {branch: sub for branch, subs in branches.items() for sub in subs
+            if sub.validator == "const" and len(sub.relative_path) == 1}
+    missing_everywhere = set.intersection(*({_missing_key(sub) for sub in subs} for subs in branches.values()))
+    missing_everywhere.discard(None)
+    if isinstance(error.instance, dict) and missing_everywhere:
+        return _Violation(keys, f"missing key {sorted(missing_everywhere)[0]!r}", keys)
+    if not isinstance(error.instance, dict) or not tags:
+        return _expected(jsonschema.exceptions.best_match(error.context))
+    tag = next(iter(tags.values())).relative_path[0]
+    meant = [branch for branch in branches if branch not in tags]
+    if len(meant) == 1:
+        return _expected(jsonschema.exceptions.best_match(branches[meant[0]]))
+    wanted = ", ".join(str(tags[branch].validator_value) for branch in sorted(tags))
+    return _Violation([*keys, tag], f"expected one of {wanted}; got {_short(error.instance.get(tag))}", [*keys, tag])
+
+
+def _missing_key(error: Any) -> str | None:
+    if error.validator == "required" and error.message.count("'") >= 2:
+        return error.message.split("'")[1]
+    return None
 
 
 def schema_error(config: dict[str, Any], schema_file: Path | str, sources: Sequence[Path | str]) -> str | None:
@@ -197,11 +240,14 @@ def schema_error(config: dict[str, Any], schema_file: Path | str, sources: Seque
     if not errors:
         return None
     best = jsonschema.exceptions.best_match(errors)
-    expected, keys = _expected(best)
-    path = ".".join(str(k) for k in best.absolute_path) or "(top level)"
+    while best.parent is not None:  # best_match may descend into one alternative of a oneOf: judge the oneOf itself
+        best = best.parent
+    violation = _expected(best)
+    path = ".".join(str(k) for k in violation.path) or "(top level)"
     others = len(errors) - 1
     more = f" (and {others} more error{'s' if others > 1 else ''})" if others else ""
-    value = _value_at(config, keys)
+    value = _value_at(config, violation.keys)
     if isinstance(value, (dict, list)):
         value = _MISSING  # a whole block: --config may have added to it; its place in the file is what helps
-    return f"{location(sources, keys, value)}: {path}: {expected}{more} [schema: {display_name(schema_file)}]"
+    return (f"{location(sources, violation.keys, value)}: {path}: {violation.expected}{more} "
+            f"[schema: {display_name(schema_file)}]")

@@ -3,7 +3,22 @@ in the vLLM environment); the per-problem row's columns are scoring.rows.COLUMNS
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+# The statistic of the timed trials that is "the" time of an answer or a baseline: the evaluation's runtime_ms, the
+# baseline's eager_ms and compile_ms, the paired reference's eager time the rows take. KernelBench's mean. A key of
+# the timing stats (evaluation/timing.py: mean, median, std, min, max); here, so that the evaluator and scoring read
+# the same one.
+HEADLINE_STATISTIC = "mean"
+
+
+def headline_ms(stats: Mapping[str, Any] | None) -> float | None:
+    """The headline time (milliseconds) of one timing's stats; None without stats or without a number there."""
+    value = (stats or {}).get(HEADLINE_STATISTIC)
+    return float(value) if isinstance(value, (int, float)) else None
+
 
 # An evaluation's and a baseline's ``timing_mode``, per device (the timing code is evaluation/timing.py). Here, so
 # that readers of the records (rows, figures) know the vocabulary without depending on the evaluator's code.

@@ -25,7 +25,8 @@ Protocol (KernelBench's, with the deviations marked):
 * Timing: see ``workflow_scripts.evaluation.timing`` (KernelBench's CUDA-event window with an L2 flush before it; work left
   on other streams is measured after it and flagged, 3 warm-up +
   1 discarded + 100 trials on the GPU; wall clock, 1 + 1 + 10 on the CPU, ``timing_mode`` says which). Only
-  answers that passed every correctness trial are timed. ``runtime_ms`` is the mean, null unless correct.
+  answers that passed every correctness trial are timed. ``runtime_ms`` is the headline statistic of the trials
+  (``core.records.HEADLINE_STATISTIC``, the mean as in KernelBench), null unless correct.
 * Status precedence (``protocol.decide_status``): a failure before the module finished importing is ``load_error`` (or
   ``no_model_new``); after that any flag that rejects (``core.statuses.FLAGS``) gives
   ``rejected_runtime``; then timeout, crash (child died, exited early, CUDA error, or no authenticated ``done``),

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.core.records import TIMING_MODES
+from workflow_scripts.core.records import TIMING_MODES, headline_ms
 from workflow_scripts.evaluation import environment, gpu_lock, timing
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, ProtocolError
 from workflow_scripts.evaluation.config import BaselineConfig
@@ -91,8 +91,8 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
     fp = environment.fingerprint(cfg.device, gpu, cfg.tf32, tf32)
     fp["key"] = environment.fingerprint_key(fp)
     return BaselineResult(
-        eager_ms=eager_stats["mean"] if eager_stats else None, eager_stats=eager_stats, eager_status=eager_status,
-        compile_ms=comp_stats["mean"] if comp_stats else None, compile_stats=comp_stats, compile_status=comp_status,
+        eager_ms=headline_ms(eager_stats), eager_stats=eager_stats, eager_status=eager_status,
+        compile_ms=headline_ms(comp_stats), compile_stats=comp_stats, compile_status=comp_status,
         compile_time_s=comp.get("compile_time_s"),
         compile_backend="inductor" if cfg.device == "cuda" else "inductor-cpp", compile_mode=cfg.compile_mode,
         compile_max_abs_diff_vs_eager=comp.get("max_abs_diff_vs_eager"), device=cfg.device,

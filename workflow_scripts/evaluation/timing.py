@@ -33,7 +33,7 @@ Paired timing (answers only, ``paired_blocks``): the answer's trials are split i
 times the eager reference on the same inputs in blocks of at most ``paired_reference_block`` trials
 (``reference_block``), alternating in the order ABBA ABBA ... (answer, reference, reference, answer), so both see
 the same GPU state (clock, power, temperature) and a linear drift cancels. Each block is timed by ``Clock.time_callable`` as above; the first block of each side carries the
-warm-up and discarded calls. The reference's mean over its blocks is the answer's paired eager time.
+warm-up and discarded calls. The reference's headline statistic over its blocks is the answer's paired eager time.
 
 The clock functions are captured when :class:`Clock` is built, which the harness does before any answer code is
 imported, so an answer that later replaces ``time.perf_counter`` or ``torch.cuda.Event.elapsed_time`` does not
@@ -123,7 +123,7 @@ def merge_raw(parts: Sequence[RawTimes]) -> RawTimes:
 
 
 def stats(trials_ms: Sequence[float]) -> dict[str, Any] | None:
-    """Summary statistics of kept trials: mean (the headline, as KernelBench), median, population std (ddof=0,
+    """Summary statistics of kept trials: mean (the headline by default: ``core.records.HEADLINE_STATISTIC``), median, population std (ddof=0,
     as KernelBench's ``np.std``), min, max, n and the raw trials. ``None`` for no trials or non-finite values."""
     xs = [float(x) for x in trials_ms]
     if not xs or not all(math.isfinite(x) for x in xs):

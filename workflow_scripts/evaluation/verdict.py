@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.analysis.static import analyze_source
-from workflow_scripts.core.records import TIMING_MODES
+from workflow_scripts.core.records import TIMING_MODES, headline_ms
 from workflow_scripts.core.statuses import Status, is_compiled, is_integrity_flag
 from workflow_scripts.evaluation import environment
 from workflow_scripts.evaluation.channel import HARNESS_VERSION
@@ -104,7 +104,7 @@ def result_record(cfg: EvalConfig, status: Status, ev: AnswerSession | None, err
     phases = dict(phases, **(ev.phases if ev else {}))
     return EvalResult(
         status=status.value, compiled=is_compiled(status), correct=correct,
-        runtime_ms=stats["mean"] if (correct and stats) else None, runtime_stats=stats,
+        runtime_ms=headline_ms(stats) if correct else None, runtime_stats=stats,
         max_abs_diff=max_diff, triton_launches=launches, flags=flags,
         error=(error[:6000] if error else None), device=cfg.device, timing_mode=TIMING_MODES[cfg.device],
         tf32=tf32, fingerprint=fp, protocol=protocol, trials=[t.to_dict() for t in ev.trials] if ev else [],

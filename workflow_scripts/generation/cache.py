@@ -186,16 +186,6 @@ def read_prompts_jsonl(path: Path | str) -> list[PromptItem]:
     return items
 
 
-def write_prompts_jsonl(path: Path | str, items: Iterable[PromptItem]) -> None:
-    lines = []
-    for it in items:
-        obj = {"level": it.level, "problem_id": it.problem_id, "prompt": it.prompt, "prompt_sha256": it.prompt_sha256}
-        if it.system is not None:
-            obj["system"] = it.system
-        lines.append(json.dumps(obj, ensure_ascii=False, sort_keys=True))
-    atomic_write_text(Path(path), "\n".join(lines) + ("\n" if lines else ""))
-
-
 @dataclass(frozen=True)
 class Decoding:
     """Decoding settings. All of them enter the cache key. Defaults are the study's (greedy, no thinking)."""
@@ -254,11 +244,6 @@ def write_completions_jsonl(path: Path | str, records: Iterable[CompletionRecord
     text = "".join(json.dumps(r.to_dict(), ensure_ascii=False, sort_keys=True) + "\n" for r in recs)
     atomic_write_text(Path(path), text)
     return Path(path)
-
-
-def read_completions_jsonl(path: Path | str) -> list[CompletionRecord]:
-    with open(path, encoding="utf-8") as f:
-        return [CompletionRecord.from_dict(json.loads(line)) for line in f if line.strip()]
 
 
 def write_answer_files(records: Iterable[CompletionRecord], out_dir: Path | str) -> Path:

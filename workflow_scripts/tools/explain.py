@@ -29,20 +29,20 @@ from typing import Any
 import pandas as pd
 
 from workflow_scripts.core import configuration
-from workflow_scripts.core.columns import TABLES
+from workflow_scripts.core.columns import table as column_table
 from workflow_scripts.core.hashing import sha256_file, sha256_text
 from workflow_scripts.core.layout import ResultsLayout, problem_key
+from workflow_scripts.core.statuses import DESCRIPTIONS, Status
 from workflow_scripts.core.store import Store, code_version, package_version
 from workflow_scripts.evaluation.environment import fingerprint_key
 from workflow_scripts.generation.cache import CompletionCache
+from workflow_scripts.generation.kinds import KINDS, CompletionSource
 from workflow_scripts.scoring.summary import (
-    BOOTSTRAP_METRICS, LEVEL_FIELDS, STRATEGY_FIELDS, TABLE_NAMES, bootstrap_reference, count_members,
+    BOOTSTRAP_METRICS, STRATEGY_FIELDS, bootstrap_fields, bootstrap_reference, count_members, level_fields, table_name,
 )
 
 PROG = "python -m workflow_scripts explain"
 DEFAULT_CONFIG = Path("config.yaml")
-# The per-problem success each bootstrap metric compares (scoring/summary.py Outcomes.success), as count columns.
-BOOTSTRAP_COLUMNS = {"correct": "correct", "fast_eager": "eager_fast_1", "fast_compile": "compile_fast_1"}
 RATES = {"compiled_rate": "compiled", "correct_rate": "correct"}
 ENVIRONMENT_FACTS = ("device", "python", "torch", "triton", "cuda", "driver", "gpu_name", "cpu_model", "tf32_mode")
 LOG_TAIL_LINES = 5
@@ -130,7 +130,7 @@ def read_json(path: str) -> dict[str, Any] | None:
 
 
 def with_unit(table: str, column: str, value: Any) -> str:
-    definition = TABLES[table].columns.get(column)
+    definition = column_table(table).column(column)
     unit = definition.unit if definition else ""
     shown = "null" if value is None else str(value)
     return f"{shown} {unit}" if value is not None and unit in ("ms", "tokens", "ratio") else shown
@@ -159,7 +159,7 @@ def summary_section(workflow: Workflow, rows: pd.DataFrame, row: dict[str, Any])
     levels = (summary or {}).get("models", {}).get(model, {}).get("levels", {})
     counted, not_counted = [], []
     disagree = []
-    for name in LEVEL_FIELDS:
+    for name in level_fields():
         values = {}
         for key, mask in ((str(level), members["level"] == level), ("overall", members["level"].notna())):
             recomputed = int(members.loc[mask, name].sum())
@@ -167,7 +167,7 @@ def summary_section(workflow: Workflow, rows: pd.DataFrame, row: dict[str, Any])
             values[key] = published
             if published is not None and published != recomputed:
                 disagree.append(f"levels.{key}.{name}: summary.json {published}, rows {recomputed}")
-        label = f"{TABLE_NAMES.get(name, name)} (level {level}: {values[str(level)]}, overall: {values['overall']})"
+        label = f"{table_name(name)} (level {level}: {values[str(level)]}, overall: {values['overall']})"
         (counted if here[name] else not_counted).append(label)
     section.facts["counted in"] = counted
     section.facts["not counted in"] = not_counted
@@ -192,8 +192,9 @@ def summary_section(workflow: Workflow, rows: pd.DataFrame, row: dict[str, Any])
             theirs = count_members(rows, reference)
             ref_here = theirs[(theirs["level"] == level) & (theirs["problem_id"] == pid)].iloc[0]
             outcome = {}
+            counts = bootstrap_fields()  # the per-problem success each metric compares, as count columns
             for metric in BOOTSTRAP_METRICS:
-                own, ref = bool(here[BOOTSTRAP_COLUMNS[metric]]), bool(ref_here[BOOTSTRAP_COLUMNS[metric]])
+                own, ref = bool(here[counts[metric]]), bool(ref_here[counts[metric]])
                 word = "gained" if own and not ref else "lost" if ref and not own else "same as the reference"
                 outcome[metric] = f"{word} (summary: gained {block[model][metric]['gained']}, lost " \
                                   f"{block[model][metric]['lost']})"
@@ -207,6 +208,8 @@ def summary_section(workflow: Workflow, rows: pd.DataFrame, row: dict[str, Any])
 def row_section(workflow: Workflow, row: dict[str, Any]) -> Section:
     section = Section("row", workflow.layout.rows())
     section.facts = {name: with_unit("rows", name, value) for name, value in row.items()}
+    if row.get("status") in {status.value for status in Status}:
+        section.facts["what the status means"] = DESCRIPTIONS[Status(row["status"])]
     own = workflow.layout.model_rows(row["model"])
     if Path(own).is_file():
         same = one_row(pd.read_parquet(own), own, row["level"], row["problem_id"], row["model"])
@@ -259,9 +262,10 @@ def completion_section(workflow: Workflow, row: dict[str, Any], answer: dict[str
     section.check("the text's sha256 is the answer's completion_sha256",
                   text_hash == (answer or {}).get("completion_sha256") == row["completion_sha256"])
     entry = workflow.model(model)
-    kind = entry.get("kind")
-    section.facts["model kind"] = kind
-    if kind == "cached" and entry.get("completions"):
+    kind = KINDS.get(entry.get("kind"))
+    section.facts["model kind"] = entry.get("kind")
+    source = kind.source if kind else None
+    if source is CompletionSource.FOLDER and entry.get("completions"):
         source = Path(entry["completions"], f"{problem_key(level, pid)}.txt")
         section.facts["source file"] = str(source)
         if source.is_file():
@@ -269,10 +273,10 @@ def completion_section(workflow: Workflow, row: dict[str, Any], answer: dict[str
                           sha256_file(source) == record["cache_key"])
         else:
             section.check("the cached file exists", record["status"] == "missing", f"{source} is absent")
-    elif kind == "reference":
+    elif source is CompletionSource.PROBLEM:
         section.facts["source"] = "the problem's own code, class renamed ModelNew (cache_key = its sha256)"
         section.check("the cache_key is the problem's sha256", record["cache_key"] == row["problem_sha256"])
-    elif kind in ("vllm", "cli"):
+    elif source is CompletionSource.CACHE:
         root = Path(entry.get("cache") or Path(workflow.store.root, "completions"))
         section.facts["completion cache"] = f"{root} (key {record['cache_key']})"
         if root.is_dir() and record.get("cache_key"):
@@ -485,9 +489,9 @@ def explain_number(workflow: Workflow, model: str, metric: str, level: str) -> l
     rows = read_parquet(rows_path, "per-problem rows")
     if model not in set(rows["model"]):
         raise ExplainError(f"{rows_path} has no model {model!r} (models: {list(dict.fromkeys(rows['model']))})")
-    published_names = {TABLE_NAMES.get(f, f): f for f in LEVEL_FIELDS}  # levels.parquet's names too
+    published_names = {table_name(f): f for f in level_fields()}  # levels.parquet's names too
     count = published_names.get(metric, metric)
-    known = set(LEVEL_FIELDS) | set(STRATEGY_FIELDS) | set(RATES) | {"mean_completion_tokens"}
+    known = set(level_fields()) | set(STRATEGY_FIELDS) | set(RATES) | {"mean_completion_tokens"}
     if count not in known:
         raise ExplainError(f"unknown metric {metric!r}; one of {sorted(known | set(published_names))}")
     members = count_members(rows, model)

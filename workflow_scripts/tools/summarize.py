@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from workflow_scripts.scoring.summary import DEFAULT_RESAMPLES, DEFAULT_SEED, load_context, markdown_table, summarize, write_outputs
+from workflow_scripts.scoring.context import load_context
+from workflow_scripts.scoring.summary import DEFAULT_RESAMPLES, DEFAULT_SEED, markdown_table, summarize, write_outputs
 
 
 def build_parser() -> argparse.ArgumentParser:

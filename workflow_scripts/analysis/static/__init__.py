@@ -53,10 +53,6 @@ class StaticReport:
     findings: list[Finding] = field(default_factory=list)
 
     @property
-    def rejected(self) -> bool:
-        return any(f.severity == "reject" for f in self.findings)
-
-    @property
     def reject_codes(self) -> list[str]:
         return sorted({f.code for f in self.findings if f.severity == "reject"})
 
