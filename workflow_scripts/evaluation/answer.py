@@ -22,9 +22,9 @@ Protocol (KernelBench's, with the deviations marked):
   seed-42 timing inputs; values do not change timing for these ops). After timing, the timed input tensors are
   overwritten in place with inputs from a third secret seed and the answer's output on them is checked
   (``post_timing_mismatch``).
-* Timing: see ``workflow_scripts.evaluation.timing`` (KernelBench's CUDA-event window with an L2 flush before it; work left
-  on other streams is measured after it and flagged, 3 warm-up +
-  1 discarded + 100 trials on the GPU; wall clock, 1 + 1 + 10 on the CPU, ``timing_mode`` says which). Only
+* Timing: see ``workflow_scripts.evaluation.timing`` (KernelBench's CUDA-event window with an L2 flush before it; work
+  left on other streams is measured after it and flagged; warm-up, discarded and timed calls as
+  ``config.DEVICE_DEFAULTS`` sets them per device; wall clock on the CPU, ``timing_mode`` says which). Only
   answers that passed every correctness trial are timed. ``runtime_ms`` is the headline statistic of the trials
   (``core.records.HEADLINE_STATISTIC``, the mean as in KernelBench), null unless correct.
 * Status precedence (``protocol.decide_status``): a failure before the module finished importing is ``load_error`` (or

@@ -123,8 +123,8 @@ def merge_raw(parts: Sequence[RawTimes]) -> RawTimes:
 
 
 def stats(trials_ms: Sequence[float]) -> dict[str, Any] | None:
-    """Summary statistics of kept trials: mean (the headline by default: ``core.records.HEADLINE_STATISTIC``), median, population std (ddof=0,
-    as KernelBench's ``np.std``), min, max, n and the raw trials. ``None`` for no trials or non-finite values."""
+    """Summary statistics of kept trials: mean (the headline by default: ``core.records.HEADLINE_STATISTIC``),
+    median, population std (ddof=0, as KernelBench's ``np.std``), min, max, n and the raw trials. ``None`` for no trials or non-finite values."""
     xs = [float(x) for x in trials_ms]
     if not xs or not all(math.isfinite(x) for x in xs):
         return None
