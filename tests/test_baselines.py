@@ -13,15 +13,19 @@ REPO = Path(__file__).resolve().parent.parent
 PROBLEMS = REPO / "tests" / "cheats" / "problems"
 
 
-def test_eager_and_compile_on_cpu(tmp_path: Path) -> None:
-    out = tmp_path / "base.json"
+def baseline_cli(out: Path, *args: str) -> dict:
     proc = subprocess.run(
         [sys.executable, "-m", "workflow_scripts", "baseline", "--problem", str(PROBLEMS / "5_LinearReLU.py"),
-         "--device", "cpu", "--out", str(out), "--timing-trials", "5"],
+         "--device", "cpu", "--out", str(out), "--timing-trials", "5", *args],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
-    d = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_eager_and_compile_on_cpu(tmp_path: Path) -> None:
+    cache = tmp_path / "compile-cache"
+    d = baseline_cli(tmp_path / "base.json", "--compile-cache", str(cache))
     for k in ("eager_ms", "eager_stats", "eager_status", "compile_ms", "compile_stats", "compile_status",
               "compile_time_s", "compile_backend", "device", "timing_mode", "fingerprint"):
         assert k in d, k
@@ -32,6 +36,13 @@ def test_eager_and_compile_on_cpu(tmp_path: Path) -> None:
     assert d["compile_max_abs_diff_vs_eager"] is not None and d["compile_max_abs_diff_vs_eager"] < 1e-4
     assert d["timing_mode"] == "cpu_wall_interpreter" and d["fingerprint"]["key"]
     assert d["protocol"]["timing"]["trials"] == 5 and d["protocol"]["timing"]["discard_first"] == 1
+    # The compile cache: empty at first, it keeps what the compile built, the precompiled header apart (shared by
+    # every problem); the same problem compiled again takes it all back and compiles far faster.
+    assert d["compile_cache"]["files_seeded"] == 0 and d["compile_cache"]["files_kept"] > 0
+    assert list(cache.glob("shared/torchinductor_*/precompiled_headers/*.gch"))
+    again = baseline_cli(tmp_path / "again.json", "--compile-cache", str(cache), "--no-eager")
+    assert again["compile_cache"]["files_seeded"] == d["compile_cache"]["files_kept"]
+    assert again["compile_status"] == "ok" and again["compile_time_s"] < d["compile_time_s"] / 2
 
 
 def test_failing_baseline_keeps_the_problem(tmp_path: Path) -> None:

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.core.records import TIMING_MODES, headline_ms
-from workflow_scripts.evaluation import environment, gpu_lock, timing
+from workflow_scripts.core.hashing import sha256_file
+from workflow_scripts.evaluation import compile_cache, environment, gpu_lock, timing
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, ProtocolError
 from workflow_scripts.evaluation.config import BaselineConfig
 from workflow_scripts.evaluation.records import BaselineResult
@@ -39,6 +40,9 @@ def _run_one(problem_path: Path, cfg: BaselineConfig, gpu: str | None, which: st
     work, logs = base / "work", base / "logs"
     work.mkdir()
     shutil.copyfile(problem_path, work / "problem.py")
+    cache = Path(cfg.compile_cache) if cfg.compile_cache and which == "compile" else None
+    problem_key = sha256_file(problem_path)
+    seeded = compile_cache.seed(cache, problem_key, work) if cache else 0
     init = {"problem": "problem.py", "seed": cfg.seed, "tf32": cfg.tf32, "timing": cfg.timing_protocol().to_dict()}
     child = ChildProcess("baseline", work, logs, cfg.device, init, gpu=gpu, isolation=cfg.isolation,
                          # No tree cap: a baseline runs the problem's own code, which builds inputs of up to 16 GiB
@@ -61,6 +65,9 @@ def _run_one(problem_path: Path, cfg: BaselineConfig, gpu: str | None, which: st
         info["raw"] = m.header.get("raw")
         info["compile_time_s"] = m.header.get("compile_time_s")
         info["max_abs_diff_vs_eager"] = m.header.get("max_abs_diff_vs_eager")
+        if cache is not None:  # read while the child runs: its private folder goes with it
+            info["compile_cache"] = compile_cache.CacheUse(seeded, compile_cache.keep(cache, problem_key,
+                                                                                        child.private_dir())).to_dict()
         child.send("finish")
         return "ok", info
     except ChildTimeout:
@@ -95,7 +102,8 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
         compile_ms=headline_ms(comp_stats), compile_stats=comp_stats, compile_status=comp_status,
         compile_time_s=comp.get("compile_time_s"),
         compile_backend="inductor" if cfg.device == "cuda" else "inductor-cpp", compile_mode=cfg.compile_mode,
-        compile_max_abs_diff_vs_eager=comp.get("max_abs_diff_vs_eager"), device=cfg.device,
+        compile_max_abs_diff_vs_eager=comp.get("max_abs_diff_vs_eager"), compile_cache=comp.get("compile_cache"),
+        device=cfg.device,
         timing_mode=TIMING_MODES[cfg.device], tf32=tf32, fingerprint=fp,
         protocol={"seed": cfg.seed, "inputs": "seed 42 (KernelBench)", "timing": cfg.timing_protocol().to_dict(),
                   "precision": "fp32", "integer_inputs": "kept", "no_grad": True, "eval_mode": False,

@@ -209,6 +209,9 @@ class BaselineConfig(RunConfig):
     run_eager: bool = True
     run_compile: bool = True
     compile_threads: int = 1  # TORCHINDUCTOR_COMPILE_THREADS: no worker pool on small machines
+    # A folder where what torch.compile builds persists between compile children of one environment
+    # (compile_cache.py; the baseline stage passes one per environment in the store); None: a fresh cache each time.
+    compile_cache: str | None = None
 
 
 def filled(config_class: type[RunConfig], section: Mapping[str, Any], keys: Iterable[str],

@@ -64,6 +64,9 @@ class BaselineResult:
     compile_backend: str
     compile_mode: str
     compile_max_abs_diff_vs_eager: float | None
+    # What the compile child took from the shared compile cache and added to it (compile_cache.CacheUse); None
+    # without one (a fresh cache: compile_time_s then includes building everything).
+    compile_cache: dict[str, int] | None
     device: str
     timing_mode: str
     tf32: dict[str, Any]

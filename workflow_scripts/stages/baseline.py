@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = {k: v for k, v in settings.items() if k in BaselineConfig.__dataclass_fields__}
     settings.update(params.baselines)
     config = parse_params(BaselineConfig, settings, source="--params baselines")
-    inputs = {"problem": sha256_file(args.problem), "environment": environment_key(args.environment)}
+    environment = environment_key(args.environment)
+    # What torch.compile builds persists per environment, beside the store's objects (evaluation/compile_cache.py).
+    config = replace(config, compile_cache=str(args.store / "caches" / f"compile-{environment[:16]}"))
+    inputs = {"problem": sha256_file(args.problem), "environment": environment}
 
     computed = store_measurement(args.store, args.out, STAGE, code_version(__spec__.name), config, inputs,
                                  args.environment, lambda: measure_baselines(args.problem, config).to_dict())

@@ -1,0 +1,86 @@
+"""The baselines' compile cache: what ``torch.compile`` builds for a problem's reference (Inductor's generated code,
+its precompiled header, Triton's kernels, max-autotune's choices), kept between the compile children of one
+environment, so a later problem reuses the header (about a minute of g++ on a small CPU host, built once) and a
+re-run or a resumed run does not compile again.
+
+A compile child starts in a fresh private folder, as every child does: ``seed`` copies the cache into its working
+folder before it starts, ``keep`` copies what it added back once it has timed its baseline, file by file and each
+whole or not at all (a rename), so jobs side by side never read a half-written file. Only baseline children, which run
+the problem's own code (trusted), are seeded; no answer's process ever sees this folder.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+# The parts of a child's private folder that hold compiled artifacts: Inductor's cache (TORCHINDUCTOR_CACHE_DIR) and
+# Triton's (TRITON_CACHE_DIR), as sandbox.ChildProcess.env names them, and Inductor's default folder under $TMPDIR
+# (``torchinductor_<user>``), where it keeps the precompiled header whatever TORCHINDUCTOR_CACHE_DIR says.
+PARTS = (".inductor", ".triton")
+DEFAULT_FOLDER_PREFIX = "torchinductor_"
+# The one part every problem shares (the header does not depend on the problem); the rest is kept per problem, so a
+# child is seeded with its own problem's artifacts only (a study's cache holds thousands of files; a child's private
+# folder has an inode cap).
+SHARED = "precompiled_headers"
+PARTIAL = ".partial"  # a file being added to the cache (renamed into place when whole)
+
+
+@dataclass(frozen=True)
+class CacheUse:
+    """What one compile child took from the cache and gave back (recorded with the baseline)."""
+
+    files_seeded: int
+    files_kept: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"files_seeded": self.files_seeded, "files_kept": self.files_kept}
+
+
+def _artifacts(folder: Path) -> list[Path]:
+    """The artifacts under a child's folder (or a cache section laid out like one), relative to it; lock files
+    (Inductor's and Triton's file locks) are the writer's, not content."""
+    if not folder.is_dir():
+        return []
+    parts = [folder / name for name in PARTS] + sorted(folder.glob(f"{DEFAULT_FOLDER_PREFIX}*"))
+    return [p.relative_to(folder) for part in parts if part.is_dir() for p in part.rglob("*")
+            if p.is_file() and not p.is_symlink() and p.suffix not in (".lock", PARTIAL) and "locks" not in p.parts]
+
+
+def _section(cache: Path, problem: str, relative: Path) -> Path:
+    return cache / ("shared" if SHARED in relative.parts else f"problems/{problem}")
+
+
+def seed(cache: Path, problem: str, workdir: Path) -> int:
+    """Copy the cache's shared part and problem ``problem``'s (a key of the problem, e.g. its sha256) into a compile
+    child's working folder, before it starts; the number of files copied."""
+    copied = 0
+    for section in (cache / "shared", cache / "problems" / problem):
+        for relative in _artifacts(section):
+            target = workdir / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(section / relative, target)
+            copied += 1
+    return copied
+
+
+def keep(cache: Path, problem: str, private: Path) -> int:
+    """Copy the files a compile child added (its private folder, read while it runs) into the cache, each whole or not
+    at all; a file the cache holds already is left as it is. The number of files added."""
+    added = 0
+    for relative in _artifacts(private):
+        target = _section(cache, problem, relative) / relative
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_name(f"{target.name}.{os.getpid()}.{secrets.token_hex(4)}{PARTIAL}")
+        try:
+            shutil.copyfile(private / relative, staging)
+            os.rename(staging, target)
+            added += 1
+        except OSError:
+            staging.unlink(missing_ok=True)  # the child's file went away, or the cache's disk is full: skipped
+    return added
