@@ -72,12 +72,12 @@ def main() -> None:
     phases = []
     for _ in range(args.repeats):
         result = {}
-        results["evaluate (full checks)"].append(wall(lambda: result.update(r=evaluate_answer(PROBLEM, ANSWER, full))))
+        results["evaluate (full checks)"].append(wall(lambda result=result: result.update(r=evaluate_answer(PROBLEM, ANSWER, full))))
         assert result["r"].correct, result["r"].error
         phases.append(result["r"].phases_s)
         results["evaluate (no netns, no static)"].append(wall(lambda: evaluate_answer(PROBLEM, ANSWER, lean)))
         bare = [sys.executable, "-c", BARE, str(PROBLEM), str(ANSWER), args.device, str(calls)]
-        results["bare KernelBench-style child"].append(wall(lambda: subprocess.run(bare, env=env, check=True)))
+        results["bare KernelBench-style child"].append(wall(lambda bare=bare: subprocess.run(bare, env=env, check=True)))
     for name, values in results.items():
         print(f"{name:34s} median {statistics.median(values):6.2f} s  (runs: {', '.join(f'{v:.2f}' for v in values)})")
     keys = sorted({k for p in phases for k in p})

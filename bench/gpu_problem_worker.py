@@ -221,7 +221,7 @@ def run_spin(args, tmp: Path) -> None:
         for (problem, answer), r, wall in pool.map(spin_job, [(p, a, cfg) for p, a in jobs]):
             beside, before = summarise(r), alone.get(problem.name) or {}
 
-            def ratio(key: str) -> float | None:
+            def ratio(key: str, beside: dict = beside, before: dict = before) -> float | None:
                 return beside[key] / before[key] if (beside.get(key) and before.get(key)) else None
 
             log(args.out, {"bench": "spin", "phase": "beside_spinner", "problem": problem.name, "answer": answer.name,

@@ -268,7 +268,7 @@ def acquire_gpu(
             pass
         yield lease
     finally:
-        for g, fd in fds.items():
+        for fd in fds.values():
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)

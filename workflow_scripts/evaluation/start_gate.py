@@ -200,7 +200,7 @@ class StartGate:
             ok = action == "start" and self._device_part(entry)
             with self._cond:
                 # A process dropped while its device part ran counts as under way until ``drop`` has killed it.
-                self._cond.wait_for(lambda: not entry.dropped or entry.ended or self._closed)
+                self._cond.wait_for(lambda entry=entry: not entry.dropped or entry.ended or self._closed)
                 entry.handed = True
                 entry.failed = entry.failed or not ok
                 self._busy = False

@@ -121,7 +121,8 @@ def frame_source_getters(torch: Any) -> dict[str, Callable[[], Any]]:
             name = str(int(sig))
         g[f"state:signal.{name}"] = (lambda sig=sig: _handler_id(signal.getsignal(sig)))
     for which in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF"):
-        g[f"state:signal.setitimer({which})"] = (lambda w=getattr(signal, which): signal.getitimer(w) != (0.0, 0.0))
+        timer = getattr(signal, which)
+        g[f"state:signal.setitimer({which})"] = (lambda timer=timer: signal.getitimer(timer) != (0.0, 0.0))
     g["state:gc.debug"] = gc.get_debug
     try:
         from torch._C._dynamo.eval_frame import get_eval_frame_callback
