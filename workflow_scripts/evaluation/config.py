@@ -3,8 +3,8 @@ timing protocol), ``EvalConfig`` (an answer's evaluation: KernelBench's correctn
 ``BaselineConfig`` (a problem's baselines).
 
 This module is the one home of the protocol's numbers: the dataclass field defaults, and ``DEVICE_DEFAULTS`` for the
-few that differ by device. The workflow configuration's schema declares no default for them: ``filled`` completes a
-configuration's ``evaluation`` and ``baselines`` sections from here (rules/common.smk), so the rules, the report's
+few that differ by device. The workflow configuration's schema declares no default for them: ``fill_protocol_defaults``
+completes a configuration's ``evaluation`` and ``baselines`` sections from here (rules/common.smk), so the rules, the report's
 captions and summary.json state the numbers the evaluations use."""
 
 from __future__ import annotations
@@ -238,4 +238,10 @@ def fill_protocol_defaults(config: dict[str, Any], schema_file: Path | str) -> N
     config["evaluation"] = filled(EvalConfig, config["evaluation"], sections["evaluation"]["properties"])
     config["baselines"] = filled(BaselineConfig, config["baselines"], sections["baselines"]["properties"],
                                  device=config["evaluation"]["device"])
+
+
+def given(**settings: Any) -> dict[str, Any]:
+    """The settings a person gave (a command line's options), without those left out (None): the configuration's
+    defaults then apply, from their one home here."""
+    return {k: v for k, v in settings.items() if v is not None}
 
