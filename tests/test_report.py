@@ -31,6 +31,7 @@ from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params, Resourc
 from snakemake.utils import validate
 
 from workflow_scripts.core.layout import figure_names
+from workflow_scripts.evaluation.config import fill_protocol_defaults
 from workflow_scripts.scoring.captions import PROTOCOL, compose
 from workflow_scripts.devtools.workspace import copy_workflow
 
@@ -55,7 +56,9 @@ CPU_TIMING = ("CPU wall-clock of Triton", "interpreter", "say nothing about GPU 
 
 def load_config(path: Path) -> dict[str, Any]:
     config = yaml.safe_load(path.read_text())
-    validate(config, str(ROOT / "schemas/config.schema.yaml"))  # fills the defaults, as the workflow does
+    schema = ROOT / "schemas/config.schema.yaml"
+    validate(config, str(schema))  # fills the schema's defaults, as rules/common.smk does
+    fill_protocol_defaults(config, schema)  # and the protocol's, from their one home (evaluation/config.py)
     return config
 
 
