@@ -30,10 +30,12 @@ $(VLLM_VENV)/.installed: requirements/vllm.txt
 demo: venv sandbox-tools
 	$(BIN)/snakemake --cores all
 
-## lint: Snakemake's linter on the demo and the study configurations (must report nothing)
+## lint: Snakemake's linter on the demo and the study configurations, and ruff (pyflakes and bugbear, pyproject.toml)
+## on the package, the benches and the tests (each must report nothing)
 lint: venv
 	$(BIN)/snakemake --lint
 	$(BIN)/snakemake --lint --configfile config/study.yaml
+	$(BIN)/ruff check workflow_scripts bench tests
 
 # $(call apt_tools,COMMANDS,PACKAGES,APT OPTIONS,WITHOUT THEM): Debian's PACKAGES installed with apt (as root) only
 # when one of COMMANDS is missing; where they cannot be installed, a warning says what is lost.
@@ -58,10 +60,11 @@ slurm-tools:
 browser:
 	$(call apt_tools,chromium,chromium,,tests/test_report.py skips its browser check)
 
-## test: the linter, then the test suite (CPU; GPU-only tests skip)
+## test: the linters, then the test suite (CPU; GPU-only tests skip), with the slowest tests listed
+## (`pytest -m "not integration"` runs only the unit tests, in about a minute)
 test: venv vllm-venv lint sandbox-tools slurm-tools browser
-	$(BIN)/python -m pytest -q -rs
-	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -rs tests/test_generate_vllm.py
+	$(BIN)/python -m pytest -q -rs --durations=25
+	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -rs --durations=5 tests/test_generate_vllm.py
 
 ## verify: re-hash every stored artifact and report mismatches
 verify: venv

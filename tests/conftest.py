@@ -1,18 +1,19 @@
 """Shared fixtures. The KernelBench data (../shared/kernelbench, or $KERNELBENCH_DIR) is optional: tests that
-need it skip cleanly where it is absent. ``small_run`` is one small finished pipeline run shared by the end-to-end
-tests of the store and of configuration errors."""
+need it skip cleanly where it is absent. ``demo_run`` is the one full demo run (``make demo``'s configuration, as it
+ships) shared by every test that reads a finished demo (tests/test_pipeline_e2e.py, tests/test_report.py);
+``small_run`` is one small finished pipeline run shared by the end-to-end tests of the store and of configuration
+errors; ``compile_cache`` is one folder for what torch.compile builds, which the other pipeline runs of the session
+name (``baselines.compile_cache_dir``), so a problem's compiled baseline is built once per session."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from dataclasses import dataclass
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
+from cli import SMALL_RESULTS, SmallRun, snakemake
 
 
 def kernelbench_dir() -> Path:
@@ -30,37 +31,28 @@ def kb_dir() -> Path:
     return d
 
 
-def snakemake(cwd: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
-    """The Snakemake CLI in a subprocess, as a user runs it from the workflow root."""
-    return subprocess.run(
-        [sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
+@pytest.fixture(scope="session")
+def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder for what torch.compile builds (``baselines.compile_cache_dir``), shared by the session's pipeline
+    runs that name it; the demo run adds what it built (``demo_run``)."""
+    return tmp_path_factory.mktemp("compile-cache")
 
 
 @pytest.fixture(scope="session")
-def snakemake_cli():
-    """``snakemake(cwd, *args)`` for test modules (conftest is not imported by name)."""
-    return snakemake
+def demo_run(tmp_path_factory: pytest.TempPathFactory, compile_cache: Path) -> Path:
+    """The demo as `make demo` runs it (config.yaml unchanged: every problem, every model, the compiled baselines)
+    on a copy of the workflow, once per session. Tests that change it leave it complete and consistent again."""
+    from workflow_scripts.devtools.workspace import copy_workflow
 
-
-SMALL_RESULTS = "results/small"  # the small run's results folder (relative to its workflow copy)
-
-
-@dataclass(frozen=True)
-class SmallRun:
-    """A finished run of a small configuration on a copy of the workflow (tests/conftest.py small_run)."""
-
-    work: Path
-    configfile: str  # relative to work, for --configfile
-
-    def snakemake(self, *args: str, timeout: float = 1500, configfile: str | None = None
-                  ) -> subprocess.CompletedProcess:
-        """Snakemake in the run's folder with its configuration (or ``configfile``, another one there)."""
-        return snakemake(self.work, *args, "--configfile", configfile or self.configfile, timeout=timeout)
-
-    def events(self) -> list[dict]:
-        path = self.work / SMALL_RESULTS / ".store" / "events.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines()]
+    work = copy_workflow(tmp_path_factory.mktemp("demo"))
+    done = snakemake(work, "--cores", "2")
+    assert done.returncode == 0, done.stderr[-5000:]
+    # What it compiled (in its store's caches/, the default place) serves the session's other runs: hard links,
+    # since the cache replaces files whole (by rename) and never writes into one.
+    caches = work / yaml.safe_load((work / "config.yaml").read_text())["store"] / "caches"
+    if caches.is_dir():
+        shutil.copytree(caches, compile_cache, copy_function=os.link, dirs_exist_ok=True)
+    return work
 
 
 @pytest.fixture(scope="session")
@@ -90,3 +82,11 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> SmallRun:
     done = run.snakemake("--cores", "2")
     assert done.returncode == 0, done.stderr[-5000:]
     return run
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by the marks added here
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that read a session's finished pipeline run are integration tests, wherever they stand."""
+    for item in items:
+        if {"demo_run", "small_run", "compile_cache"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)

@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from workflow_scripts.evaluation.baseline import BaselineConfig, measure_baselines
+
+pytestmark = pytest.mark.integration  # starts processes (evaluator children, the Snakemake CLI)
 
 REPO = Path(__file__).resolve().parent.parent
 PROBLEMS = REPO / "tests" / "cheats" / "problems"

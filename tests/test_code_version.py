@@ -27,6 +27,7 @@ def git(folder: Path, *args: str) -> str:
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+@pytest.mark.integration
 def test_version_is_the_commit_the_changed_source_or_the_source_alone(tmp_path: Path) -> None:
     copy = tmp_path / "workflow"
     shutil.copytree(ROOT / "workflow_scripts", copy / "workflow_scripts", ignore=shutil.ignore_patterns("__pycache__"))
@@ -49,6 +50,7 @@ def test_version_is_the_commit_the_changed_source_or_the_source_alone(tmp_path: 
     assert version_in(copy).startswith(f"git:{commit}+source:")
 
 
+@pytest.mark.integration
 def test_devtools_are_no_part_of_the_source_hash(tmp_path: Path) -> None:
     copy = tmp_path / "workflow"
     shutil.copytree(ROOT / "workflow_scripts", copy / "workflow_scripts", ignore=shutil.ignore_patterns("__pycache__"))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from cli import SmallRun, snakemake
 
 from workflow_scripts.core.configuration import ConfigError, check_yaml_syntax, schema_error
 from workflow_scripts.devtools.workspace import copy_workflow
@@ -154,13 +155,13 @@ def workflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return copy_workflow(tmp_path_factory.mktemp("config_errors"))
 
 
-@pytest.mark.slow
-def test_cli_yaml_syntax_error_in_config_yaml_names_file_and_line(workflow: Path, snakemake_cli) -> None:
+@pytest.mark.integration
+def test_cli_yaml_syntax_error_in_config_yaml_names_file_and_line(workflow: Path) -> None:
     original = (workflow / "config.yaml").read_text()
     broken = original.replace("levels: [1, 2]", "levels: [1, 2", 1)
     (workflow / "config.yaml").write_text(broken)
     try:
-        done = snakemake_cli(workflow, "-n", timeout=300)
+        done = snakemake(workflow, "-n", timeout=300)
     finally:
         (workflow / "config.yaml").write_text(original)
     assert done.returncode != 0
@@ -170,17 +171,17 @@ def test_cli_yaml_syntax_error_in_config_yaml_names_file_and_line(workflow: Path
     assert len(error_lines(done)) <= 4, output
 
 
-@pytest.mark.slow
-def test_cli_model_written_twice_in_a_configfile_names_file_and_line(workflow: Path, snakemake_cli) -> None:
+@pytest.mark.integration
+def test_cli_model_written_twice_in_a_configfile_names_file_and_line(workflow: Path) -> None:
     doubled = DEMO_CONFIG.replace("  twin:\n", "  expert:\n    kind: reference\n  twin:\n", 1)
     (workflow / "doubled.yaml").write_text(doubled)
-    done = snakemake_cli(workflow, "-n", "--configfile", "doubled.yaml", timeout=300)
+    done = snakemake(workflow, "-n", "--configfile", "doubled.yaml", timeout=300)
     assert done.returncode != 0
     second = [n for n, line in enumerate(doubled.splitlines(), 1) if line == "  expert:"][1]
     assert f"doubled.yaml, line {second}: key 'expert' is written twice" in done.stdout + done.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
@@ -190,11 +191,11 @@ def test_cli_model_written_twice_in_a_configfile_names_file_and_line(workflow: P
         ("kind: reference", "kind: magic", "models.calibration.kind: expected one of"),
     ],
 )
-def test_cli_schema_error_is_short_and_names_file_line_and_key(workflow: Path, snakemake_cli, old: str, new: str,
+def test_cli_schema_error_is_short_and_names_file_line_and_key(workflow: Path, old: str, new: str,
                                                                expected: str) -> None:
     text = DEMO_CONFIG.replace(old, new, 1)
     (workflow / "bad.yaml").write_text(text)
-    done = snakemake_cli(workflow, "-n", "--configfile", "bad.yaml", timeout=300)
+    done = snakemake(workflow, "-n", "--configfile", "bad.yaml", timeout=300)
     assert done.returncode != 0
     lines = error_lines(done)
     assert len(lines) <= 4, "\n".join(lines)  # was ~95 lines: Snakemake printed the sub-schema and the instance
@@ -210,7 +211,7 @@ def broken_models(run: SmallRun, name: str, folder: Path | str) -> str:
     return f"{name}.yaml"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("case", ["missing_folder", "misnamed", "empty", "zero_based"])
 def test_cli_a_bad_completions_folder_stops_a_run_whose_results_exist(small_run: SmallRun, case: str) -> None:
     assert (small_run.work / "results/small/evaluations.parquet").exists()  # the rows exist: nothing may be swallowed
@@ -236,7 +237,7 @@ def test_cli_a_bad_completions_folder_stops_a_run_whose_results_exist(small_run:
     assert f"{configfile}, line {line}: model garbled: {expected}" in output, output
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_cli_a_non_utf8_completion_costs_only_its_own_row_naming_the_file(small_run: SmallRun) -> None:
     rows = pd.read_parquet(small_run.work / "results/small/evaluations.parquet").set_index(["model", "problem_id"])
     assert len(rows) == 3 * 2  # every model x problem has its row

@@ -86,6 +86,7 @@ def exact_pin(requirement: Requirement) -> Version:
 
 
 @pytest.mark.parametrize("env_file", [p for p in ENV_FILES if environment(p)[1]], ids=lambda p: p.name)
+@pytest.mark.integration
 def test_pip_entries_are_what_pip_accepts_from_condas_requirements_file(env_file: Path, tmp_path: Path) -> None:
     conda, pip = environment(env_file)
     requirements, options = conda_pip_step(pip, tmp_path)
@@ -172,7 +173,7 @@ def rule_environments(work: Path, configfile: str) -> dict[str, Path | None]:
     return found
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_rules_name_existing_environments_of_their_device(tmp_path: Path) -> None:
     work = copy_workflow(tmp_path / "work")
     demo = yaml.safe_load((ROOT / "config.yaml").read_text())

@@ -103,6 +103,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.integration
 def test_cli_writes_code(tmp_path: Path) -> None:
     completion = tmp_path / "c.txt"
     completion.write_text(CASES["prose_around"])
@@ -112,6 +113,7 @@ def test_cli_writes_code(tmp_path: Path) -> None:
     assert out.read_text() == "import torch\n\nx = 1"
 
 
+@pytest.mark.integration
 def test_cli_prints_code_without_out(tmp_path: Path) -> None:
     completion = tmp_path / "c.txt"
     completion.write_text(CASES["multiple_blocks"])
@@ -120,6 +122,7 @@ def test_cli_prints_code_without_out(tmp_path: Path) -> None:
     assert proc.stdout == "a = 1\n"
 
 
+@pytest.mark.integration
 def test_cli_no_code_exits_3(tmp_path: Path) -> None:
     completion = tmp_path / "c.txt"
     completion.write_text(CASES["no_block"])

@@ -13,6 +13,8 @@ import pytest
 from workflow_scripts.core.statuses import Status
 from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answer
 
+pytestmark = pytest.mark.integration  # starts processes (evaluator children, the Snakemake CLI)
+
 HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 INPUTS = "\n\ndef get_inputs():\n    return [torch.rand(64, 32)]\n\n\ndef get_init_inputs():\n    return []\n"
 

@@ -123,6 +123,7 @@ def test_levels_decide_fast_p_files(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("via", ["figures", "summarize"])
+@pytest.mark.integration
 def test_cli(tmp_path: Path, via: str) -> None:
     frame = rows()
     rows_path = tmp_path / "rows.parquet"

@@ -68,6 +68,7 @@ def sha(text: str) -> str:
 # ---------------------------------------------------------------------------------------------- generation
 
 
+@pytest.mark.integration
 def test_json_output_gives_answer_token_counts_and_provenance(tmp_path):
     log = tmp_path / "log.jsonl"
     e = entry(f"--json --effort {{reasoning_effort}} --log {log}", env={"FAKE_CAP": "{output_token_cap}"})
@@ -97,6 +98,7 @@ def test_json_output_gives_answer_token_counts_and_provenance(tmp_path):
     assert stored["text"] == r.text and cache_key(stored["key_material"]) == r.cache_key
 
 
+@pytest.mark.integration
 def test_raw_stdout_answer_has_no_token_count_and_output_format_json_is_inferred(tmp_path):
     cache = CompletionCache(tmp_path / "cache")
     r = generate_with_cli(entry(), "fake", PROMPTS[:1], cache)[0]
@@ -107,6 +109,7 @@ def test_raw_stdout_answer_has_no_token_count_and_output_format_json_is_inferred
     assert e.resolved_output_format == "json"
 
 
+@pytest.mark.integration
 def test_prompt_file_system_file_and_answer_file_placeholders(tmp_path):
     log = tmp_path / "log.jsonl"
     e = entry(f"--prompt-file {{prompt_file}} --system-file {{system_file}} --answer-file {{answer_file}} --log {log}")
@@ -117,6 +120,7 @@ def test_prompt_file_system_file_and_answer_file_placeholders(tmp_path):
     assert calls(log)[2]["prompt"] == PROMPTS[2].prompt  # system delivered separately, not prepended
 
 
+@pytest.mark.integration
 def test_offline_refuses_and_lists_everything_missing_without_calling(tmp_path):
     log = tmp_path / "log.jsonl"
     cache = CompletionCache(tmp_path / "cache")
@@ -140,6 +144,7 @@ def test_offline_refuses_and_lists_everything_missing_without_calling(tmp_path):
     assert len(calls(log)) == n
 
 
+@pytest.mark.integration
 def test_retries_with_backoff_then_success(tmp_path):
     state, sleeps = tmp_path / "state", []
     e = entry(f"--fail-times 2 --state {state}", attempts=3, backoff_s=1.5, backoff_factor=2.0)
@@ -149,6 +154,7 @@ def test_retries_with_backoff_then_success(tmp_path):
     assert state.read_text() == "3"
 
 
+@pytest.mark.integration
 def test_exhausted_retries_record_a_failure_never_an_empty_answer(tmp_path):
     state = tmp_path / "state"
     cache = CompletionCache(tmp_path / "cache")
@@ -167,6 +173,7 @@ def test_exhausted_retries_record_a_failure_never_an_empty_answer(tmp_path):
 
 
 @pytest.mark.parametrize("flags", ["--empty", "--json --is-error", "--fail-on Triton"])
+@pytest.mark.integration
 def test_empty_output_tool_error_or_nonzero_exit_is_a_failed_generation(tmp_path, flags):
     e = entry(flags, output_format="json" if "--json" in flags else None)
     r = generate_with_cli(e, "fake", PROMPTS[:1], CompletionCache(tmp_path / "cache"))[0]
@@ -175,6 +182,7 @@ def test_empty_output_tool_error_or_nonzero_exit_is_a_failed_generation(tmp_path
     assert stored == [f"{r.cache_key}.failed.json"]  # recorded as a failure, nothing stored as an answer
 
 
+@pytest.mark.integration
 def test_failure_never_overwrites_a_good_cached_answer(tmp_path):
     cache = CompletionCache(tmp_path / "cache")
     switch, log = tmp_path / "fail-now", tmp_path / "log.jsonl"
@@ -238,6 +246,7 @@ def test_parse_json_output_variants():
     assert parse_json_output('{"result": 5}').error
 
 
+@pytest.mark.integration
 def test_parallel_jobs(tmp_path):
     recs = generate_with_cli(entry(), "fake", PROMPTS, CompletionCache(tmp_path / "cache"), jobs=3)
     assert [(r.level, r.problem_id) for r in recs] == [(1, 1), (1, 3), (2, 5)] and all(r.status == "ok" for r in recs)
@@ -304,6 +313,7 @@ def run_cli(*args, **kw):
     )
 
 
+@pytest.mark.integration
 def test_cli_generate_offline_online_and_import(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     write_prompts_jsonl(prompts, PROMPTS)
@@ -346,6 +356,7 @@ def test_cli_generate_offline_online_and_import(tmp_path):
     assert p.returncode == 2 and "bad model entry" in p.stderr
 
 
+@pytest.mark.integration
 def test_completions_cli_stage_takes_the_config_entry(tmp_path):
     """The rule's path: the model's whole config entry as --params (pipeline-only keys such as label are dropped)."""
     prompts = tmp_path / "prompts.jsonl"

@@ -269,6 +269,7 @@ def test_fully_cached_run_never_imports_vllm_and_offline_lists_missing(tmp_path,
     assert [r.text for r in again] == ["answer 1", "answer 2"] and again[0].model == "alias"
 
 
+@pytest.mark.integration
 def test_cli_offline_reports_missing_and_exits_2(tmp_path):
     base = _fake_base(tmp_path / "base")
     write_prompts_jsonl(tmp_path / "p.jsonl", PROMPTS)

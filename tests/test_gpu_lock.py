@@ -11,6 +11,8 @@ import pytest
 
 from workflow_scripts.evaluation.gpu_lock import GpuLockTimeout, acquire_gpu, visible_gpus
 
+pytestmark = pytest.mark.integration  # starts processes (evaluator children, the Snakemake CLI)
+
 REPO = Path(__file__).resolve().parent.parent
 
 HOLDER = """

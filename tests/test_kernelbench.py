@@ -151,6 +151,7 @@ def _git(*args: str, cwd: Path) -> str:
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+@pytest.mark.integration
 def test_validate_revision_from_git(tmp_path: Path) -> None:
     suite = make_suite(tmp_path / "suite")
     _git("init", "-q", cwd=suite)
@@ -258,6 +259,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, timeout=300)
 
 
+@pytest.mark.integration
 def test_cli_list_writes_parquet(tmp_path: Path) -> None:
     pd = pytest.importorskip("pandas")
     suite = make_suite(tmp_path / "suite", {1: 3, 2: 2})
@@ -273,6 +275,7 @@ def test_cli_list_writes_parquet(tmp_path: Path) -> None:
     assert df["sha256"].tolist() == [p.sha256 for p in expected]
 
 
+@pytest.mark.integration
 def test_cli_list_real_checkout(kb_dir: Path, tmp_path: Path) -> None:
     pd = pytest.importorskip("pandas")
     out = tmp_path / "problems.parquet"
@@ -283,6 +286,7 @@ def test_cli_list_real_checkout(kb_dir: Path, tmp_path: Path) -> None:
     assert not df.duplicated(["level", "problem_id"]).any()
 
 
+@pytest.mark.integration
 def test_cli_validate_and_fetch(tmp_path: Path) -> None:
     suite = make_suite(tmp_path / "suite")
     r = run_cli("validate", "--suite", str(suite), "--expect-counts", "1=3", "2=2")

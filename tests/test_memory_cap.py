@@ -19,6 +19,8 @@ from workflow_scripts.core.statuses import Status
 from workflow_scripts.evaluation import memory_cap, timing
 from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answers
 
+pytestmark = pytest.mark.integration  # starts processes (evaluator children, the Snakemake CLI)
+
 REPO = Path(__file__).resolve().parent.parent
 ADD = REPO / "tests" / "cheats" / "problems" / "1_ElementwiseAdd.py"
 HOG = REPO / "tests" / "cheats" / "answers" / "sandbox" / "host_memory_hog.py"
@@ -195,7 +197,6 @@ def test_the_cgroup_is_made_in_the_evaluators_own_never_above_it(tmp_path: Path,
 def test_the_memory_a_process_may_still_take_respects_its_cgroups_limit() -> None:
     """A Slurm job's or container's memory limit bounds what the evaluator plans with (input areas on the host, helper
     processes, answer batches), where the host's MemAvailable does not see it."""
-    from workflow_scripts.evaluation.reference import available_memory
 
     root = memory_cap.cgroup_root()
     assert root is not None

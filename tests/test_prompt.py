@@ -68,6 +68,7 @@ def test_other_options_render(kb_dir: Path) -> None:
     assert "optimized for BF16 (bfloat16) precision" in bf16
 
 
+@pytest.mark.integration
 def test_cli_prints_exact_bytes(kb_dir: Path) -> None:
     r = run_cli("--kernelbench", str(kb_dir), "--level", "1", "--problem", "19")
     assert r.returncode == 0, r.stderr
@@ -77,6 +78,7 @@ def test_cli_prints_exact_bytes(kb_dir: Path) -> None:
     assert r.stdout == render_problem_prompt(kb_dir, 2, 17).encode("utf-8")
 
 
+@pytest.mark.integration
 def test_cli_all_real_checkout(kb_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "prompts"
     r = run_cli("--kernelbench", str(kb_dir), "--all", "--out-dir", str(out))
@@ -265,6 +267,7 @@ def test_render_problem_and_all(suite: Path, tmp_path: Path) -> None:
     assert index["system_message"] == SYSTEM_MESSAGE and index["backend"] == "triton"
 
 
+@pytest.mark.integration
 def test_cli_synthetic(suite: Path, tmp_path: Path) -> None:
     r = run_cli("--kernelbench", str(suite), "--level", "1", "--problem", "1")
     assert r.returncode == 0, r.stderr

@@ -14,7 +14,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import zipfile
 from collections import Counter
@@ -25,6 +24,7 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 import yaml
+from cli import snakemake
 from docutils.core import publish_parts
 from jinja2 import Environment
 from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params, ResourceList, Snakemake, Wildcards
@@ -33,7 +33,6 @@ from snakemake.utils import validate
 from workflow_scripts.core.layout import figure_names
 from workflow_scripts.evaluation.config import fill_protocol_defaults
 from workflow_scripts.scoring.captions import PROTOCOL, compose
-from workflow_scripts.devtools.workspace import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = yaml.safe_load((ROOT / "config.yaml").read_text())["results_dir"]  # the demo's results folder
@@ -154,31 +153,17 @@ def test_workflow_description_states_the_timing_mode(configfile: str) -> None:
 
 # ------------------------------------------------------------------------------------------ a demo run, reported
 
-SMALL = {"1": [1, 2], "2": [1]}  # three problems; the bootstrap reference, a second model and the calibration
-SMALL_MODELS = ("expert", "sft_like", "calibration")
-
-
-def snakemake(cwd: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished demo run on a subset of the demo (small.yaml), in a temporary copy of the workflow."""
-    work = copy_workflow(tmp_path_factory.mktemp("report"))
-    config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    config["suite"]["only"] = SMALL
-    config["models"] = {name: config["models"][name] for name in SMALL_MODELS}
-    (work / "small.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    done = snakemake(work, "--cores", "2", "--configfile", "small.yaml")
-    assert done.returncode == 0, done.stderr[-5000:]
-    return work
+DEMO_CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
+DEMO_MODELS = tuple(DEMO_CONFIG["models"])
+# The demo suite's problems per level ("1": 8, ...), as the report counts them.
+DEMO_PROBLEMS = {str(level): len(list((ROOT / DEMO_CONFIG["suite"]["path"] / "KernelBench" / f"level{level}").glob("*.py")))
+                 for level in DEMO_CONFIG["suite"]["levels"]}
 
 
 @pytest.fixture(scope="module")
 def report_html(demo_run: Path) -> Path:
-    made = snakemake(demo_run, "--configfile", "small.yaml", "--report", "report.html", timeout=600)
+    """The session's demo run (conftest ``demo_run``) reported as `snakemake --report report.html` makes it."""
+    made = snakemake(demo_run, "--report", "report.html", timeout=600)
     assert made.returncode == 0, made.stderr[-5000:]
     return demo_run / "report.html"
 
@@ -195,7 +180,7 @@ def embedded(page: str, name: str) -> Any:
 
 def reported_files(work: Path) -> dict[str, str]:
     """Every file reviewers read after a run -> the caption file it should carry."""
-    levels = sorted(int(level) for level in SMALL)
+    levels = sorted(int(level) for level in DEMO_PROBLEMS)
     files = {f"{RESULTS}/figures/{stem}.{ext}": ("fast_p.rst" if stem.startswith("fast_p") else f"{stem}.rst")
              for stem in figure_names(levels) for ext in ("png", "svg")}
     files |= {str(p.relative_to(work)): f"{p.stem}.rst" for p in (work / RESULTS / "tables").glob("*.parquet")}
@@ -204,7 +189,7 @@ def reported_files(work: Path) -> dict[str, str]:
     return files
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_report_holds_every_figure_and_table_with_its_caption(demo_run: Path, report_html: Path) -> None:
     page = report_html.read_text()
     results = embedded(page, "results")
@@ -212,8 +197,8 @@ def test_report_holds_every_figure_and_table_with_its_caption(demo_run: Path, re
     assert {f"{RESULTS}/tables/levels.parquet", f"{RESULTS}/tables/bootstrap.parquet",
             f"{RESULTS}/tables/flags.parquet"} <= set(expected)
     assert sorted(results) == sorted(expected)
-    n_problems = sum(len(ids) for ids in SMALL.values())
-    per_level = Counter({level: len(ids) for level, ids in SMALL.items()})
+    n_problems = sum(DEMO_PROBLEMS.values())
+    per_level = Counter(DEMO_PROBLEMS)
     for path, caption in expected.items():
         entry = results[path]
         # The report carries the file itself, byte for byte.
@@ -221,16 +206,17 @@ def test_report_holds_every_figure_and_table_with_its_caption(demo_run: Path, re
         assert base64.b64decode(data) == (demo_run / path).read_bytes(), path
         text = plain(entry["caption"])
         assert CAPTION_SUBJECTS[caption] in text, path
-        assert f"{len(SMALL_MODELS)} models ({', '.join(SMALL_MODELS)})" in text, path
+        assert f"{len(DEMO_MODELS)} models ({', '.join(DEMO_MODELS)})" in text, path
         assert "within atol = 0.0001 and rtol = 0.0001 on 5 seeded inputs" in text, path
         assert all(part in text for part in CPU_TIMING), path
         labels = entry["labels"]
-        assert labels["models"] == len(SMALL_MODELS), path
+        assert labels["models"] == len(DEMO_MODELS), path
         if "fast_p_level" in path:  # a per-level figure: its level's n
             level = path.split("fast_p_level")[1][0]
             assert labels["figure"] == f"fast_p, level {level} ({per_level[level]} problems)", path
         else:
-            assert labels["problems"] == f"{n_problems} (level 1: 2, level 2: 1)", path
+            by_level = ", ".join(f"level {level}: {n}" for level, n in DEMO_PROBLEMS.items())
+            assert labels["problems"] == f"{n_problems} ({by_level})", path
         if path.startswith(f"{RESULTS}/figures/"):
             assert labels["format"] == path.rsplit(".", 1)[1].upper()
     # Navigable: three categories, the figures in subcategories by kind.
@@ -240,12 +226,12 @@ def test_report_holds_every_figure_and_table_with_its_caption(demo_run: Path, re
     assert sorted(categories["Figures"]["Speed (fast_p)"]) == [
         f"{RESULTS}/figures/fast_p_level{lv}.{ext}" for lv in (1, 2) for ext in ("png", "svg")]
     description = plain(embedded(page, "workflow_desc"))
-    assert "Timing: CPU, Triton's interpreter" in description and "Models: 3" in description
+    assert "Timing: CPU, Triton's interpreter" in description and f"Models: {len(DEMO_MODELS)}" in description
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_report_as_zip(demo_run: Path) -> None:
-    made = snakemake(demo_run, "--configfile", "small.yaml", "--report", "report.zip", timeout=600)
+    made = snakemake(demo_run, "--report", "report.zip", timeout=600)
     assert made.returncode == 0, made.stderr[-5000:]
     with zipfile.ZipFile(demo_run / "report.zip") as archive:
         names = archive.namelist()
@@ -289,7 +275,7 @@ def browse(browser: str, page: Path, *args: str) -> subprocess.CompletedProcess:
                               capture_output=True, text=True, timeout=180)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_report_opens_in_a_browser(report_html: Path, tmp_path: Path) -> None:
     browser = chromium()
     page = open_figure(report_html, tmp_path / "figure.html", f"{RESULTS}/figures/fast_p_level1.png")
@@ -298,7 +284,7 @@ def test_report_opens_in_a_browser(report_html: Path, tmp_path: Path) -> None:
     text = plain(dom.stdout)
     # The app rendered: its menu, the figure's labels and caption, and the figure itself as an image.
     assert "fast_p against the speedup threshold p" in text and "say nothing about GPU speed" in text
-    assert "fast_p, level 1 (2 problems)" in text
+    assert f"fast_p, level 1 ({DEMO_PROBLEMS['1']} problems)" in text
     assert re.search(r'<img[^>]+src="data:image/png', dom.stdout)
     shot = tmp_path / "report.png"
     taken = browse(browser, page, f"--screenshot={shot}", "--window-size=1400,900")

@@ -138,7 +138,7 @@ def test_small_problems_keep_todays_host_floor_and_large_ones_get_more() -> None
 def test_the_estimate_is_monotone_in_every_size_and_in_the_answers_judged() -> None:
     grid = [0, 0.01, 0.5, 1, 2, 6, 16]
     for config in (CUDA, CPU):
-        for job in (lambda s: evaluate_memory(s, config, 15), lambda s: baseline_memory(s, config)):
+        for job in (lambda s, c=config: evaluate_memory(s, c, 15), lambda s, c=config: baseline_memory(s, c)):
             for field in ("input_bytes", "param_bytes", "output_bytes"):
                 seen = [job(Sizes(**{**dict(input_bytes=GIB, param_bytes=GIB, output_bytes=GIB),
                                      field: int(g * GIB)})) for g in grid]
@@ -183,7 +183,7 @@ def planned_resources(stdout: str) -> dict[tuple[str, str], dict[str, str]]:
     return jobs
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_jobs_of_a_large_and_a_small_problem_declare_different_memory(tmp_path: Path) -> None:
     work = copy_workflow(tmp_path / "wf")
     (work / "demo/suite/KernelBench/level1/9_HugeReLU.py").write_text(HUGE_PROBLEM)

@@ -22,7 +22,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -33,9 +32,12 @@ from typing import Iterator
 import pandas as pd
 import pytest
 import yaml
+from cli import snakemake
 
 from workflow_scripts.core.layout import ResultsLayout
 from workflow_scripts.devtools.workspace import copy_workflow
+
+pytestmark = pytest.mark.integration  # starts processes (evaluator children, the Snakemake CLI)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "slurm" / "config.yaml"
@@ -195,11 +197,6 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def snakemake(cwd: Path, env: dict[str, str], *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
-
 def planned_jobs(dry_run_output: str) -> list[tuple[str, str]]:
     """(rule, resources line) of every job a dry run lists."""
     return re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", dry_run_output, re.MULTILINE)
@@ -230,20 +227,21 @@ def test_the_plugin_is_the_locked_version() -> None:
         assert f"{package}=={version(package)}" in lock.splitlines(), package
 
 
-@pytest.mark.slow
-def test_model_target_runs_through_slurm_jobs(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+@pytest.mark.integration
+def test_model_target_runs_through_slurm_jobs(slurm_cluster: SlurmCluster, tmp_path: Path, compile_cache: Path) -> None:
     work = copy_workflow(tmp_path / "work")
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     config["suite"]["only"] = PROBLEMS
+    config["baselines"]["compile_cache_dir"] = str(compile_cache)  # what the session's other runs compiled
     (work / "slurm.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     config["evaluation"].update(device="cuda", memory_gb=40)
     (work / "cuda.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
     # What the rules ask for: the jobs of this target on the CPU, and which of them take a GPU on CUDA.
-    dry = snakemake(work, slurm_cluster.env, TARGET, "-n", *PROFILE_ARGS, "--configfile", "slurm.yaml")
+    dry = snakemake(work, TARGET, "-n", *PROFILE_ARGS, "--configfile", "slurm.yaml", env=slurm_cluster.env)
     assert dry.returncode == 0, dry.stderr[-3000:]
     planned = Counter(rule for rule, _ in planned_jobs(dry.stdout))
-    cuda = snakemake(work, slurm_cluster.env, TARGET, "-n", "--configfile", "cuda.yaml")
+    cuda = snakemake(work, TARGET, "-n", "--configfile", "cuda.yaml", env=slurm_cluster.env)
     assert cuda.returncode == 0, cuda.stderr[-3000:]
     gpu_rules = {rule for rule, resources in planned_jobs(cuda.stdout) if re.search(r"\bgpu=1\b", resources)}
     assert {"evaluate", "baseline"} <= gpu_rules <= set(planned), (gpu_rules, planned)
@@ -253,11 +251,12 @@ def test_model_target_runs_through_slurm_jobs(slurm_cluster: SlurmCluster, tmp_p
     set_resources = [f"{rule}:{name}={value}" for rule, values in profile_resources.items() for name, value in values.items()]
     set_resources += [f"{rule}:gpu=1" for rule in sorted(gpu_rules)]
     run = snakemake(
-        work, slurm_cluster.env, TARGET, *PROFILE_ARGS, "--configfile", "slurm.yaml", "--set-resources", *set_resources,
+        work, TARGET, *PROFILE_ARGS, "--configfile", "slurm.yaml", "--set-resources", *set_resources,
         # This cluster has no accounting database for sacct; squeue keeps finished jobs for MinJobAge.
         "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
         "--slurm-keep-successful-logs", "--latency-wait", "5",
         "--verbose",  # the plugin logs each sbatch command line at debug level
+        env=slurm_cluster.env,
     )
     log = run.stdout + run.stderr
     (tmp_path / "snakemake.log").write_text(log)  # kept by pytest for a look after a failure

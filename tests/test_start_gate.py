@@ -15,6 +15,8 @@ from workflow_scripts.evaluation.sandbox import ChildProcess
 from workflow_scripts.evaluation.start_gate import StartGate
 from workflow_scripts.evaluation.config import EvalConfig
 
+pytestmark = pytest.mark.integration  # starts processes (evaluator children, the Snakemake CLI)
+
 
 def _answer_process(tmp_path: Path, n: int) -> ChildProcess:
     work = tmp_path / f"answer{n}"
@@ -134,7 +136,7 @@ def test_a_stuck_start_neither_holds_back_an_earlier_process_nor_a_timing(childr
     # The second process stops in its host part (SIGSTOP: no "staged", ever). The first, staged meanwhile, gets its
     # device part as soon as the gate is resumed, without waiting on the second; a pause before a timing returns
     # only once the second is dead (killed at the gate's bound), never while its start might still touch the GPU.
-    bound = 25.0
+    bound = 12.0
     gate = StartGate(timeout_s=bound)
     try:
         first, second = children(2)

@@ -570,6 +570,7 @@ def test_fallback_in_helper_method_reached_from_handler() -> None:
 # ------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_cli_prints_and_writes_json(tmp_path: Path) -> None:
     code = tmp_path / "answer.py"
     code.write_text(HEADER + "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
@@ -585,6 +586,7 @@ def test_cli_prints_and_writes_json(tmp_path: Path) -> None:
     assert written["launches_triton_kernel"] is True and written["findings"] == []
 
 
+@pytest.mark.integration
 def test_cli_syntax_error(tmp_path: Path) -> None:
     code = tmp_path / "answer.py"
     code.write_text("class ModelNew(:\n")

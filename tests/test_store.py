@@ -305,7 +305,7 @@ def computed(run, stage: str) -> list[dict]:
     return [e for e in run.events() if e["stage"] == stage and e["event"] == "computed"]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_an_edited_baseline_never_reaches_the_published_numbers(small_run) -> None:
     results = small_run.work / "results/small"
     baseline = results / "baselines/level1_1.json"
@@ -336,7 +336,7 @@ def test_an_edited_baseline_never_reaches_the_published_numbers(small_run) -> No
     assert len(computed(small_run, "baselines")) == baselines_computed  # restored, not measured again
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_forget_measures_anew_and_a_forced_rerun_reuses(small_run) -> None:
     results = small_run.work / "results/small"
     expert, twin = results / "evaluations/expert/level1_1.json", results / "evaluations/twin/level1_1.json"

@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from workflow_scripts.devtools.workspace import copy_workflow
 
 
+@pytest.mark.integration
 def test_the_study_plans_every_evaluation_against_a_kernelbench_checkout(tmp_path: Path, kb_dir: Path) -> None:
     work = copy_workflow(tmp_path / "study")
     overlay = work / "local_suite.yaml"

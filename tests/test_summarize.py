@@ -481,6 +481,7 @@ def test_published_interval_insensitive_to_placement() -> None:
 # ---------------------------------------------------------------------------------------------------- CLI
 
 
+@pytest.mark.integration
 def test_cli_rerun_is_byte_identical(tmp_path: Path) -> None:
     rows_path = tmp_path / "rows.parquet"
     hand_rows().to_parquet(rows_path, index=False)
@@ -505,6 +506,7 @@ def test_cli_rerun_is_byte_identical(tmp_path: Path) -> None:
     assert summary["benchmark"]["runtime"] == {"gpu": "cpu"}
 
 
+@pytest.mark.integration
 def test_cli_help() -> None:
     proc = subprocess.run([sys.executable, "-m", "workflow_scripts", "summarize", "--help"], cwd=REPO,
                           capture_output=True, text=True, check=True)
@@ -513,6 +515,7 @@ def test_cli_help() -> None:
         assert option in proc.stdout
 
 
+@pytest.mark.integration
 def test_summary_stage_refuses_rows_of_other_models(tmp_path: Path) -> None:
     """A configured model missing from the rows (or an extra one in them) stops the summary with both lists named,
     instead of a summary.json without it."""

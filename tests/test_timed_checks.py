@@ -14,6 +14,8 @@ from workflow_scripts.evaluation import protocol, sandbox
 from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answer
 from workflow_scripts.evaluation.protocol import TimedChecks
 
+pytestmark = pytest.mark.integration  # starts processes (evaluator children, the Snakemake CLI)
+
 HERE = Path(__file__).resolve().parent
 ADD = HERE / "cheats" / "problems" / "1_ElementwiseAdd.py"
 HONEST_ADD = HERE / "cheats" / "answers" / "honest" / "add_triton.py"

@@ -16,6 +16,8 @@ from workflow_scripts.evaluation import reference
 from workflow_scripts.evaluation.protocol import kernelbench_trial_seeds
 from workflow_scripts.evaluation.transport import Area, Slot, TransportError
 
+pytestmark = pytest.mark.integration  # starts processes (evaluator children, the Snakemake CLI)
+
 DEMO_PROBLEM = Path(__file__).resolve().parents[1] / "demo" / "suite" / "KernelBench" / "level1" / "1_ScaledAdd.py"
 
 

@@ -33,11 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     # Only the protocol fields baselines share with answers (correctness fields such as atol do not apply), and
     # their own limit (max-autotune compiles are slow).
     settings = {k: v for k, v in settings.items() if k in BaselineConfig.__dataclass_fields__}
-    settings.update(params.baselines)
+    baselines = dict(params.baselines)
+    # What torch.compile builds persists per environment (evaluation/compile_cache.py), beside the store's objects
+    # unless the configuration names another folder.
+    caches = Path(baselines.pop("compile_cache_dir", None) or args.store / "caches")
+    settings.update(baselines)
     config = parse_params(BaselineConfig, settings, source="--params baselines")
     environment = environment_key(args.environment)
-    # What torch.compile builds persists per environment, beside the store's objects (evaluation/compile_cache.py).
-    config = replace(config, compile_cache=str(args.store / "caches" / f"compile-{environment[:16]}"))
+    config = replace(config, compile_cache=str(caches / f"compile-{environment[:16]}"))
     inputs = {"problem": sha256_file(args.problem), "environment": environment}
 
     computed = store_measurement(args.store, args.out, STAGE, code_version(__spec__.name), config, inputs,

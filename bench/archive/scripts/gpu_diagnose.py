@@ -215,7 +215,7 @@ def placements_main(args) -> None:
             clocks = [timing.Clock(DEVICE, 256) for _ in range(copies)]
         means = [[] for _ in range(copies)]
         for _round in range(args.rounds):
-            for k, (m, (xs, pad)) in enumerate(places):
+            for k, (m, (xs, _pad)) in enumerate(places):
                 if variant == "allocator":
                     # Intermediates elsewhere: the cache emptied, a random pad held, and one untimed call so the
                     # block's first timed call does not pay for the new allocations.
