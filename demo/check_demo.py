@@ -248,7 +248,9 @@ def main(argv=None) -> int:
     problems = discover_problems(args.suite)
     if args.problem:
         problems = [(k, f) for k, f in problems if k in set(args.problem)]
-    models = args.model or sorted(d.name for d in args.completions.iterdir() if d.is_dir())
+    # The hostile model's answers attack the pipeline's evaluator (tests/test_pipeline_e2e.py checks its verdicts
+    # there); this KernelBench-style harness has none of its defences, so they are left out unless asked for.
+    models = args.model or sorted(d.name for d in args.completions.iterdir() if d.is_dir() and d.name != "hostile")
     expected = {}
     if args.expected and args.expected.is_file() and args.expected.stat().st_size:
         expected = json.loads(args.expected.read_text()).get(args.device, {})

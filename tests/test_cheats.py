@@ -19,6 +19,8 @@ from workflow_scripts.evaluation.answer import EvalConfig, EvalResult, evaluate_
 from workflow_scripts.evaluation.verdict import run_static_analysis
 from workflow_scripts.core.statuses import Status
 
+pytestmark = pytest.mark.integration  # starts processes (evaluator children, the Snakemake CLI)
+
 HERE = Path(__file__).resolve().parent / "cheats"
 PROBLEMS = HERE / "problems"
 ANSWERS = HERE / "answers"
@@ -29,6 +31,7 @@ MATMUL = PROBLEMS / "3_Matmul64.py"
 CE = PROBLEMS / "4_CrossEntropyIntTargets.py"
 LINEAR = PROBLEMS / "5_LinearReLU.py"
 MIXED = PROBLEMS / "6_MixedDtypes.py"
+SOFTMAX = PROBLEMS / "7_WideSoftmax.py"
 
 
 def _cuda() -> bool:
@@ -126,6 +129,14 @@ CHEATS = [
     Case("cheats/add_disguised_code.py", ADD, (Status.LOAD_ERROR,), ("harness_tampered:disguised_code",)),
     Case("cheats/add_disguised_loader.py", ADD, (Status.LOAD_ERROR,), ("harness_tampered:disguised_code",)),
     Case("cheats/add_code_of_no_file.py", ADD, (Status.LOAD_ERROR,), ("gc_introspection",)),
+    # Issue 33: each credited correct on the code before the fix (tests/test_hostile_answers.py judges the first two
+    # beside companions: another answer to read, an honest answer whose verdict must survive).
+    Case("cheats/any_other_answer_on_disk.py", ADD, (Status.MISMATCH,)),
+    Case("cheats/any_zero_element_huge_shape.py", ADD, (Status.SHAPE_MISMATCH,)),
+    Case("cheats/add_torch_frame_helper.py", ADD, (RR,), ("frame_inspection",)),
+    Case("cheats/add_bump_launch_counter.py", ADD, (RR,), ("frame_inspection",)),
+    Case("cheats/add_function_mode_deferred.py", ADD, (RR,), ("harness_tampered:state:torch_function_modes",)),
+    Case("cheats/add_dispatch_mode_fake_equal.py", ADD, (RR,), ("harness_tampered:state:torch_dispatch_modes",)),
 ]
 
 FAILURES = [
@@ -144,9 +155,13 @@ FAILURES = [
     Case("failures/cuda_illegal_address_gpu.py", ADD, (Status.CRASH,), gpu=True),
 ]
 
-# Correct, with informational (non-integrity) flags.
+# Correct, with informational (non-integrity) flags: what only a label can say (issue 33: half precision through a
+# dtype built from a string, inside the tolerance on this problem, as KernelBench credits it).
 INFORMATIONAL = [
     Case("honest/add_cudnn_benchmark.py", ADD, (Status.CORRECT,), ("global_state_changed:cudnn.benchmark",)),
+    Case("honest/add_set_default_device.py", ADD, (Status.CORRECT,), ("static:global_state_change",), static=True),
+    Case("cheats/softmax_fp16_computed_dtype.py", SOFTMAX, (Status.CORRECT,), ("static:dynamic_attribute",),
+         static=True),
 ]
 
 ALL = HONEST + CHEATS + FAILURES + INFORMATIONAL
@@ -199,7 +214,7 @@ def test_honest_answers_pass(case: Case, results: dict[str, EvalResult]) -> None
     assert res.timing_mode == ("cuda_events" if ON_GPU else "cpu_wall_interpreter")
     if ON_GPU:
         assert len(res.timing_raw["host_ms"]) == n and res.fingerprint["gpu_name"]
-    assert res.protocol["authenticated_done"] is True
+    assert res.protocol["done_received"] is True
     assert len(res.trials) == 7 and res.trials[-1]["kind"] == "post_timing"
     assert not [f for f in res.flags if not f.startswith("static:")], res.flags
 

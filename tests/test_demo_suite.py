@@ -18,9 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "demo"
 SUITE = DEMO / "suite"
 COMPLETIONS = DEMO / "completions"
-MODELS = ["expert", "sft_like", "hybrid", "weak", "twin"]
-# The one (model, problem) deliberately left without a completion file (status missing_completion).
-MISSING = {("weak", "level2_4")}
+MODELS = ["expert", "sft_like", "hybrid", "weak", "twin", "hostile"]
+# The one (model, problem) deliberately left without a completion file (status missing_completion), and the problems
+# the hostile model does not attack.
+HOSTILE = {"level1_1", "level1_2"}
 FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 
 
@@ -38,6 +39,7 @@ def key_of(path: Path) -> str:
 
 PROBLEMS = problem_files()
 KEYS = [key_of(p) for p in PROBLEMS]
+MISSING = {("weak", "level2_4")} | {("hostile", key) for key in KEYS if key not in HOSTILE}
 
 
 def load(path: Path, name: str):
@@ -118,6 +120,7 @@ def test_prompts_toml_structure_and_example_pair():
     assert any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body)
 
 
+@pytest.mark.integration
 def test_example_pair_agrees_in_interpreter(tmp_path: Path):
     prompts = SUITE / "src/kernelbench/prompts"
     script = (
@@ -172,8 +175,8 @@ def test_every_problem_has_a_completion(model: str):
 @pytest.mark.parametrize("model", MODELS)
 def test_meta_json(model: str):
     meta_path = COMPLETIONS / model / "meta.json"
-    if model == "weak":
-        assert not meta_path.exists(), "weak reports no token counts"
+    if model in ("weak", "hostile"):
+        assert not meta_path.exists(), f"{model} reports no token counts"
         return
     meta = json.loads(meta_path.read_text())
     assert set(meta) == set(KEYS)
@@ -203,7 +206,9 @@ def test_expected_statuses_cover_everything():
         assert {"no_code", "load_error", "no_model_new", "mismatch", "runtime_error", "init_error",
                 "shape_mismatch", "timeout", "crash", "no_triton_launch", "missing_completion"} <= weak
         assert "correct" not in weak
-        assert {k for k, v in exp["weak"].items() if v == "missing_completion"} == {k for _, k in MISSING}
+        for model in ("weak", "hostile"):
+            missing = {k for k, v in exp[model].items() if v == "missing_completion"}
+            assert missing == {k for m, k in MISSING if m == model}, model
 
 
 def test_answers_use_triton_on_cpu_tensors():
@@ -310,6 +315,7 @@ def test_hybrid_forward_keeps_a_torch_op(key: str):
 # --------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_check_demo_subset(tmp_path: Path):
     out = tmp_path / "res.json"
     cmd = [sys.executable, str(DEMO / "check_demo.py"), "-m", "expert", "-m", "weak",

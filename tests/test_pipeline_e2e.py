@@ -1,7 +1,7 @@
 """End-to-end: the Snakemake CLI in a subprocess on a temporary copy of the workflow and the demo suite.
 
-One full demo run is shared by the tests of this module (it is the expensive part); the rerun, change and kill
-tests then work on that copy or on a small copy of their own.
+The session's one full demo run (conftest ``demo_run``) is shared by the tests of this module and tests/test_report.py
+(it is the expensive part); the rerun, change and kill tests then work on that copy or on a small copy of their own.
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from cli import snakemake
 
 from workflow_scripts.devtools.workspace import copy_workflow
+from workflow_scripts.evaluation.confinement import hidden_by
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 
@@ -39,12 +41,6 @@ RESULTS = Path(demo_config()["results_dir"])
 STORE = Path(demo_config()["store"])
 
 
-def snakemake(cwd: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
-
-
 def store_events(work: Path) -> list[dict]:
     path = work / STORE / "events.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -55,11 +51,8 @@ def evaluate_computations(work: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = copy_workflow(tmp_path_factory.mktemp("demo"))
-    done = snakemake(work, "--cores", "2")
-    assert done.returncode == 0, done.stderr[-5000:]
-    return work
+def demo(demo_run: Path) -> Path:
+    return demo_run
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +90,21 @@ def test_weak_model_fails_in_every_way(rows: pd.DataFrame) -> None:
     assert not weak["correct"].any()
     assert (weak.loc[weak["status"].isin(["load_error", "no_model_new", "no_code", "missing_completion"]), "compiled"] == False).all()  # noqa: E712
     assert (weak.loc[weak["status"].isin(["runtime_error", "mismatch", "timeout", "crash"]), "compiled"] == True).all()  # noqa: E712
+
+
+def test_hostile_answers_cost_their_companions_nothing(demo: Path, rows: pd.DataFrame) -> None:
+    """The demo's hostile model (issue 33) is judged in the same evaluate job as every other model's answer to its
+    problem: one reads whatever answer it finds on disk (the calibration model's is the reference renamed: before, it
+    found the pipeline's answer files and was credited correct), one returns an output no tensor can have (before, the
+    job raised and no model got a verdict for the problem). Each gets its own verdict, and the others theirs."""
+    hostile = rows[rows["model"] == "hostile"].set_index(["level", "problem_id"])["status"]
+    assert hostile[(1, 1)] == "mismatch" and hostile[(1, 2)] == "shape_mismatch", hostile.to_dict()
+    for problem_id in (1, 2):
+        same = rows[(rows["level"] == 1) & (rows["problem_id"] == problem_id)].set_index("model")
+        assert len(same) == len(demo_config()["models"])
+        assert same.loc["expert", "status"] == same.loc["calibration", "status"] == "correct", same["status"].to_dict()
+        judged = json.loads((demo / RESULTS / f"evaluations/hostile/level1_{problem_id}.json").read_text())
+        assert judged["phases_s"]["answers_judged_together"] >= 5  # one job, one reference side, all of them
 
 
 def test_hybrid_keeps_torch_ops_and_is_correct(rows: pd.DataFrame) -> None:
@@ -141,7 +149,7 @@ def test_answers_never_see_the_results_folder_or_the_store(demo: Path) -> None:
     prompts there hold every problem's reference code), whatever the configuration names them."""
     record = json.loads((demo / RESULTS / "evaluations/expert/level1_1.json").read_text())
     hidden = record["protocol"]["hidden_from_answer"]
-    assert str((demo / RESULTS).resolve()) in hidden and str((demo / STORE).resolve()) in hidden, hidden
+    assert hidden_by(hidden, demo / RESULTS) and hidden_by(hidden, demo / STORE), hidden
 
 
 def explain(work: Path, *args: str) -> subprocess.CompletedProcess:
@@ -333,11 +341,12 @@ def test_changing_only_the_bootstrap_reruns_only_the_summary(demo: Path) -> None
     assert planned == {"summary", "all"}, dry.stdout
 
 
-def test_killed_run_completes_on_rerun_with_clean_store(tmp_path: Path) -> None:
+def test_killed_run_completes_on_rerun_with_clean_store(tmp_path: Path, compile_cache: Path) -> None:
     work = copy_workflow(tmp_path / "killed")
     config = demo_config()
     config["suite"]["only"] = {"1": [1, 2, 3], "2": [1]}
     config["models"] = {k: config["models"][k] for k in ("expert", "sft_like", "weak")}
+    config["baselines"]["compile_cache_dir"] = str(compile_cache)  # what the session's other runs compiled
     (work / "small.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     process = subprocess.Popen(
         [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "small.yaml"],

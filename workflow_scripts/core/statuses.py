@@ -115,6 +115,8 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     Flag("python_threads_started", False, "the answer started Python threads"),
     Flag("output_wrong_device", False, "an output is on another device than the reference's"),
     Flag("timing_error", False, "a timing trial failed after the correctness trials passed"),
+    Flag("trusted_side_error", False, "judging the answer raised on the trusted side (the answer's crash, the reason "
+                                      "in its error; its companions keep their verdicts)"),
     Flag("static", False, "a static-analysis finding (static:<code>, table in analysis/static)"),
     Flag("static_analysis_error", False, "the static analyser failed on this answer"),
     Flag("reference", False, "an event in the reference child (reference:<flag>)"),

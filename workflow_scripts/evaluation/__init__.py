@@ -14,8 +14,10 @@ helpers it starts that run only the problem's own code. Everything that decides 
   its outputs, kept here; ``reference_inputs``: helper processes that build multi-GB seeded inputs), ``timing``
   (statistics over raw times), ``config`` and ``records``;
 * the confinement of the children: ``sandbox`` (starting and driving one), ``isolation`` (the OS sandbox and its
-  probe), ``limits``, ``memory_cap`` (the host-memory cap of a child's process tree), ``start_gate`` (when a child's
-  device part may start), ``triton_stub_cache``;
+  probe), ``confinement`` (what an answer's process finds empty: all but the system, the interpreter, the harness and
+  its own folder), ``freezer`` (stopping an answer's process tree while it is not asked to run), ``limits``,
+  ``memory_cap`` (the host-memory cap of a child's process tree), ``start_gate`` (when a child's device part may
+  start), ``triton_stub_cache``;
 * the job around it: ``gpu_lock`` (which GPU, shared or exclusive), ``resources`` (what a job declares), ``jobs``,
   ``environment`` (the fingerprint); ``baseline`` (the baselines' trusted side).
 
@@ -32,7 +34,8 @@ Trust model
 ===========
 
 The answer is untrusted Python running with the child's full privileges. Anything inside the answer's process can
-be read or rewritten by it: the harness's variables, the nonce, ``torch`` itself, the bytes the process sends.
+be read or rewritten by it: the harness's variables, ``torch`` itself, the bytes the process sends (no secret is ever
+sent there: no message key, no seed).
 So the design never asks the answer's process for a verdict; it asks it only for raw data and makes that data
 useless to forge:
 
@@ -87,22 +90,30 @@ useless to forge:
   interpreter with a scrubbed environment inside bubblewrap (or, on hosts without it, ``unshare``, a weaker level):
   its own PID namespace (nothing it starts outlives it; no host process, the evaluator included, is visible), user
   namespace (uid 65534 without capabilities under bubblewrap), IPC and UTS namespaces, network namespace (loopback
-  only), a read-only file system (repository, interpreter, store) with the problem's sources hidden, a minimal
+  only), a read-only file system in which every folder but the system's, the interpreter's, the harness's and its
+  own is covered (``confinement``: no other answer, no reference source, no result; the answer comes with the
+  command that loads it, written into its own folder), a minimal
   ``/dev`` (plus ``/dev/nvidia*`` on CUDA), and a private tmpfs as its working directory (``HOME``, ``TMPDIR``,
   ``TRITON_CACHE_DIR``) with size and inode caps. ``RLIMIT_CORE=0``, ``RLIMIT_NOFILE``, ``RLIMIT_FSIZE``,
   ``RLIMIT_CPU`` (and ``RLIMIT_AS`` on CPU, ``RLIMIT_NPROC`` in a user namespace) are set before torch is imported.
   What was in force is measured by a probe and recorded in every result (``protocol.isolation``,
   ``protocol.hidden_from_answer``); a host that cannot provide it says so (a warning and the record). A timeout
   kills the child's process group, which ends its PID namespace. A child that dies or
-  exits early (``os._exit``, ``sys.exit``) never produces the final authenticated ``done`` message, which the
-  parent requires, so it is a crash, never a pass; an exception after which even ``torch.cuda.synchronize()``
+  exits early (``os._exit``, ``sys.exit``) never produces the final ``done`` message, which the parent requires, so it
+  is a crash, never a pass; an exception after which even ``torch.cuda.synchronize()``
   fails (a sticky CUDA error) is reported as ``cuda_error`` and is a crash too. Every answer gets a fresh process,
   so no CUDA error outlives it. The memory areas' sizes are sealed: shrinking one under the evaluator's mapping
   (a SIGBUS there) is refused.
-* **Result channel**: the parent passes a random nonce on stdin (never argv/env) and a pipe fd; every message
-  header carries an HMAC-SHA256 over (sequence number, header) keyed by the nonce. A message with a bad MAC,
-  bad framing or inconsistent sizes is treated as forged (``result_channel_forged``). Writes to stdout/stderr
-  are logs only, never results.
+* **Result channel**: the parent passes a pipe fd on stdin; no key authenticates a message (one held in the
+  answer's process would be the answer's), so every message is the answer's word: validated here (``evidence``),
+  bounded (a report beyond its block's calls, an output whose shape is not the reference's is never built), and a
+  message with bad framing, inconsistent sizes or out of the protocol's order is treated as forged
+  (``result_channel_forged``). Every command written to the child is bounded by the evaluation's deadline. Writes to
+  stdout/stderr are logs only, never results.
+* **Stopped while not asked to run** (``freezer``): the answer's whole process tree gets SIGSTOP while the trusted
+  side times the reference between its blocks and while its job waits for the GPU, so it cannot slow either.
+* **One catch-all** (``session``): whatever this side meets while judging one answer is that answer's ``crash``
+  (``trusted_side_error``), never the job's failure: the answers judged beside it keep their verdicts.
 
 Limits (documented, not solved): an answer can compute the right function with PyTorch instead of Triton while
 also launching a token Triton kernel; ``keeps_torch_op`` (static analysis) reports that. In-process monitors can

@@ -29,7 +29,7 @@ Protocol (KernelBench's, with the deviations marked):
   (``core.records.HEADLINE_STATISTIC``, the mean as in KernelBench), null unless correct.
 * Status precedence (``protocol.decide_status``): a failure before the module finished importing is ``load_error`` (or
   ``no_model_new``); after that any flag that rejects (``core.statuses.FLAGS``) gives
-  ``rejected_runtime``; then timeout, crash (child died, exited early, CUDA error, or no authenticated ``done``),
+  ``rejected_runtime``; then timeout, crash (child died, exited early, CUDA error, or no ``done``),
   init/runtime error, the first failing trial's shape/dtype/value mismatch; then ``no_triton_launch`` when
   ``require_triton`` and some correctness call launched no Triton kernel; else ``correct``.
 * Static analysis (``workflow_scripts.analysis.static.analyze_source``) runs first; a
@@ -53,10 +53,11 @@ from collections import deque
 from pathlib import Path
 
 from workflow_scripts.core.statuses import Status
-from workflow_scripts.evaluation import gpu_lock, triton_stub_cache
+from workflow_scripts.evaluation import gpu_lock, sandbox, triton_stub_cache
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, ProtocolError
 from workflow_scripts.evaluation.config import EvalConfig
-from workflow_scripts.evaluation.isolation import SandboxUnavailable, hideable, problem_sources
+from workflow_scripts.evaluation.confinement import Cover, covers, problem_sources
+from workflow_scripts.evaluation.isolation import SandboxUnavailable
 from workflow_scripts.evaluation.protocol import kernelbench_trial_seeds
 from workflow_scripts.evaluation.records import EvalResult
 from workflow_scripts.evaluation.reference import (ReferenceFailed, ReferenceSide, available_memory, bind_gpu,
@@ -186,7 +187,7 @@ class ProblemEvaluator:
         child = ChildProcess("answer", work, self.base / "logs" / f"answer{self._count}", cfg.device, init,
                              gpu=self.gpu, isolation=cfg.isolation, bwrap=cfg.bwrap, limits=cfg.limits(),
                              memory_cap_mode=cfg.memory_cap, extra_env=cfg.cpu_thread_env(), areas_later=True,
-                             hidden=self.hidden_sources(work))
+                             covers=self.covers(work))
         try:
             child.start()
         except SandboxUnavailable as e:
@@ -222,11 +223,13 @@ class ProblemEvaluator:
             slot.pinning.start()
             self.gate.track_pinning(slot.pinning)  # driver work: ended before any timing
 
-    def hidden_sources(self, workdir: Path) -> tuple[str, ...]:
-        """What the answer's sandbox shows empty: the problem's sources (its suite checkout), the repository's default
-        results folder (prompts.jsonl holds every problem's reference code) and ``hidden_paths``."""
-        extra = [DEFAULT_RESULTS] + [Path(p) for p in (self.cfg.hidden_paths or [])]
-        return hideable(problem_sources(self.problem_path) + extra, workdir)
+    def covers(self, workdir: Path) -> tuple[Cover, ...]:
+        """What the answer's sandbox shows empty (``confinement.covers``): every folder but the system's, the
+        interpreter's, the harness's and its own, and wherever they lie, the problem's sources (its suite checkout),
+        the repository's default results folder (prompts.jsonl holds every problem's reference code) and
+        ``hidden_paths``."""
+        extra = problem_sources(self.problem_path) + [DEFAULT_RESULTS] + [Path(p) for p in (self.cfg.hidden_paths or [])]
+        return covers(workdir, extra, package=sandbox.CHILD_MODULE.split(".")[0])
 
     def batch_size(self) -> int:
         """How many children to start at once (``_children_for``, with each child's areas as the reference sized

@@ -298,7 +298,7 @@ def main() -> None:
     # Our package is on PYTHONPATH; the working directory (the answer's folder) must not shadow modules.
     cwd = os.getcwd()
     sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
-    sender = Sender(int(init["fd"]), bytes.fromhex(init["nonce"]))
+    sender = Sender(int(init["fd"]))
     import faulthandler
 
     faulthandler.enable()

@@ -5,7 +5,7 @@ trusted side through memory areas, and its outputs go back the same way, to be j
 ``AnswerRole`` sets up the monitors (``integrity.Guard``, ``integrity.LaunchCounter``) and the identity snapshot
 (``tamper.TamperCheck``) before the answer exists in the process, then loads the answer and serves the trusted side's
 commands, one method each: ``trial`` (a correctness call), ``time`` (a block of timed calls), ``post_timing`` (the
-timed inputs overwritten in place, one more call) and ``finish`` (the authenticated end). Everything the role calls
+timed inputs overwritten in place, one more call) and ``finish`` (the done message). Everything the role calls
 on torch and on its own objects was captured before the answer was imported; its methods are bound into its instance
 (``integrity.pin_methods``), and its attributes, its class and its module are part of the snapshot.
 """
@@ -24,6 +24,7 @@ from workflow_scripts.evaluation.tamper import TamperCheck, code_getters
 
 # Attributes of the launch counter that counting itself changes: not part of the snapshot.
 LAUNCH_COUNTING = ("count", "_programs", "empty_grid", "_bare")
+JSON_MODULES = ("json", "json.encoder", "json.decoder", "json.scanner")
 
 
 @dataclass
@@ -36,14 +37,16 @@ class _TimingState:
 
 
 class AnswerRole:
-    """One answer's process, from its monitors to its authenticated end (``run``)."""
+    """One answer's process, from its monitors to its done message (``run``)."""
 
     def __init__(self, child: Any, init: dict[str, Any]) -> None:
         child.receive_areas()  # before the monitors: the areas' socket is the harness's own
         self.c = child
         self.sender = child.sender
         self.stdin = child.stdin
-        self.answer_file = child.inbox_path(init["answer"])
+        # The answer arrives with the command that loads it and is written here, into this process's own folder: no
+        # host file holds it where another answer's process could look (confinement).
+        self.answer_file = os.path.join(init["workdir"], init["answer"])
         self.launch = LaunchCounter()
         env = os.environ
         self.guard = Guard(self.sender, init["workdir"], self.answer_file, allowed_spawn_pkgs=("triton",),
@@ -75,6 +78,9 @@ class AnswerRole:
         counter's state, and every class and function the harness's modules define."""
         modules: dict[str, Any] = {"harness.child": sys.modules["__main__"]}
         modules.update((f"harness.{name}", sys.modules[f"{PACKAGE}.{name}"]) for name in HARNESS_MODULES)
+        # The standard library's JSON, which writes every message and reads every command: its functions, classes
+        # and module attributes are the harness's to rely on too.
+        modules.update((name, sys.modules[name]) for name in JSON_MODULES)
         c = self.c
         watched: dict[str, Any] = {k: m for k, m in modules.items() if k != "harness.timing"}
         watched.update({"timing": c.timing, "clock": c.clock, "child": c, "sender": self.sender, "guard": self.guard,
@@ -82,8 +88,7 @@ class AnswerRole:
         getters: dict[str, Callable[[], Any]] = {}
         for prefix, obj in watched.items():
             for k in list(vars(obj)):
-                if not (obj is self.sender and k == "_seq"):  # the message count
-                    getters[f"{prefix}.{k}"] = (lambda obj=obj, k=k: vars(obj).get(k))
+                getters[f"{prefix}.{k}"] = (lambda obj=obj, k=k: vars(obj).get(k))
         for k in list(vars(self.launch)):
             if k not in LAUNCH_COUNTING:
                 getters[f"launch.{k}"] = (lambda k=k: vars(self.launch).get(k))
@@ -132,11 +137,13 @@ class AnswerRole:
         self.sender.send({"type": "hello", "tf32": c.tf32, "interpret": self.launch.interpret, "pid": os.getpid(),
                           "torch": c.torch.__version__, "triton": c.triton.__version__ if c.triton else None,
                           "setup_s": c.setup_s})
-        # Started ahead of its answer: wait until the answer is in the working directory.
+        # Started ahead of its answer: wait for it.
         command = read_command(self.stdin)
         if command.get("cmd") != "load":
             os._exit(0)
         try:
+            with open(self.answer_file, "w", encoding="utf-8") as f:
+                f.write(command["source"])
             init_inputs = c.area_inputs({"area": "init", "entries": command.get("init_inputs")})
         except Exception:  # noqa: BLE001
             self.end({"type": "setup_error", "error": exception_text()})
@@ -187,8 +194,8 @@ class AnswerRole:
     def trial(self, model: Any, command: dict[str, Any]) -> None:
         """One correctness call on the inputs the trusted side wrote for it."""
         inputs = self.c.area_inputs(command["inputs"])
-        self.run_once(model, inputs, self.c.pristine_inputs(command["inputs"], inputs), int(command["seed"]),
-                      command.get("index"), command.get("kind", "seeded"), command.get("rng"))
+        self.run_once(model, inputs, self.c.pristine_inputs(command["inputs"], inputs), command.get("index"),
+                      command.get("kind", "seeded"), command.get("rng"))
 
     def time(self, model: Any, command: dict[str, Any]) -> None:
         """One block of the timing (``timing.paired_blocks``): the first loads the timing inputs; every block checks
@@ -259,8 +266,8 @@ class AnswerRole:
             raise RuntimeError("post_timing before time")
         state.snapshot = []  # timing is over: the snapshot's memory goes back
         self.refill(state.inputs, self.c.area_inputs(command["inputs"]))
-        self.run_once(model, state.inputs, self.c.pristine_inputs(command["inputs"], state.inputs),
-                      int(command["seed"]), "post_timing", "post_timing", command.get("rng"))
+        self.run_once(model, state.inputs, self.c.pristine_inputs(command["inputs"], state.inputs), "post_timing",
+                      "post_timing", command.get("rng"))
 
     def finish(self) -> None:
         self.check_tamper()
@@ -271,10 +278,12 @@ class AnswerRole:
         os._exit(0)
 
     # -- one call ------------------------------------------------------------------------------------------------
-    def run_once(self, model: Any, inputs: list[Any], snapshot: list[Any], seed: int | None, index: Any, kind: str,
+    def run_once(self, model: Any, inputs: list[Any], snapshot: list[Any], index: Any, kind: str,
                  rng: dict[str, Any] | None) -> None:
         """One call of the answer, checked here (output types, stream order, aliasing, mutated inputs, tampering)
-        and its outputs written for the trusted side to judge."""
+        and its outputs written for the trusted side to judge. It starts from the generators' state the reference's
+        forward left (``rng``, relayed by the trusted side as KernelBench's order needs it): the answer never gets a
+        seed, secret or not, to replay."""
         c = self.c
         self.launch.take()
         self.sender.send({"type": "calling", "index": index})  # the parent's per-call watchdog starts now
@@ -283,8 +292,6 @@ class AnswerRole:
             with c.no_grad():
                 if rng is not None:
                     c.set_rng_state(rng)  # where the reference's forward left the generators (KernelBench)
-                elif seed is not None:
-                    c.set_seed(seed)
                 t0 = self.perf()
                 out = model(*inputs)
         except Exception:  # noqa: BLE001

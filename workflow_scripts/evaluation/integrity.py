@@ -48,6 +48,10 @@ FRAME_HANDING = frozenset({("traceback.py", "walk_stack"), ("traceback.py", "wal
                            ("logging/__init__.py", "<lambda>"), ("logging/__init__.py", "currentframe"),
                            ("asyncio/base_tasks.py", "_task_get_stack"), ("asyncio/base_tasks.py", "_task_print_stack"),
                            ("types.py", "gi_frame"), ("types.py", "cr_frame"), ("bdb.py", "set_trace")})
+# Library functions that do the same (file name relative to the library folder, function name): torch's resolution
+# callback reads any caller frame's locals and globals, the harness's objects among them.
+LIBRARY_FRAME_HANDING = frozenset({("torch/_jit_internal.py", "createResolutionCallbackFromFrame"),
+                                   ("torch/jit/_trace.py", "_get_interpreter_name_for_var")})
 
 
 def pin_methods(obj: Any, names: tuple[str, ...] | None = None) -> None:
@@ -117,7 +121,8 @@ class Guard:
         self.harness_files = frozenset(os.path.realpath(os.path.join(here, f)) for f in HARNESS_FILES)
         stdlib = os.path.realpath(base["stdlib"])
         self.inspect_files = frozenset({os.path.join(stdlib, "inspect.py")})
-        self.frame_handing = frozenset((os.path.join(stdlib, f), name) for f, name in FRAME_HANDING)
+        self.frame_handing = frozenset({(os.path.join(stdlib, f), name) for f, name in FRAME_HANDING} | {
+            (os.path.join(os.path.realpath(d), f), name) for d in self.site_dirs for f, name in LIBRARY_FRAME_HANDING})
         self.watched = frozenset(set(self._WRITE_PATH_EVENTS) | self._SPAWN_EVENTS | self._GC_EVENTS
                                  | self._NET_EVENTS | self._CTYPES_EVENTS | set(self._CODE_EVENTS) | LAUNCH_EVENTS | {
                                      "open", "sys._getframe", "sys._current_frames", "object.__getattr__",

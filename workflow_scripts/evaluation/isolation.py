@@ -1,6 +1,6 @@
 """The OS sandbox around an evaluation child: the command line that confines it (``sandbox_command``, the one place
-that builds it), the folders it finds empty (``hideable``, ``problem_sources``) and the isolation actually in force,
-measured by a probe run inside the same command line (``probe_isolation``) and recorded in every result.
+that builds it) and the isolation actually in force, measured by a probe run inside the same command line
+(``probe_isolation``) and recorded in every result. What an answer's child finds empty: ``confinement``.
 
 * ``bwrap`` (the full level): a small first stage (``unshare --user --map-root-user --mount`` and ``STAGE1``)
   mounts the child's private temporary directory, a tmpfs with a size and an inode cap, over its working
@@ -15,9 +15,9 @@ measured by a probe run inside the same command line (``probe_isolation``) and r
   namespace).
 * ``none``: no sandbox (only the session, the scrubbed environment and the rlimits), said loudly.
 
-At both sandboxed levels ``STAGE1`` also hides the folders a child's ``hidden`` names (an answer's problem sources:
-``problem_sources``, filtered by ``hideable``) behind empty read-only tmpfs mounts. Which level is in force is
-measured once per process and configuration (``Isolation``).
+At both sandboxed levels ``STAGE1`` also covers the folders a child's ``covers`` name (for an answer: everything but
+the system, the interpreter, the harness and its own folder, ``confinement.covers``) with empty read-only tmpfs
+mounts. Which level is in force is measured once per process and configuration (``Isolation``).
 """
 
 from __future__ import annotations
@@ -43,18 +43,41 @@ ISOLATION_MODES = ("auto", "bwrap", "unshare", "none")
 BWRAP_ENV = "KB_BWRAP"  # a bubblewrap binary to use (a host without it on PATH), below the ``bwrap`` config key
 
 # First stage, run as root of a fresh user namespace in a fresh mount namespace (nothing of it is visible to the
-# host). Arguments: work dir, tmpfs size, inode cap, level, gpu (1: bind /dev/nvidia*), the directories to hide (one
-# per line: each gets an empty read-only tmpfs over it); then the command to exec. The host directory stays
-# reachable as "." after the tmpfs hides it: its files are copied in (the Triton cache template) and it is bound
-# read-only at in/ (the answer, copied there after the child started). Under bubblewrap the hidden directories
-# stay hidden: its read-only bind of / takes this namespace's mounts with it.
+# host). Arguments: work dir, tmpfs size, inode cap, level, gpu (1: bind /dev/nvidia*), the covers (one per line,
+# confinement.Cover.line: a folder, then the paths under it to keep, tab-separated; the folder gets an empty tmpfs
+# over it, each kept path, held open on a descriptor meanwhile, is bound back into it, and all of it is made
+# read-only; a file is covered by /dev/null); then the command to exec. The host directory stays reachable as "."
+# after a cover or the tmpfs hides it: its files are copied in (the Triton cache template) and it is bound read-only
+# at in/ (a baseline's problem, copied there after the child started). Under bubblewrap the covers stay: its
+# read-only bind of / takes this namespace's mounts with it.
 STAGE1 = r"""set -eu
 wd=$1 size=$2 inodes=$3 level=$4 gpu=$5 hidden=$6
 shift 6
 cd "$wd"
-printf '%s\n' "$hidden" | while IFS= read -r p; do
-  [ -n "$p" ] && [ -d "$p" ] || continue
-  mount -t tmpfs -o size=4k,nr_inodes=16,mode=0555 kbhidden "$p"
+tab=$(printf '\t')
+printf '%s\n' "$hidden" | while IFS="$tab" read -r p k1 k2 k3 k4 k5 k6; do
+  [ -n "$p" ] && [ -e "$p" ] || continue
+  if [ ! -d "$p" ]; then
+    mount --bind /dev/null "$p"
+    mount -o remount,bind,ro "$p"
+    continue
+  fi
+  fd=3
+  for k in "$k1" "$k2" "$k3" "$k4" "$k5" "$k6"; do
+    if [ -n "$k" ]; then eval "exec $fd<\"\$k\""; fi
+    fd=$((fd + 1))
+  done
+  mount -t tmpfs -o size=1m,nr_inodes=1024,mode=0755 kbhidden "$p"
+  fd=3
+  for k in "$k1" "$k2" "$k3" "$k4" "$k5" "$k6"; do
+    if [ -n "$k" ]; then
+      if [ -d "/proc/self/fd/$fd" ]; then mkdir -p "$k"; else mkdir -p "${k%/*}"; : > "$k"; fi
+      mount --no-canonicalize --bind "/proc/self/fd/$fd" "$k"
+      mount -o remount,bind,ro "$k"
+      eval "exec $fd<&-"
+    fi
+    fd=$((fd + 1))
+  done
   mount -o remount,bind,ro "$p"
 done
 if [ "$level" = unshare ]; then
@@ -144,16 +167,16 @@ def _gpu_nodes() -> list[str]:
 
 
 def sandbox_command(tool: str, workdir: Path, limits: Limits, device: str, bwrap: str | None = None,
-                    hidden: tuple[str, ...] = ()) -> list[str]:
+                    covers: tuple[Any, ...] = ()) -> list[str]:
     """The command prefix that runs a child inside the sandbox ``tool`` ("bwrap" | "unshare" | "none") with
-    ``workdir`` as its private temporary directory and the directories ``hidden`` (see ``hideable``) empty. The only
-    place the sandbox's command line is built."""
+    ``workdir`` as its private temporary directory and the folders of ``covers`` (``confinement.Cover``) empty but
+    for what each keeps. The only place the sandbox's command line is built."""
     if tool == "none":
         return []
     unshare = shutil.which("unshare") or "unshare"
     wd = str(workdir)
     stage1 = ["/bin/sh", "-c", STAGE1, "kbsandbox", wd, str(limits.tmp_bytes), str(limits.tmp_inodes), tool,
-              "1" if device == "cuda" else "0", "\n".join(hidden)]
+              "1" if device == "cuda" else "0", "\n".join(c.line() for c in covers)]
     if tool == "bwrap":
         assert bwrap is not None
         devs: list[str] = []
@@ -178,42 +201,6 @@ def sandbox_command(tool: str, workdir: Path, limits: Limits, device: str, bwrap
         return (outer + [unshare, "--user", "--map-root-user", "--mount", "--net", "--ipc", "--uts", "--pid", "--fork",
                          "--kill-child", "--mount-proc", "--"] + stage1 + drop)
     raise ValueError(f"unknown sandbox tool {tool!r}")
-
-
-def _needed_paths(workdir: Path) -> list[Path]:
-    """What a child cannot run without: the interpreter's installation, the harness's package, its own directory."""
-    import sysconfig
-
-    paths = [REPO_ROOT / "workflow_scripts", Path(workdir)]
-    paths += [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.executable)]
-    paths += [Path(p) for p in sysconfig.get_paths().values()]
-    return [p.resolve() for p in paths if p]
-
-
-def hideable(dirs: list[Path], workdir: Path) -> tuple[str, ...]:
-    """The directories of ``dirs`` that can be hidden from a child: existing ones that hold nothing it needs
-    (``_needed_paths``; never / itself)."""
-    needed = _needed_paths(workdir)
-    out: list[str] = []
-    for d in dirs:
-        try:
-            d = Path(d).resolve()
-        except OSError:
-            continue
-        if d.is_dir() and d != Path("/") and not any(n == d or d in n.parents for n in needed):
-            out.append(str(d))
-    return tuple(dict.fromkeys(out))
-
-
-def problem_sources(problem: Path) -> list[Path]:
-    """Where a problem's source (and its siblings', and their prompts') lies: the suite checkout when the problem
-    sits in KernelBench's layout (``<suite>/KernelBench/level<N>/<id>_<name>.py``), else the problem's own folder.
-    An answer that found its problem's file could rebuild the reference model under the same seed and return its
-    outputs: one file would pass every problem."""
-    folder = Path(problem).resolve().parent
-    if folder.name.startswith("level") and folder.name[5:].isdigit() and folder.parent.name == "KernelBench":
-        return [folder.parent.parent, folder]  # the folder alone where the checkout cannot be hidden
-    return [folder]
 
 
 # Run inside the sandbox by probe_isolation: what the child would find (argv: the host pid of the prober, the

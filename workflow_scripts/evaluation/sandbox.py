@@ -4,12 +4,12 @@
 own session, with a scrubbed environment (``HOME``, ``TMPDIR`` and ``TRITON_CACHE_DIR`` inside its working
 directory) and the resource limits of ``limits.Limits`` (applied by the child itself, ``apply_rlimits``, before torch
 is imported), inside the OS sandbox that ``isolation.sandbox_command`` builds (the levels, the probe that measures
-them and what they hide: ``workflow_scripts.evaluation.isolation``). Files the parent puts into the working
-directory after the child started (the answer) reach it through ``in/``, a read-only view of the host directory
-inside the child's tmpfs.
+them: ``workflow_scripts.evaluation.isolation``; what an answer's child finds empty: ``confinement``). Files the
+parent puts into the working directory after the child started (a baseline's problem) reach it through ``in/``, a
+read-only view of the host directory inside the child's tmpfs; an answer comes with the command that loads it.
 
-Commands go to the child's stdin as JSON lines; results come back over the authenticated channel
-(``workflow_scripts.evaluation.channel``). ``kill`` kills the child's whole process group (with a PID namespace,
+Commands go to the child's stdin as JSON lines; results come back over the result channel
+(``workflow_scripts.evaluation.channel``: every message is the answer's word, validated here). ``kill`` kills the child's whole process group (with a PID namespace,
 everything the answer started).
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import secrets
+import select
 import signal
 import socket
 import subprocess
@@ -31,7 +31,7 @@ from typing import Any
 import psutil
 
 from workflow_scripts.evaluation import memory_cap
-from workflow_scripts.evaluation.channel import ChannelReader, ChildDied, Message
+from workflow_scripts.evaluation.channel import ChannelReader, ChildDied, ChildTimeout, Message
 from workflow_scripts.evaluation.isolation import (REPO_ROOT, Isolation, SandboxUnavailable, probe_isolation,
                                                   sandbox_command)
 from workflow_scripts.evaluation.limits import Limits
@@ -44,6 +44,10 @@ _ENV_PASSTHROUGH = (
     # Keep NVLink multicast off where the host asks for it (NCCL/PyTorch/NVSHMEM).
     "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
 )
+
+# How long a command may take to reach a child that reads its stdin (a line is a few bytes to a few KB; only a child
+# that stopped reading makes this side wait): where no deadline is given.
+WRITE_TIMEOUT_S = 60.0
 
 # Descriptors one SCM_RIGHTS message may carry (the kernel's SCM_MAX_FD): the areas a child gets at once.
 MAX_AREAS = 253
@@ -87,7 +91,7 @@ def _task_state(pid: int, tid: str) -> str:
 
 @dataclass
 class ChildProcess:
-    """One child: ``start`` it, ``send`` JSON commands on its stdin, ``recv`` authenticated messages."""
+    """One child: ``start`` it, ``send`` JSON commands on its stdin, ``recv`` its messages."""
 
     role: str
     workdir: Path
@@ -100,7 +104,7 @@ class ChildProcess:
     extra_env: dict[str, str] = field(default_factory=dict)
     python: str = sys.executable
     bwrap: str | None = None  # a bubblewrap binary (default: $KB_BWRAP, then PATH)
-    hidden: tuple[str, ...] = ()  # directories the child finds empty (sandboxed levels; see hideable)
+    covers: tuple[Any, ...] = ()  # folders the child finds empty (sandboxed levels; confinement.Cover)
     memory_cap_mode: str = "auto"  # how limits.memory_bytes is enforced on the tree (memory_cap.MODES)
     cap: memory_cap.TreeMemoryCap | None = None  # set by start
     proc: subprocess.Popen | None = None
@@ -164,7 +168,6 @@ class ChildProcess:
                 notes.append("no OS sandbox: the answer's process could move itself out of its memory cgroup")
             self.sandbox = dataclasses.replace(self.sandbox, host_memory=self.cap.mechanism,
                                                warnings=(*self.sandbox.warnings, *notes))
-        key = secrets.token_bytes(32)
         rfd = wfd = -1
         theirs: socket.socket | None = None
         try:
@@ -174,7 +177,7 @@ class ChildProcess:
                 self._area_socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
                 inherited += (theirs.fileno(),)
             prefix = sandbox_command(self.sandbox.tool, self.workdir, self.limits, self.device,
-                                     self.sandbox.binary if self.sandbox.tool == "bwrap" else None, self.hidden)
+                                     self.sandbox.binary if self.sandbox.tool == "bwrap" else None, self.covers)
             cmd = (self.cap.prefix() if self.cap else []) + prefix + [self.python, "-B", "-s", "-m", CHILD_MODULE]
             with open(self.logdir / f"{self.role}.log", "wb") as out:
                 self.proc = subprocess.Popen(
@@ -198,13 +201,13 @@ class ChildProcess:
         if self.cap is not None:
             self.cap.attach(self.proc.pid)
         self.started_at = time.monotonic()
-        self.reader = ChannelReader(rfd, key)
-        init = dict(self.init, role=self.role, nonce=key.hex(), fd=wfd, device=self.device,
+        self.reader = ChannelReader(rfd)
+        init = dict(self.init, role=self.role, fd=wfd, device=self.device,
                     limits=self.limits.to_dict(), workdir=str(self.workdir),
                     inbox=INBOX if self.sandbox.sandboxed else ".", user_namespace=self.sandbox.user_namespace)
         if theirs is not None:
             init["area_socket"] = inherited[1]  # pass_fds keeps the number
-        self._write_line(init)
+        self._write_line(init, time.monotonic() + WRITE_TIMEOUT_S)
 
     def deliver_areas(self, areas: dict[str, dict[str, Any]], child_written_fds: tuple[int, ...] = ()) -> None:
         """Hand the started child its memory areas (``transport.Area.spec``: fd, size, writable), once, over its own
@@ -243,16 +246,33 @@ class ChildProcess:
                 return self.workdir
         return Path(f"/proc/{pid}/root") / str(self.workdir).lstrip("/")
 
-    def _write_line(self, obj: dict[str, Any]) -> None:
+    def _write_line(self, obj: dict[str, Any], deadline: float) -> None:
+        """One command line into the child's stdin, written whole by ``deadline`` (else ``ChildTimeout``): a child
+        that stops reading its commands (its pipe full) never holds this side in a write."""
         assert self.proc is not None and self.proc.stdin is not None
+        fd = self.proc.stdin.fileno()
+        data = memoryview((json.dumps(obj) + "\n").encode())
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
         try:
-            self.proc.stdin.write((json.dumps(obj) + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass  # the child is gone; recv will say so
+            os.set_blocking(fd, False)
+            while data:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ChildTimeout()
+                if not poll.poll(int(min(left, 1.0) * 1000) + 1):
+                    continue
+                try:
+                    data = data[os.write(fd, data):]
+                except BlockingIOError:
+                    continue
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the child is gone (or its stdin closed here); recv will say so
 
-    def send(self, cmd: str, **kw: Any) -> None:
-        self._write_line(dict(kw, cmd=cmd))
+    def send(self, cmd: str, deadline: float | None = None, **kw: Any) -> None:
+        """The command ``cmd`` with its fields ``kw``, written by ``deadline`` (default: ``WRITE_TIMEOUT_S`` from
+        now)."""
+        self._write_line(dict(kw, cmd=cmd), time.monotonic() + WRITE_TIMEOUT_S if deadline is None else deadline)
 
     def recv(self, deadline: float, keep_events: bool = True) -> Message:
         """Next non-event message. Event messages (monitor reports) are collected in ``self.events``. Raises

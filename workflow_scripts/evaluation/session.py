@@ -1,21 +1,22 @@
 """One answer's evaluation, seen from the trusted side: a conversation with the answer's process, started ahead of
 its answer (``AnswerSlot``), in named steps (``AnswerSession``): ready, load, correctness, timing (alone on the GPU,
-paired with the reference), the post-timing check and the authenticated end. Every verdict is decided here, from
+paired with the reference), the post-timing check and the done message. Every verdict is decided here, from
 the reference's outputs and this side's own clock; what the answer's process reports is evidence (``evidence``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
-import shutil
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workflow_scripts.core.statuses import Status, is_integrity_flag
-from workflow_scripts.evaluation import environment, gpu_lock, timing
+from workflow_scripts.evaluation import environment, freezer, gpu_lock, timing
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, Message, ProtocolError
 from workflow_scripts.evaluation.config import EvalConfig
 from workflow_scripts.evaluation.evidence import count, launch_counts, number, raw_times, text
@@ -117,6 +118,11 @@ class AnswerSession:
             for f in msg.header["flags"][:64]:
                 self.flag(str(f))
 
+    def _send(self, ans: ChildProcess, cmd: str, **fields: Any) -> None:
+        """A command to the answer's process, written by the evaluation's deadline (a process that stops reading
+        its commands times out; it never holds this side in a write)."""
+        ans.send(cmd, deadline=self.deadline, **fields)
+
     def _events(self, child: ChildProcess) -> None:
         for ev in child.events:
             self.flag(str(ev.get("flag")))
@@ -132,7 +138,6 @@ class AnswerSession:
         self.deadline = t_start + self.cfg.effective_timeout()
         ans = self.slot.child
         try:
-            shutil.copyfile(self.answer_path, ans.workdir / "answer.py")
             self._drive(ans, t_start)
         except ReferenceUnusable as e:
             self.failure = Status.REFERENCE_ERROR
@@ -167,6 +172,14 @@ class AnswerSession:
             self.flag("result_channel_forged")
             self.failure = Status.CRASH
             self.error = f"result channel: {e}"
+        except (InfrastructureError, ReferenceUnusable):
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever this side met while judging: this answer's, never a companion's
+            # What the answer's process sent or did broke this side's judging (an output no check foresaw, the
+            # device's memory taken): its own verdict, with the reason, and the job goes on to the next answer.
+            self.flag("trusted_side_error")
+            self.failure = Status.CRASH
+            self.error = f"the trusted side could not judge this answer during {self.phase}: {type(e).__name__}: {e}"[:4000]
 
     # -- the steps -----------------------------------------------------------------------------------------------
     def _await_ready(self, ans: ChildProcess, t_start: float) -> None:
@@ -189,7 +202,14 @@ class AnswerSession:
         (``pre_import_status``) or did not build (``init_error``)."""
         self.phase = "import"
         t_load = time.monotonic()
-        ans.send("load", init_inputs=self.reference.init_entries)
+        try:
+            source = Path(self.answer_path).read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            self.pre_import_status = Status.LOAD_ERROR
+            self.error = f"the answer's file is not UTF-8 text: {e}"
+            return False
+        # The source itself goes with the command: the answer's process writes it into its own folder.
+        self._send(ans, "load", init_inputs=self.reference.init_entries, source=source)
         m = ans.recv(self.deadline)
         answer_running = m.type == "loading"  # from here on the answer's code runs in that process
         if answer_running:
@@ -198,7 +218,7 @@ class AnswerSession:
         if m.type == "setup_error" and not answer_running:
             raise InfrastructureError(f"answer child setup failed: {m.header.get('error')}")
         if m.type == "setup_error":
-            # Sent while the answer's module ran: the answer's doing (a message it sent with the nonce, or the
+            # Sent while the answer's module ran: the answer's doing (a message it wrote itself, or the
             # harness choking on what it did), never the evaluator's failure.
             self.pre_import_status = Status.LOAD_ERROR
             self.error = f"setup error while the answer was loading: {text(m.header.get('error'), 2000)}"
@@ -233,8 +253,7 @@ class AnswerSession:
         self.planned_trials = len(plan)
         for idx, kind, seed in plan:
             rt = ref.seeded[idx] if kind == "seeded" else self._secret_trial(kind, seed)
-            ans.send("trial", seed=seed, index=idx, kind=kind, inputs=ref.trial_inputs(rt, self.slot.secret),
-                     rng=rt.rng)
+            self._send(ans, "trial", index=idx, kind=kind, inputs=ref.trial_inputs(rt, self.slot.secret), rng=rt.rng)
             if not self._answer_trial(ans, rt, idx, kind, seed):
                 break
         self.phases["correctness_s"] = time.monotonic() - t_corr
@@ -279,11 +298,22 @@ class AnswerSession:
         if self.lease is not None:
             left = self.deadline - time.monotonic()
             try:
-                waited = self.lease.upgrade(timeout_s=max(1.0, left))
+                with self._answer_stopped(self.slot.child):  # nor beside another job's timing, while it waits
+                    waited = self.lease.upgrade(timeout_s=max(1.0, left))
             except gpu_lock.GpuLockTimeout:
                 raise ChildTimeout() from None
             self.phases["gpu_lock_wait_s"] = waited
             self.deadline += waited
+
+    @contextlib.contextmanager
+    def _answer_stopped(self, ans: ChildProcess) -> Iterator[None]:
+        """The answer's process tree stopped meanwhile (``freezer``): it cannot slow what runs beside it."""
+        t0 = time.monotonic()
+        with freezer.frozen(ans.proc.pid if ans.proc is not None and ans.returncode is None else None) as tree:
+            yield
+        self._add_phase("answer_stopped_s", time.monotonic() - t0)
+        if tree is not None and not tree.complete:
+            self.phases["answer_stop_incomplete"] = 1.0  # a process of its tree was still running after the wait
 
     def _read_timing(self, raw: timing.RawTimes, per_call: list[int] | None, wall_s: float) -> None:
         """The answer's raw numbers (validated block by block: lists of finite numbers) judged here: the timed-call
@@ -313,15 +343,14 @@ class AnswerSession:
         self.phase = "post_timing"
         t_post = time.monotonic()
         rpost = self._secret_trial("post_timing", self.post_seed)
-        ans.send("post_timing", seed=self.post_seed, inputs=self.reference.trial_inputs(rpost, self.slot.secret),
-                 rng=rpost.rng)
+        self._send(ans, "post_timing", inputs=self.reference.trial_inputs(rpost, self.slot.secret), rng=rpost.rng)
         self._answer_trial(ans, rpost, "post_timing", "post_timing", self.post_seed)
         self.phases["post_timing_s"] = time.monotonic() - t_post
 
     def _finish(self, ans: ChildProcess) -> None:
-        """The authenticated end: without it, no answer is correct."""
+        """The done message: without it, no answer is correct."""
         self.phase = "finish"
-        ans.send("finish")
+        self._send(ans, "finish")
         dm = ans.recv(self.deadline)
         if dm.type != "done":
             raise ProtocolError(f"expected done, got {dm.type}")
@@ -382,16 +411,19 @@ class AnswerSession:
                 if side == "reference":
                     t_ref = time.monotonic()
                     try:
-                        reference_parts.append(ref.time_block(timing.reference_block(block, cfg.paired_reference_block),
-                                                              protocol.l2_flush_mib, cfg.cpu_threads))
+                        with self._answer_stopped(ans):  # nothing of the answer's runs beside the reference
+                            reference_parts.append(ref.time_block(
+                                timing.reference_block(block, cfg.paired_reference_block), protocol.l2_flush_mib,
+                                cfg.cpu_threads))
                     except ReferenceFailed as e:
                         raise ReferenceUnusable(str(e)) from None
                     self._add_phase("timing_reference_s", time.monotonic() - t_ref)
                     continue
-                ans.send("time", seed=self.timing_seed, inputs={"area": "timing", "entries": ref.timing_entries},
-                         block={"warmup": block.warmup, "trials": block.trials, "discard_first": block.discard_first})
+                self._send(ans, "time", inputs={"area": "timing", "entries": ref.timing_entries},
+                           block={"warmup": block.warmup, "trials": block.trials, "discard_first": block.discard_first})
                 calls = block.warmup + block.discard_first + block.trials
-                tm = self._timed_block(ans, timing_limit_s(reference_ms, calls, floors[0]), reference_ms)
+                tm = self._timed_block(ans, block.discard_first + block.trials,
+                                       timing_limit_s(reference_ms, calls, floors[0]), reference_ms)
                 self._merge(tm)
                 if tm.type in ("runtime_error", "cuda_error"):
                     return tm, timing.RawTimes(), None
@@ -410,13 +442,14 @@ class AnswerSession:
                                      "reference_block_trials": cfg.paired_reference_block}
         return tm, timing.merge_raw(answer_parts), per_call
 
-    def _timed_block(self, ans: ChildProcess, limit_s: float, reference_ms: float) -> Message:
-        """One block of the answer's timing under the watchdog (``_watched``'s rules, for the whole block). Each
-        timed call reports itself as it ends; this side notes when (the interval between the reply to one call and
-        the next report holds that call's whole trial: the reported time must fit in it), tells the child whether
-        it checks this call's output (a choice drawn in secret beforehand, told only after the call), judges a
-        checked output against the reference's on the timing inputs before the next call starts, and replies.
-        Returns the block's last message (``timing``, or the answer's error)."""
+    def _timed_block(self, ans: ChildProcess, trials: int, limit_s: float, reference_ms: float) -> Message:
+        """One block of the answer's timing (``trials`` timed calls, the discarded ones included) under the watchdog (``_watched``'s rules, for
+        the whole block). Each timed call reports itself as it ends; this side notes when (the interval between the
+        reply to one call and the next report holds that call's whole trial: the reported time must fit in it),
+        tells the child whether it checks this call's output (a choice drawn in secret beforehand, told only after
+        the call), judges a checked output against the reference's on the timing inputs before the next call
+        starts, and replies. A report beyond the block's calls is forged. Returns the block's last message
+        (``timing``, or the answer's error)."""
         m = ans.recv(self.deadline)
         if m.type != "calling":
             return m
@@ -429,11 +462,15 @@ class AnswerSession:
         # A block's first call is not observed: no reply of ours precedes it (in the first block its interval
         # would also hold the warm-up calls).
         replied: float | None = None
+        reports = 0
         while True:
             m = recv()
             if m.type != "timed":
                 return m
             now = time.monotonic()
+            reports += 1
+            if reports > trials:
+                raise ProtocolError(f"more than the block's {trials} timed calls reported")
             reported = number(m.header.get("ms"))
             if reported is None or reported < 0:
                 raise ProtocolError("a timed call without a valid time")
@@ -441,7 +478,7 @@ class AnswerSession:
                 checks.observe(reported, (now - replied) * 1e3)
             if checks.take():
                 t_check = time.monotonic()
-                ans.send("check")
+                self._send(ans, "check")
                 om = recv()
                 if om.type == "bad_output":
                     checks.failed("a timed call returned other than plain tensors")
@@ -451,7 +488,7 @@ class AnswerSession:
                     return om
                 self._add_phase("timing_checks_s", time.monotonic() - t_check)
             replied = time.monotonic()  # before the reply: the next call cannot start earlier
-            ans.send("next")
+            self._send(ans, "next")
 
     def _judge_timed(self, om: Message) -> tuple[str, str | None]:
         """(verdict, detail) of a checked timed call's outputs. Judged on this side's device, or on the host when the
@@ -506,18 +543,20 @@ class AnswerSession:
         metas = am.header.get("outputs")
         if not isinstance(metas, list) or not metas:
             raise ProtocolError("an output message without outputs")
+        # Shapes and dtypes as the answer's process describes them, compared before any byte is read: an output
+        # unlike the reference's is never built here (a shape of no element can still have strides no tensor has).
+        if len(metas) != len(rt.outputs):
+            return "shape_mismatch", None, f"expected {len(rt.outputs)} outputs, got {len(metas)}"
+        for i, (r, m) in enumerate(zip(rt.outputs, metas)):
+            m = m if isinstance(m, dict) else {}
+            if list(r.shape) != m.get("shape"):
+                return "shape_mismatch", None, (f"output {i}: expected shape {tuple(r.shape)}, got "
+                                                f"{text(m.get('shape'), 80)}")
+            if dtype_name(r.dtype) != m.get("dtype"):
+                return "dtype_mismatch", None, (f"output {i}: expected dtype {r.dtype}, got "
+                                                f"{text(m.get('dtype'), 40)}")
         if not am.header.get("written"):
-            # Larger than the reference's outputs (or a dtype the transport does not carry): a shape or dtype differs.
-            if len(metas) != len(rt.outputs):
-                return "shape_mismatch", None, f"expected {len(rt.outputs)} outputs, got {len(metas)}"
-            for i, (r, m) in enumerate(zip(rt.outputs, metas)):
-                m = m if isinstance(m, dict) else {}
-                if list(r.shape) != m.get("shape"):
-                    return "shape_mismatch", None, (f"output {i}: expected shape {tuple(r.shape)}, got "
-                                                    f"{text(m.get('shape'), 80)}")
-                if dtype_name(r.dtype) != m.get("dtype"):
-                    return "dtype_mismatch", None, (f"output {i}: expected dtype {r.dtype}, got "
-                                                    f"{text(m.get('dtype'), 40)}")
+            # Written only when they fit the area, which the reference's outputs size: these do.
             raise ProtocolError("outputs that fit were not written")
         device = device or self.reference.device
         try:

@@ -7,7 +7,6 @@ without an audit event (signal handlers, interval timers, the frame-evaluation h
 
 from __future__ import annotations
 
-import hmac
 import json
 import os
 import select
@@ -53,11 +52,10 @@ class TamperCheck:
             g[f"os.{n}"] = (lambda n=n: getattr(os, n, None))
         for n in ("type", "isinstance", "len", "getattr", "setattr", "id", "__import__", "open", "hasattr"):
             g[f"builtins.{n}"] = (lambda n=n: getattr(builtins, n, None))
-        for m in ("torch", "time", "os", "sys", "builtins", "json", "hmac", "triton",
+        for m in ("torch", "time", "os", "sys", "builtins", "json", "json.encoder", "json.decoder", "triton",
                   *(f"{PACKAGE}.{name}" for name in HARNESS_MODULES)):
             g[f"sys.modules[{m}]"] = (lambda m=m: sys.modules.get(m))
         g["select.select"] = lambda: select.select
-        g["hmac.new"] = lambda: hmac.new
         g["json.dumps"] = lambda: json.dumps
         # Values, not identities.
         g["tf32:cuda_matmul_allow_tf32"] = lambda: bool(torch.backends.cuda.matmul.allow_tf32)
@@ -124,6 +122,13 @@ def frame_source_getters(torch: Any) -> dict[str, Callable[[], Any]]:
         timer = getattr(signal, which)
         g[f"state:signal.setitimer({which})"] = (lambda timer=timer: signal.getitimer(timer) != (0.0, 0.0))
     g["state:gc.debug"] = gc.get_debug
+    # A torch function or dispatch mode left active intercepts every torch call the harness makes after the
+    # answer's own (copying its outputs out, comparing its inputs, scrubbing): work deferred until the harness
+    # touches an output, a faked torch.equal.
+    if hasattr(torch._C, "_len_torch_function_stack"):
+        g["state:torch_function_modes"] = _function_modes(torch)
+    if hasattr(torch._C, "_len_torch_dispatch_stack"):
+        g["state:torch_dispatch_modes"] = torch._C._len_torch_dispatch_stack  # captured now, as every getter
     try:
         from torch._C._dynamo.eval_frame import get_eval_frame_callback
     except ImportError:
@@ -131,6 +136,16 @@ def frame_source_getters(torch: Any) -> dict[str, Callable[[], Any]]:
     else:
         g["state:eval_frame_callback"] = lambda: _handler_id(get_eval_frame_callback())
     return g
+
+
+def _function_modes(torch: Any) -> Callable[[], int]:
+    """A getter of the torch function modes active, but torch's own default-device mode (``torch.set_default_device``
+    keeps one on the stack; a global setting, which static analysis labels): exactly that type, not a subclass of it.
+    The C functions it calls are taken now, before the answer exists."""
+    from torch.utils._device import DeviceContext
+
+    length, mode_at = torch._C._len_torch_function_stack, torch._C._get_function_stack_at
+    return lambda: sum(1 for i in range(length()) if type(mode_at(i)) is not DeviceContext)
 
 
 def _handler_id(h: Any) -> Any:

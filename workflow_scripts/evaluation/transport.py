@@ -76,15 +76,24 @@ class Slot:
             raise TransportError(f"bad shape {str(shape)[:80]}")
         if not _nat(offset) or not _nat(nbytes):
             raise TransportError("bad offset or size")
-        numel = 1
+        numel = extent = 1
         for s in shape:
             numel *= s
+            extent *= max(s, 1)  # a contiguous layout's largest stride, times the first dimension
+        if extent >= MAX_EXTENT:
+            # No element, yet strides that overflow: (0, 2**40, 2**40) takes no byte, and its tensor cannot be made.
+            raise TransportError(f"shape {str(shape)[:80]} has strides beyond any tensor")
         itemsize = torch_dtype(d.get("dtype")).itemsize
         if numel * itemsize != nbytes:
             raise TransportError(f"slot size {nbytes} is not {numel} x {itemsize} bytes")
         if offset + nbytes > area_size:
             raise TransportError(f"slot [{offset}, {offset + nbytes}) outside an area of {area_size} bytes")
         return cls(offset, tuple(shape), d["dtype"], nbytes)
+
+
+# The bound on a shape's extent (the product of its dimensions, a zero counted as one): its strides must be int64
+# as element counts and as byte counts (16-byte dtypes).
+MAX_EXTENT = 1 << 58
 
 
 def _nat(x: Any) -> bool:

@@ -1,7 +1,7 @@
 """An answer's result record: static analysis first (``static_verdict``: a rejection or a syntax error runs
-nothing), then the status decided from what its session established (``judged``: ``protocol.decide_status``, no
-authenticated end never a pass, a tree over its memory cap a crash) and the record itself (``result_record``, the
-JSON of docs/design.md "Evaluation")."""
+nothing), then the status decided from what its session established (``judged``: ``protocol.decide_status``, an
+evaluation without its done message never a pass, a tree over its memory cap a crash) and the record itself
+(``result_record``, the JSON of docs/design.md "Evaluation")."""
 
 from __future__ import annotations
 
@@ -94,12 +94,14 @@ def result_record(cfg: EvalConfig, status: Status, ev: AnswerSession | None, err
             "post_timing_seed": ev.post_seed,
             # What confined the answer's process (isolation.Isolation); network_isolation kept for older readers.
             "isolation": ev.isolation.to_dict() if ev.isolation else None,
-            # Directories the answer's process found empty (its problem's sources; sandboxed levels only).
-            "hidden_from_answer": list(ev.slot.child.hidden) if ev.isolation and ev.isolation.sandboxed else [],
+            # The folders the answer's process found empty but for what each kept (confinement.Cover; sandboxed
+            # levels only): everything but the system, the interpreter, the harness and its own folder.
+            "hidden_from_answer": ([c.to_dict() for c in ev.slot.child.covers]
+                                   if ev.isolation and ev.isolation.sandboxed else []),
             "network_isolation": bool(ev.isolation and ev.isolation.network),
             # The cap on the host memory of the answer's process tree, and its peak use (memory_cap.py).
             "host_memory": ev.slot.child.cap.record() if ev.slot.child.cap else None,
-            "gpu": ev.gpu, "authenticated_done": ev.done_ok,
+            "gpu": ev.gpu, "done_received": ev.done_ok,
         })
     phases = dict(phases, **(ev.phases if ev else {}))
     return EvalResult(
@@ -125,8 +127,8 @@ def judged(cfg: EvalConfig, ev: AnswerSession, static: StaticVerdict, phases: di
         require_triton=cfg.require_triton, all_calls_launched=all_launched, reject_cheats=cfg.reject_cheats,
     )
     if status == Status.CORRECT and not ev.done_ok:
-        status = Status.CRASH  # no authenticated end: never a pass
-        ev.error = ev.error or "no authenticated done message"
+        status = Status.CRASH  # no end message: never a pass
+        ev.error = ev.error or "no done message at the end"
     if status == Status.NO_TRITON_LAUNCH and not ev.error:
         ev.error = "require_triton: a correctness call launched no Triton kernel"
     if status == Status.REJECTED_RUNTIME:

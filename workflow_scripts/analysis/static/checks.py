@@ -47,7 +47,8 @@ shape_keyed_cache                  a non-tensor value stored under a key holding
 torch_compile_in_answer            ``torch.compile``, ``torch.jit``, ``torch._dynamo``, ``torch._inductor``,
                                    ``torch.export``
 cpp_extension_use                  ``torch.utils.cpp_extension`` (not Triton)
-harness_introspection              ``inspect.stack/currentframe/...``, ``sys._getframe``, ``sys.modules``,
+harness_introspection              ``inspect.stack/currentframe/...``, ``sys._getframe``, ``sys.modules``, torch's
+                                   ``createResolutionCallbackFromFrame``,
                                    ``gc.get_objects/get_referrers``, ``sys.settrace``, ``__main__``, frame
                                    attributes (``f_back``, ``f_locals``, ``f_globals``, ``tb_frame``)
 precision_downgrade                ``.half()``, ``.bfloat16()``, a call given a float16/bfloat16/float8 dtype
@@ -61,6 +62,9 @@ global_state_change                check ``rng_reseed``: ``torch.manual_seed``, 
                                    ``torch.cuda.set_device``
 dynamic_code                       ``exec``, ``eval``, ``compile``, ``__import__``, ``importlib.import_module``
                                    with a computed name
+dynamic_attribute                  ``getattr(torch / triton / tl / F / nn, <computed name>)``, a load from their
+                                   ``__dict__``/``vars()`` by a computed key, ``.type(<string>)``: a dtype or
+                                   function the other checks cannot read (``getattr(torch, "float" + "16")``)
 triton_kernel_unused               a ``@triton.jit`` function never referenced (not launched, not called from
                                    another kernel)
 empty_output_alloc_without_launch  forward allocates (``torch.empty*`` ...) but neither launches a kernel nor keeps
@@ -109,6 +113,7 @@ CHECKS: dict[str, Check] = {
     "global_state_change": Check("flag", "changes global state (seeds: reject; other settings: flag)"),
     "rng_reseed": Check("reject", "reseeds a random number generator", code="global_state_change"),
     "dynamic_code": Check("flag", "exec / eval / dynamic imports"),
+    "dynamic_attribute": Check("flag", "a torch / triton attribute (a dtype) looked up by a computed name"),
     "triton_kernel_unused": Check("flag", "a @triton.jit function that is never used"),
     "empty_output_alloc_without_launch": Check("flag", "forward allocates but neither launches a kernel nor computes"),
     "analysis_incomplete": Check("flag", "the code nests too deeply for a complete analysis; results are partial"),
@@ -183,7 +188,9 @@ REF_RULES: list[Rule] = [
     (("inspect.stack", "inspect.currentframe", "inspect.getouterframes", "inspect.getinnerframes", "inspect.trace",
       "inspect.getframeinfo", "sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile",
       "sys.modules", "sys.modules.*", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
-      "traceback.extract_stack", "traceback.walk_stack", "__main__", "__main__.*", "threading.settrace"),
+      "traceback.extract_stack", "traceback.walk_stack", "__main__", "__main__.*", "threading.settrace",
+      # torch's resolution callback reads any caller frame's locals and globals
+      "torch._jit_internal.createResolutionCallbackFromFrame", "torch.jit._trace._create_interpreter_name_lookup_fn"),
      "harness_introspection", "inspects the caller / harness ({name})"),
     (("torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.StreamContext", "torch.cuda.set_stream",
       "torch.cuda.ExternalStream", "torch.cuda.streams", "torch.cuda.streams.*", "torch.Stream"),

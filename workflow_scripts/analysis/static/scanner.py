@@ -52,6 +52,8 @@ class Scanner:
                         self.add("tensor_subclass", node, f"builds tensor subclasses (.{node.attr})")
             elif isinstance(node, ast.Call):
                 self._call(node)
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+                self._subscript_load(node)
             elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
                 targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
                 for target in targets:
@@ -89,6 +91,8 @@ class Scanner:
                     (k.value for k in node.keywords if k.arg == "mode"), None)
                 if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and set(mode.value) & set("wax+"):
                     self.add("file_write_outside", node, f"opens a file for writing (mode {mode.value!r})")
+            if name == "builtins.getattr" and len(node.args) > 1:
+                self._looked_up(node, node.args[0], node.args[1])
             if name in ("builtins.setattr", "builtins.delattr") and node.args:
                 target = self.t.dotted(node.args[0])
                 if target and _root(target) in PATCH_ROOTS:
@@ -106,6 +110,8 @@ class Scanner:
         if isinstance(func, ast.Attribute):
             if func.attr in ("half", "bfloat16") and not node.args:
                 self.add("precision_downgrade", node, f"casts with .{func.attr}()")
+            if func.attr == "type" and node.args:
+                self._type_call(node, node.args[0])
             if func.attr in PATH_WRITE_METHODS:
                 self.add("file_write_outside", node, f"writes a file with .{func.attr}()")
         for value in list(node.args) + [k.value for k in node.keywords]:
@@ -120,11 +126,46 @@ class Scanner:
                     and isinstance(k.value.value, str) and k.value.value.lower().startswith("tf32"):
                 self.add("precision_downgrade", node, f"input_precision={k.value.value!r}")
 
+    def _type_call(self, node: ast.Call, to: ast.AST) -> None:
+        """``x.type(to)``: a low-precision tensor type named by a string, or a type no check can read."""
+        if isinstance(to, ast.Constant) and isinstance(to.value, str):
+            if any(low in to.value for low in ("Half", "BFloat16", "float16", "bfloat16")):
+                self.add("precision_downgrade", node, f"converts with .type({to.value!r})")
+            return
+        target = self.t.dotted(to)
+        if target is None:
+            self.add("dynamic_attribute", node, "converts with .type(...) to a type computed at run time")
+
+    def _looked_up(self, node: ast.Call, owner: ast.AST, attribute: ast.AST) -> None:
+        """``getattr(owner, attribute)`` on torch or triton: a constant name is the attribute itself (its dtype
+        checked as any), a computed one is what no check can read."""
+        target = self.t.dotted(owner)
+        if not target or _root(target) not in ("torch", "triton"):
+            return
+        if isinstance(attribute, ast.Constant) and isinstance(attribute.value, str):
+            full = f"{target}.{attribute.value}"
+            self._ref(full, node)
+            if _matches(full, LOW_PRECISION_DTYPES):
+                self.add("precision_downgrade", node, f"uses the low-precision dtype {full}")
+            return
+        self.add("dynamic_attribute", node, f"looks up an attribute of {target} by a computed name")
+
     def _targets_aten(self, node: ast.Call) -> bool:
         for a in list(node.args) + [k.value for k in node.keywords]:
             if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("aten"):
                 return True
         return False
+
+    def _subscript_load(self, node: ast.Subscript) -> None:
+        """``torch.__dict__[key]`` or ``vars(torch)[key]``: an attribute by its key."""
+        base = node.value
+        if isinstance(base, ast.Call) and self.t.dotted(base.func) == "builtins.vars" and base.args:
+            owner: ast.AST | None = base.args[0]
+        elif isinstance(base, ast.Attribute) and base.attr == "__dict__":
+            owner = base.value
+        else:
+            return
+        self._looked_up(node, owner, node.slice)  # type: ignore[arg-type]
 
     def _store(self, target: ast.AST, stmt: ast.AST) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):

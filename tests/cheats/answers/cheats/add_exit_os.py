@@ -1,5 +1,5 @@
 # CHEAT: exit the process with status 0 from forward (os._exit), hoping "exit code 0" reads as success.
-# Caught: no authenticated done message (crash).
+# Caught: no done message (crash).
 import os
 import torch
 import torch.nn as nn

@@ -1,5 +1,5 @@
 # CHEAT: forge the result: print a fake "correct" verdict to stdout and write fake frames to every fd.
-# Caught: stdout is only a log; the result pipe's frames are authenticated (result_channel_forged).
+# Caught: stdout is only a log; frames out of the protocol's order (or not whole) are forged (result_channel_forged).
 import json
 import os
 import sys

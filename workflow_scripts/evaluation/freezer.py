@@ -1,0 +1,85 @@
+"""Stopping an answer's whole process tree while it is not being asked to run (``frozen``): while the trusted side
+times the reference beside it and while its job waits for the GPU, no thread or process of the answer's can run,
+so it can neither slow the reference (inflating its own speedup) nor a neighbour job's timing.
+
+Every process of the tree gets SIGSTOP, which no process can catch, block or ignore; the tree is listed again until
+no process of it is left running (one that forked meanwhile is stopped too), and ``thaw`` sends SIGCONT to each. A
+child in a PID namespace of its own (both sandboxed levels) has no process outside the tree; without a sandbox a
+process the answer detached from its tree is out of reach (the recorded isolation says so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
+
+import psutil
+
+# How long stopping a tree may take before the evaluation goes on regardless (SIGSTOP is delivered at once; a tree
+# still forking keeps the lister busy only that long).
+STOP_WAIT_S = 2.0
+
+
+class FrozenTree:
+    """The processes of one tree that ``freeze`` stopped, to be resumed by ``thaw``."""
+
+    def __init__(self, root_pid: int) -> None:
+        self.root_pid = root_pid
+        self.stopped: dict[int, psutil.Process] = {}
+        self.complete = False  # every process of the tree was seen stopped
+
+    def freeze(self) -> None:
+        end = time.monotonic() + STOP_WAIT_S
+        while time.monotonic() < end:
+            tree = _tree(self.root_pid)
+            new = [p for p in tree if p.pid not in self.stopped]
+            for p in new:
+                try:
+                    p.send_signal(signal.SIGSTOP)
+                    self.stopped[p.pid] = p
+                except psutil.Error:
+                    continue
+            if not new and all(_stopped(p) for p in tree):
+                self.complete = True
+                return
+            time.sleep(0.001)
+
+    def thaw(self) -> None:
+        for p in self.stopped.values():
+            try:
+                p.send_signal(signal.SIGCONT)
+            except psutil.Error:
+                continue
+        self.stopped.clear()
+
+
+@contextlib.contextmanager
+def frozen(root_pid: int | None) -> Iterator[FrozenTree | None]:
+    """The tree under ``root_pid`` stopped for the block's duration (nothing to stop: None)."""
+    if root_pid is None:
+        yield None
+        return
+    tree = FrozenTree(root_pid)
+    tree.freeze()
+    try:
+        yield tree
+    finally:
+        tree.thaw()
+
+
+def _tree(root_pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(root_pid)
+        return [root] + root.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _stopped(p: psutil.Process) -> bool:
+    try:
+        return p.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE,
+                              psutil.STATUS_DEAD)
+    except psutil.Error:
+        return True  # gone
