@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TRITON_INTERPRET ?= 1
 
-.PHONY: demo test lint venv vllm-venv sandbox-tools slurm-tools browser bench verify clean-results wheelhouse
+.PHONY: demo test lint venv vllm-venv sandbox-tools slurm-tools browser system-tools test-setup bench verify \
+	clean-results wheelhouse
 
 ## venv: the pinned environment (requirements/lock.txt, consistent with pyproject.toml)
 venv: $(STAMP)
@@ -60,11 +61,25 @@ slurm-tools:
 browser:
 	$(call apt_tools,chromium,chromium,,tests/test_report.py skips its browser check)
 
+## system-tools: the Debian tools the tests use, one apt at a time (they share dpkg's lock)
+system-tools:
+	@$(MAKE) --no-print-directory -j1 sandbox-tools slurm-tools browser
+
+## test-setup: both Python environments and the Debian tools, side by side (each install waits mostly on downloads and
+## one core)
+test-setup:
+	@$(MAKE) --no-print-directory -j3 venv vllm-venv system-tools
+
 ## test: the linters, then the test suite (CPU; GPU-only tests skip), with the slowest tests listed
 ## (`pytest -m "not integration"` runs only the unit tests, in about a minute)
-test: venv vllm-venv lint sandbox-tools slurm-tools browser
-	$(BIN)/python -m pytest -q -rs --durations=25
-	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -rs --durations=5 tests/test_generate_vllm.py
+## The vLLM suite (its own environment, about a minute, mostly one core) runs beside the main one, whose start leaves a
+## core idle; its output follows the main suite's.
+test: test-setup lint
+	@log=$$(mktemp); VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -rs --durations=5 \
+	  tests/test_generate_vllm.py > $$log 2>&1 & vllm=$$!; \
+	$(BIN)/python -m pytest -q -rs --durations=25; main=$$?; \
+	wait $$vllm; status=$$?; echo "--- the vLLM suite (.venv-vllm)"; cat $$log; rm -f $$log; \
+	exit $$(( main != 0 || status != 0 ))
 
 ## verify: re-hash every stored artifact and report mismatches
 verify: venv

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from workflow_scripts.devtools.workspace import copy_workflow
 from workflow_scripts.evaluation.resources import (FLOOR_MEM_MB, Memory, Sizes, baseline_memory, evaluate_memory,
@@ -207,7 +208,7 @@ def test_jobs_of_a_large_and_a_small_problem_declare_different_memory(tmp_path: 
     assert done.returncode == 0, done.stderr[-3000:]
     planned = dry("config.yaml", str(cuda))
     evaluation = {"device": "cuda", "memory_gb": 24, "correctness_trials": 5}
-    answers = 6  # the demo's models: every evaluate job judges all of them
+    answers = len(yaml.safe_load((work / "config.yaml").read_text())["models"])  # each evaluate job judges all
     for rule, wildcards, level, pid in (("evaluate", small, 1, 1), ("evaluate", large, 1, 9),
                                         ("baseline", "level=1, problem_id=9", 1, 9)):
         expected = job_memory(rule, work / "results/demo/problems.parquet", level, pid, evaluation, answers)

@@ -253,7 +253,7 @@ def test_model_target_runs_through_slurm_jobs(slurm_cluster: SlurmCluster, tmp_p
     run = snakemake(
         work, TARGET, *PROFILE_ARGS, "--configfile", "slurm.yaml", "--set-resources", *set_resources,
         # This cluster has no accounting database for sacct; squeue keeps finished jobs for MinJobAge.
-        "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
+        "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "1",
         "--slurm-keep-successful-logs", "--latency-wait", "5",
         "--verbose",  # the plugin logs each sbatch command line at debug level
         env=slurm_cluster.env,
