@@ -346,7 +346,7 @@ def test_killed_run_completes_on_rerun_with_clean_store(tmp_path: Path, compile_
     work = copy_workflow(tmp_path / "killed")
     config = demo_config()
     config["suite"]["only"] = {"1": [1, 2], "2": [1]}
-    config["models"] = {k: config["models"][k] for k in ("expert", "weak")}
+    config["models"] = {k: config["models"][k] for k in ("expert", "sft_like")}  # sft_like: the bootstrap's reference
     config["baselines"]["compile_cache_dir"] = str(compile_cache)  # what the session's other runs compiled
     (work / "small.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     process = subprocess.Popen(
@@ -355,8 +355,10 @@ def test_killed_run_completes_on_rerun_with_clean_store(tmp_path: Path, compile_
     )
     deadline = time.time() + 600
     evaluations = work / RESULTS / "evaluations"
-    while time.time() < deadline and not (evaluations.exists() and any(evaluations.rglob("*.json"))):
+    while time.time() < deadline and process.poll() is None and not (
+            evaluations.exists() and any(evaluations.rglob("*.json"))):
         time.sleep(0.5)
+    assert process.poll() is None, "the run ended before it could be killed in the middle"
     os.killpg(process.pid, signal.SIGKILL)  # the whole group: Snakemake and the jobs it started
     process.wait()
     # A killed Snakemake leaves its lock behind; --unlock is the documented first step after a crash.
