@@ -69,6 +69,7 @@ for _index, (_base, _names) in enumerate(VLLM_ENGINES):
             settings=as_params({"models": {name: config["models"][name] for name in _names}}),
             cache=completion_cache(_names),
             out_dir=output_folder,
+            locks=LAYOUT.locks(),
         log:
             LAYOUT.log(f"completions/vllm_{_index}"),
         resources:
@@ -78,4 +79,5 @@ for _index, (_base, _names) in enumerate(VLLM_ENGINES):
             f"../envs/generation-{DEVICE}.yaml"
         shell:
             "python -m workflow_scripts.stages.completions_vllm --params {params.settings:q}"
-            " --prompts {input.prompts:q} --cache {params.cache:q} --out-dir {params.out_dir:q} > {log} 2>&1"
+            " --prompts {input.prompts:q} --cache {params.cache:q} --out-dir {params.out_dir:q}"
+            " --lock-dir {params.locks:q} > {log} 2>&1"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import types
@@ -478,3 +479,38 @@ def test_completions_vllm_stage_runs_config_entries(tiny, tmp_path):
     bad = subprocess.run(args[:4] + [json.dumps({"models": models, "extra": 1})] + args[5:], cwd=REPO,
                          capture_output=True, text=True, timeout=120, env=env, check=False)
     assert bad.returncode == 2 and "unknown key(s) ['extra']" in bad.stderr
+
+
+def test_the_engines_gpus_are_held_while_it_generates_and_only_then(tmp_path, fake_vllm, monkeypatch):
+    """Issue 34: a vLLM job takes the GPUs its engine runs on exclusively (the first tensor_parallel_size visible
+    ones), so no evaluation or baseline is timed, or judged, on them meanwhile; a fully cached run holds nothing."""
+    from workflow_scripts.evaluation.gpu_lock import GpuLockTimeout, acquire_gpu
+    from workflow_scripts.stages.completions_vllm import engine_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    locks = tmp_path / "locks"
+    assert engine_gpus({}, None) is None  # no lock folder given: nothing to hold
+    hold = engine_gpus({"tensor_parallel_size": 1}, locks)
+    seen: list[str] = []
+
+    class _Watching(_FakeLLM):
+        def generate(self, prompts, params, lora_request=None, use_tqdm=True):
+            for gpu in ("0", "1"):  # what an evaluation job on this host finds while the engine runs
+                try:
+                    with acquire_gpu(exclusive=False, gpus=[gpu], lock_dir=locks / socket.gethostname(),
+                                     timeout_s=0.3):
+                        seen.append(f"{gpu} free")
+                except GpuLockTimeout:
+                    seen.append(f"{gpu} held")
+            return super().generate(prompts, params, lora_request, use_tqdm)
+
+    cache = CompletionCache(tmp_path / "cache")
+    base = _fake_base(tmp_path / "base")
+    gv.generate_with_vllm(base, {"base": None}, PROMPTS, Decoding(max_tokens=64), cache, llm=_Watching({}), hold=hold)
+    assert seen and set(seen) == {"0 held", "1 free"}, seen
+    with acquire_gpu(exclusive=True, gpus=["0"], lock_dir=locks / socket.gethostname(), timeout_s=1.0):
+        pass  # released once the engine is done
+    seen.clear()
+    gv.generate_with_vllm(base, {"base": None}, PROMPTS, Decoding(max_tokens=64), cache, llm=_Watching({}),
+                          hold=lambda: pytest.fail("a fully cached run took the GPU"))
+    assert not seen

@@ -21,7 +21,9 @@ COVERED = {
     "prompts": {"core", "suite"},
     "completions_replay": {"core", "generation"},
     "completions_cli": {"core", "generation"},
-    "completions_vllm": {"core", "generation"},
+    # Not keyed in the store (the completion cache keys its answers); it holds its engine's GPUs through
+    # evaluation/gpu_lock.py, as every GPU job does.
+    "completions_vllm": {"core", "generation", "evaluation", "analysis", "suite"},
     "extract": {"core", "analysis"},
     "static_analysis": {"core", "analysis"},
     # The evaluator runs the static analyser first (a rejection runs nothing) and loads problems through suite/.

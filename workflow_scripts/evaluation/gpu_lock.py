@@ -37,6 +37,7 @@ import fcntl
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -279,6 +280,23 @@ def acquire_gpu(
         if chosen is not None:
             with contextlib.suppress(OSError):
                 (lock_dir / f"gpu{_safe(chosen)}.{os.getpid()}.json").unlink()
+
+
+def host_locks(folder: Path | str) -> Path:
+    """The lock folder of this host under a configuration's locks folder: locks name GPUs as the host sees them, so
+    cluster nodes sharing the folder never contend for "gpu0"."""
+    return Path(folder) / socket.gethostname()
+
+
+@contextlib.contextmanager
+def hold_gpus(gpus: Sequence[str | int], lock_dir: Path | str, timeout_s: float | None = None
+              ) -> Iterator[list[GpuLease]]:
+    """Every GPU of ``gpus`` held exclusively for the ``with`` block, each taken in order (sorted, so two holders of
+    overlapping sets never wait on each other): a job that runs on them without timing, such as a vLLM engine, and
+    beside which nothing may be timed or judged."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(acquire_gpu(exclusive=True, gpus=[gpu], lock_dir=lock_dir, timeout_s=timeout_s))
+               for gpu in sorted({str(g) for g in gpus})]
 
 
 @contextlib.contextmanager

@@ -5,7 +5,6 @@ environment it is stored under. The stages evaluate, baseline and environment ar
 from __future__ import annotations
 
 import json
-import socket
 from dataclasses import asdict
 from pathlib import Path
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from workflow_scripts.core.io import write_json
 from workflow_scripts.core.statuses import Status
 from workflow_scripts.core.store import Store
 from workflow_scripts.evaluation.environment import fingerprint_key
+from workflow_scripts.evaluation.gpu_lock import host_locks
 
 # Config keys that say where or how a job runs but cannot change its result: never part of a key.
 NOT_IN_KEY = {"gpu_index", "gpus", "lock_dir", "keep_workdir", "hidden_seeds", "timing_seed", "post_timing_seed",
@@ -63,7 +63,7 @@ def run_settings(evaluation: dict[str, Any], lock_dir: Path) -> dict[str, Any]:
     settings = {k: v for k, v in evaluation.items() if k not in RESOURCE_KEYS}
     gpus = settings.pop("gpus", None)
     settings["gpus"] = [str(g) for g in gpus] if gpus else None
-    settings["lock_dir"] = str(lock_dir / socket.gethostname())
+    settings["lock_dir"] = str(host_locks(lock_dir))
     return settings
 
 

@@ -25,8 +25,10 @@ writes ``<out-dir>/<NAME>.jsonl`` for each ``--model`` (base model, no adapter) 
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -215,6 +217,7 @@ def generate_with_vllm(
     offline: bool = False,
     llm: Any = None,
     batch_size: int = DEFAULT_BATCH,
+    hold: Callable[[], AbstractContextManager[Any]] | None = None,
 ) -> dict[str, list[CompletionRecord]]:
     """Generate (or fetch from the cache) one answer per (name, prompt).
 
@@ -223,6 +226,8 @@ def generate_with_vllm(
     ``engine_kwargs`` go to ``vllm.LLM`` (``dtype``, ``max_model_len``, ``enforce_eager``,
     ``gpu_memory_utilization``, ``tensor_parallel_size``, ...); ``dtype`` and ``max_model_len`` also enter
     the cache key. Answers that failed before are retried (unless ``offline``, which reports them as failed).
+    ``hold``: what holds the engine's GPUs while it is built and generates (the pipeline's stage takes them
+    exclusively, so nothing is timed beside the engine); entered only when something is left to generate.
     """
     engine_kwargs = dict(engine_kwargs or {})
     base = check_model_folder(base_model_dir)
@@ -235,7 +240,8 @@ def generate_with_vllm(
     served = _Served(base, adapter_paths, identities, decoding, dtype)
     results, todo = _from_cache(served, prompts, cache, offline)
     if todo:
-        _generate(served, todo, results, cache, llm, engine_kwargs, batch_size)
+        with hold() if hold is not None else contextlib.nullcontext():
+            _generate(served, todo, results, cache, llm, engine_kwargs, batch_size)
     return {
         name: [recs[(it.level, it.problem_id)] for it in sorted(prompts, key=lambda i: (i.level, i.problem_id))]
         for name, recs in results.items()

@@ -7,9 +7,11 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from workflow_scripts.core.params import parse_stage_args, stage_parser
+from workflow_scripts.evaluation.gpu_lock import hold_gpus, host_locks, visible_gpus
 from workflow_scripts.generation.cache import CompletionCache, MissingCompletionsError, publish_completions, read_prompts_jsonl
 from workflow_scripts.generation.vllm import generate_with_vllm, plan_engine
 
@@ -24,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=Path, required=True)
     parser.add_argument("--cache", type=Path, required=True, help="completion cache folder")
     parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument("--lock-dir", type=Path, default=None,
+                        help="the GPU locks' folder: the engine's GPUs are held exclusively while it runs")
     args, params = parse_stage_args(parser, Params, argv)
     try:
         plan = plan_engine(params.models)
@@ -32,13 +36,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = generate_with_vllm(plan.base, plan.adapters, read_prompts_jsonl(args.prompts), plan.decoding,
                                      CompletionCache(args.cache), plan.engine_kwargs, offline=plan.offline,
-                                     batch_size=plan.batch_size)
+                                     batch_size=plan.batch_size, hold=engine_gpus(plan.engine_kwargs, args.lock_dir))
     except (MissingCompletionsError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     for name, records in results.items():
         publish_completions(name, records, args.out_dir, None)
     return 0
+
+
+def engine_gpus(engine_kwargs: dict[str, Any], lock_dir: Path | None) -> Callable[[], Any] | None:
+    """What holds the engine's GPUs (the first ``tensor_parallel_size`` visible ones, which vLLM takes) exclusively
+    while it runs: no evaluation or baseline is timed, or judged, on them meanwhile (gpu_lock). None where no GPU is
+    visible or no lock folder is given."""
+    gpus = visible_gpus()[:int(engine_kwargs.get("tensor_parallel_size", 1) or 1)] if lock_dir is not None else []
+    if not gpus:
+        return None
+    return lambda: hold_gpus(gpus, host_locks(lock_dir))
 
 
 if __name__ == "__main__":
