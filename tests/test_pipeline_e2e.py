@@ -138,6 +138,17 @@ def test_a_problem_is_judged_once_for_all_models(demo: Path) -> None:
     assert sum(judging.values()) <= len(problems) + 2, sorted(judging.items())
 
 
+def test_a_judging_job_logs_each_answer_as_it_is_judged(demo: Path) -> None:
+    # Issue 34's progress lines: a long evaluate job's log says where it is, one line per answer, as it goes.
+    logs = [log.read_text() for log in (demo / RESULTS / "logs" / "evaluations").glob("*/level*.log")]
+    judging = [text for text in logs if "evaluation computed" in text]
+    assert judging
+    for text in judging:
+        lines = re.findall(r"^judged (\S+) \((\d+) of (\d+)\): (\w+), [\d.]+ s into", text, re.MULTILINE)
+        assert lines, text[-2000:]
+        assert [int(k) for _, k, _, _ in lines] == list(range(1, int(lines[0][2]) + 1)), lines
+
+
 def test_the_demo_writes_only_into_its_own_results_folder(demo: Path) -> None:
     assert RESULTS.parts[0] == "results" and len(RESULTS.parts) > 1  # results/<configuration>
     assert [p.name for p in (demo / "results").iterdir()] == [RESULTS.name]

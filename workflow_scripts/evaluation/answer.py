@@ -50,6 +50,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from workflow_scripts.core.statuses import Status
@@ -262,9 +263,11 @@ class ProblemEvaluator:
             if home is not None:
                 triton_stub_cache.publish_template(template, home)
 
-    def evaluate(self, answers: list[tuple[Path, StaticVerdict, EvalConfig]]) -> list[EvalResult]:
+    def evaluate(self, answers: list[tuple[Path, StaticVerdict, EvalConfig]],
+                 on_result: Callable[[int, EvalResult], None] | None = None) -> list[EvalResult]:
         """Verdicts for answers that passed static analysis, in order, each under its own configuration (the
-        problem's, with that answer's ``require_triton``: ``evaluate_answers``)."""
+        problem's, with that answer's ``require_triton``: ``evaluate_answers``); ``on_result(k, result)`` as each
+        is judged (a long job's progress)."""
         results: list[EvalResult] = []
         if self.reference is None:
             for _, static, cfg in answers:
@@ -304,6 +307,8 @@ class ProblemEvaluator:
                     self.lease.downgrade()
             # From taking up the answer to being ready for the next (what an answer costs the job).
             results[-1].phases_s["answer_wall_s"] = time.monotonic() - t_answer
+            if on_result is not None:
+                on_result(k, results[-1])
         return results
 
     def close(self) -> None:
@@ -319,11 +324,13 @@ class ProblemEvaluator:
 
 
 def evaluate_answers(problem_path: Path, answer_paths: list[Path], config: EvalConfig | None = None,
-                     require_triton: list[bool] | None = None) -> list[EvalResult]:
+                     require_triton: list[bool] | None = None,
+                     on_result: Callable[[int, EvalResult], None] | None = None) -> list[EvalResult]:
     """Evaluate every answer to one problem: static analysis first (a rejection or a syntax error runs nothing),
     then one trusted reference side for the problem and one fresh child per answer. ``require_triton`` holds each
     answer's own setting (the calibration model's reference code is exempt, every model's answer is judged against
-    the one reference side); None: the configuration's, for every answer."""
+    the one reference side); None: the configuration's, for every answer. ``on_result(i, result)`` is called as the
+    answer ``answer_paths[i]`` gets its verdict (a long job prints its progress with it)."""
     cfg = config or EvalConfig()
     if require_triton is not None and len(require_triton) != len(answer_paths):
         raise ValueError(f"require_triton has {len(require_triton)} values for {len(answer_paths)} answers")
@@ -340,13 +347,17 @@ def evaluate_answers(problem_path: Path, answer_paths: list[Path], config: EvalC
             results[i] = result_record(configs[i], Status.LOAD_ERROR, None, f"syntax error: {st.syntax}", st, {})
         else:
             runnable.append(i)
+            continue
+        if on_result is not None:
+            on_result(i, results[i])
     if runnable:
         # Shared while checking correctness; exclusive only while an answer is timed (see gpu_lock).
         with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False) as lease:
             evaluator = ProblemEvaluator(Path(problem_path), cfg, lease)
             try:
                 evaluator.prepare(len(runnable))
-                judged = evaluator.evaluate([(Path(answer_paths[i]), statics[i], configs[i]) for i in runnable])
+                judged = evaluator.evaluate([(Path(answer_paths[i]), statics[i], configs[i]) for i in runnable],
+                                            None if on_result is None else lambda k, r: on_result(runnable[k], r))
             finally:
                 t_close = time.monotonic()
                 evaluator.close()

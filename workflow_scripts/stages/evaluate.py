@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from workflow_scripts.core.hashing import sha256_file, sha256_text
 from workflow_scripts.core.io import locked_file
 from workflow_scripts.core.params import parse_params, parse_stage_args, stage_parser
 from workflow_scripts.core.store import Store, code_version
-from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answers
+from workflow_scripts.evaluation.answer import EvalConfig, EvalResult, evaluate_answers
 from workflow_scripts.evaluation.jobs import (
     environment_key, failed_without_running, key_params, load_answer, run_settings, store_measurement,
 )
@@ -179,8 +180,18 @@ def _evaluate_missing(answers: list[Answer], args: argparse.Namespace, config: E
             files.append(Path(tmp) / f"answer{number}" / "answer.py")
             files[-1].parent.mkdir()
             files[-1].write_text(answer.row["code"], encoding="utf-8")
+        models = [answer.model for answer in runnable.values()]
+        started, judged_so_far = time.monotonic(), []
+
+        def progress(i: int, result: EvalResult) -> None:
+            # A line as each answer is judged: a long job's log shows where it is.
+            judged_so_far.append(i)
+            print(f"judged {models[i]} ({len(judged_so_far)} of {len(models)}): {result.status}, "
+                  f"{time.monotonic() - started:.1f} s into the job's evaluations", flush=True)
+
         judged = evaluate_answers(args.problem, files, config,
-                                  require_triton=[answer.config.require_triton for answer in runnable.values()])
+                                  require_triton=[answer.config.require_triton for answer in runnable.values()],
+                                  on_result=progress)
         results.update((key, result.to_dict()) for key, result in zip(runnable, judged, strict=True))
     return results
 
