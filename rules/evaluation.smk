@@ -52,10 +52,31 @@ rule baseline:
         " --lock-dir {params.locks:q} > {log} 2>&1"
 
 
+rule model_names:
+    # The configured models' names, which every evaluate job reads (if written) to judge the others along: a file no
+    # evaluate job takes as an input or a parameter, so adding, removing or relabelling a model re-runs no other
+    # model's evaluation (a parameter listing them did). Written first (ANSWERS_FIRST: it needs nothing), so a run's
+    # evaluate jobs find it; collect takes it, which puts it in every run of the default target.
+    priority: ANSWERS_FIRST
+    output:
+        LAYOUT.model_names(),
+    params:
+        settings=as_params({"models": list(MODELS)}),
+    log:
+        LAYOUT.log("model_names"),
+    resources:
+        mem_mb=500,
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "python -m workflow_scripts.stages.model_names --params {params.settings:q} --out {output:q} > {log} 2>&1"
+
+
 rule evaluate:
     # One model's answer to one problem, so that targeting one model plans only its branch. The job evaluates the
-    # other models' answers to the problem along when their tables are already written (params.companions: read
-    # if present, never required), against one trusted reference side, and stores them for their own jobs.
+    # other configured models' answers to the problem along when their tables are already written (the names in
+    # <results>/models.json, the tables beside this model's: read if present, never required), against one trusted
+    # reference side, and stores them for their own jobs.
     input:
         answers=LAYOUT.answers("{model}"),
         problem=problem_file,
@@ -73,9 +94,6 @@ rule evaluate:
         ),
         answers=lambda wc, input: shlex.quote(f"{wc.model}={input.answers}"),
         out=lambda wc, output: shlex.quote(f"{wc.model}={output[0]}"),
-        companions=lambda wc: " ".join(
-            shlex.quote(f"{m}={LAYOUT.answers(m)}") for m in MODELS if m != wc.model
-        ),
         store=STORE,
         results=results_root,
         locks=LAYOUT.locks(),
@@ -89,5 +107,5 @@ rule evaluate:
         f"../envs/evaluation-{DEVICE}.yaml"
     shell:
         "python -m workflow_scripts.stages.evaluate --params {params.settings:q} --answers {params.answers}"
-        " --companions {params.companions} --problem {input.problem:q} --environment {input.environment:q} --out {params.out}"
+        " --problem {input.problem:q} --environment {input.environment:q} --out {params.out}"
         " --store {params.store:q} --results {params.results:q} --lock-dir {params.locks:q} > {log} 2>&1"

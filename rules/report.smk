@@ -50,6 +50,8 @@ FIGURE_REPORTS = {
 rule collect:
     input:
         problems=LAYOUT.problems(),
+        # Not read here: it puts rule model_names into every run of the default target (its evaluate jobs read it).
+        models=LAYOUT.model_names(),
         answers=[LAYOUT.answers(model) for model in MODELS],
         static=[LAYOUT.static(model) for model in MODELS],
         evaluations=[f for model in MODELS for f in evaluation_files(model)],

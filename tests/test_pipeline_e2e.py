@@ -341,6 +341,21 @@ def test_changing_one_completion_reevaluates_only_that_answer(demo: Path) -> Non
     assert summary_runs[-1]["event"] in {"computed", "reused"}
 
 
+def test_adding_a_model_runs_only_its_own_jobs_and_the_tables(demo: Path) -> None:
+    # Issue 36: the other models' evaluate jobs take the configured models from models.json (an ancient input), not
+    # from a parameter listing them, which changed all their parameters (every evaluate job ran again).
+    config = demo_config()
+    config["models"]["expert_again"] = dict(config["models"]["expert"], label="Expert, added later")
+    (demo / "added.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    dry = snakemake(demo, "-n", "--configfile", "added.yaml", "--quiet", "rules")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    planned = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", dry.stdout, re.MULTILINE)}
+    problems = len(list((ROOT / "demo/suite/KernelBench").glob("level*/*.py")))
+    assert planned.pop("evaluate") == problems, dry.stdout  # the new model's, and no other model's
+    assert set(planned) == {"model_names", "completions_replay", "extract", "static_analysis", "collect", "summary",
+                            "total", "all"}, dry.stdout
+
+
 def test_changing_only_the_bootstrap_reruns_only_the_summary(demo: Path) -> None:
     config = demo_config()
     config["summary"]["resamples"] = 2000
@@ -400,6 +415,18 @@ def test_bad_config_names_the_problem(tmp_path: Path, mutate, message: str) -> N
     done = snakemake(work, "-n", "--configfile", "bad.yaml", timeout=120)
     assert done.returncode != 0
     assert message in done.stdout + done.stderr
+
+
+def test_one_key_of_a_section_from_the_command_line(tmp_path: Path) -> None:
+    # README "The study": --config 'suite={"path": ...}' sets the suite's path and keeps its other keys (both levels).
+    work = copy_workflow(tmp_path / "override")
+    elsewhere = tmp_path / "suite_elsewhere"
+    shutil.move(work / "demo" / "suite", elsewhere)  # the configured path no longer exists
+    dry = snakemake(work, "-n", "--quiet", "rules", "--config", f'suite={{"path": "{elsewhere}"}}', timeout=120)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    planned = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", dry.stdout, re.MULTILINE)}
+    problems = len(list(elsewhere.glob("KernelBench/level*/*.py")))
+    assert problems == 13 and planned["evaluate"] == len(demo_config()["models"]) * problems, dry.stdout
 
 
 def test_misnamed_cached_completion_stops_the_run_naming_the_file(tmp_path: Path) -> None:

@@ -50,6 +50,10 @@ class ResultsLayout:
     def answers(self, model: str) -> str:
         return f"{self.root}/answers/{model}.parquet"
 
+    def model_names(self) -> str:
+        """The configured models' names (rule model_names): every evaluate job reads it to judge the others along."""
+        return f"{self.root}/models.json"
+
     def static(self, model: str) -> str:
         return f"{self.root}/static/{model}.parquet"
 

@@ -8,9 +8,11 @@ no code block) get their failed verdict without running anything. GPU jobs lock 
 Snakemake only bounds how many run at once.
 
 The rule runs one job per (model, problem), so that targeting one model plans only that model's branch. The job
-still judges every model's answer to its problem at once: ``--companions`` names the other configured models'
-answer tables, and those already written are evaluated along (under one per-problem lock) and stored, without
-writing their readable files, which their own jobs then find in the store. A problem's reference side is built
+still judges every model's answer to its problem at once: ``<results>/models.json`` (rule model_names) names the
+configured models, and their answer tables beside this model's that are already written are evaluated along (under
+one per-problem lock) and stored, without writing their readable files, which their own jobs then find in the store.
+The list is read, not passed: a parameter naming the models changed every evaluate job's parameters when a model was
+added, and Snakemake ran them all again. A problem's reference side is built
 once whenever the answers of several models are ready before its first job runs; the rules that write completions
 and answer tables run before any evaluation (priority ``ANSWERS_FIRST``, rules/common.smk), so they usually are.
 """
@@ -18,6 +20,7 @@ and answer tables run before any evaluation (priority ``ANSWERS_FIRST``, rules/c
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import argparse
 import contextlib
@@ -30,6 +33,7 @@ from typing import Any
 
 from workflow_scripts.core.hashing import sha256_file, sha256_text
 from workflow_scripts.core.io import locked_file
+from workflow_scripts.core.layout import ResultsLayout
 from workflow_scripts.core.params import parse_params, parse_stage_args, stage_parser
 from workflow_scripts.core.store import Store, code_version
 from workflow_scripts.evaluation.answer import EvalConfig, EvalResult, evaluate_answers
@@ -78,8 +82,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="each model's <results>/answers/<model>.parquet")
     parser.add_argument("--out", nargs="+", required=True, metavar="MODEL=PATH",
                         help="each model's <results>/evaluations/<model>/level<L>_<id>.json")
-    parser.add_argument("--companions", nargs="*", default=[], metavar="MODEL=PATH",
-                        help="other models' answer tables: those already written are evaluated along")
     parser.add_argument("--problem", type=Path, required=True, help="the problem's source file")
     parser.add_argument("--environment", type=Path, required=True, help="<results>/environment/<device>.json")
     parser.add_argument("--store", type=Path, required=True)
@@ -100,10 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         store.check_result(path)  # an edited answers table stops the job, naming it
     answers = [_answer(model, load_answer(path, params.level, params.problem_id), outputs[model], config,
                        problem_sha, environment) for model, path in answers_files.items()]
+    layout = ResultsLayout(str(args.results))
     companions = []
-    for model, path in _model_paths(args.companions, "--companions").items():
-        row = _ready_answer(store, path, params)
-        if model not in answers_files and row is not None:
+    for model in _configured_models(Path(layout.model_names())):
+        path = Path(layout.answers(model))
+        row = None if model in answers_files else _ready_answer(store, path, params)
+        if row is not None:
             companions.append(_answer(model, row, Path(f"{model}.json"), config, problem_sha, environment))
     code = code_version(__spec__.name)  # once: it hashes the source of every module the stage uses
     with _problem_lock(Path(config.lock_dir), params):
@@ -119,6 +123,15 @@ def main(argv: list[str] | None = None) -> int:
                                   args.environment, lambda answer=answer: results[answer.key], materialize=False)
                 print(f"{answer.model}: evaluated along, stored for its own job")
     return 0
+
+
+def _configured_models(names_file: Path) -> list[str]:
+    """The configured models (rule model_names), whose answers are judged along; none where the list is not written
+    (a run that targets one model's branch): this job then judges its own."""
+    try:
+        return [str(name) for name in json.loads(names_file.read_text(encoding="utf-8"))]
+    except FileNotFoundError:
+        return []
 
 
 def _ready_answer(store: Store, path: Path, params: Params) -> dict[str, Any] | None:
