@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (the device tool, nvidia-h200) for bench/gpu_problem_worker.py. Usage:
-#   bash bench/h200_worker_run.sh "big spin"            # benches to run, in order, each under its own timeout
-#   env: RESUME (a gpu_problem_worker.jsonl to continue), PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_ARGS, BIG_TIMEOUT, TP_PROBLEMS, TP_TIMEOUT, TP_ARGS, SCALING_PROBLEMS, SCALING_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS, COPIES, COPIES_PROBLEMS, COPIES_TIMEOUT
+#   bash bench/h200_worker_run.sh "big spin"            # benches to run (also: cost), in order, each under its own timeout
+#   env: RESUME (a gpu_problem_worker.jsonl to continue), PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_ARGS, BIG_TIMEOUT, TP_PROBLEMS, TP_TIMEOUT, TP_ARGS, SCALING_PROBLEMS, SCALING_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS, COPIES, COPIES_PROBLEMS, COPIES_TIMEOUT, OLD_CODE, COST_ROUNDS, COST_PROBLEMS, COST_TIMEOUT
 # Carry: .kb (KernelBench problems, and KernelBench's harness source in .kb/kbsrc), .kbwheels (pydantic and its
 # dependencies for KernelBench's eval.py; psutil and nvidia-ml-py for the evaluator: requirements/gpu-host.txt).
 set -uo pipefail
@@ -42,6 +42,13 @@ for bench in $1; do
     pytest) KB_TEST_DEVICE=cuda timeout ${PYTEST_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider ${PYTEST_FILES:-tests/test_cheats.py tests/test_timed_checks.py tests/test_memory_cap.py} >> "$OUT/pytest.log" 2>&1 ;;
     # Each run in its own folder: the calibration bench skips problems its folder already holds.
     copies) N_COPIES=$((${N_COPIES:-0} + 1)); timeout ${COPIES_TIMEOUT:-120} $B calibration --parallel 1 --copies ${COPIES:-8} --suite .kb --problems ${COPIES_PROBLEMS:-L2_77} --out "$OUT/copies$N_COPIES" >> "$OUT/copies.log" 2>&1 ;;
+    # The evaluator's cost against an older commit's, the same problems (the reference as its own answer), rounds
+    # alternating old and new (issue 33). OLD_CODE: `git archive <commit> workflow_scripts bench tests/cheats`
+    # unpacked in an ignored folder (carried, never committed); each run in its own folder, as calibration skips.
+    cost) for r in $(seq ${COST_ROUNDS:-2}); do
+        (cd "${OLD_CODE:-.kb/old}" && PYTHONPATH=/tmp/site timeout ${COST_TIMEOUT:-120} python3 bench/gpu_problem_worker.py calibration --suite "$OLDPWD/.kb" --problems ${COST_PROBLEMS:-L2_12 L2_71 L2_40 L2_76 L2_99 L2_82 L1_1 L1_88} --out "$OUT/old$r") >> "$OUT/cost.log" 2>&1
+        timeout ${COST_TIMEOUT:-120} $B calibration --suite .kb --problems ${COST_PROBLEMS:-L2_12 L2_71 L2_40 L2_76 L2_99 L2_82 L1_1 L1_88} --out "$OUT/new$r" >> "$OUT/cost.log" 2>&1
+      done ;;
     calibration) timeout "${CAL_TIMEOUT:-420}" $B calibration --parallel ${CAL_PARALLEL:-1} ${CAL_ARGS:-} --suite .kb --problems ${CAL_PROBLEMS:-$(cat bench/calibration_order.txt)} --out "$OUT" >> "$OUT/calibration.log" 2>&1 ;;
   esac
   echo "$bench: rc=$? in ${SECONDS}s"; cleanup; rm -rf "$OUT/locks"; tail -c 1500 "$OUT/$bench.log"

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 from snakemake.utils import min_version, validate
 
 from workflow_scripts.core.configuration import ConfigError, check_yaml_syntax, location, schema_error, store_dir
@@ -16,9 +17,10 @@ from workflow_scripts.evaluation.config import fill_protocol_defaults
 from workflow_scripts.evaluation.environment import live_facts
 from workflow_scripts.evaluation.resources import job_memory
 from workflow_scripts.generation.kinds import kind_of, models_for_rule
-from workflow_scripts.generation.replay import cached_folder_problems
+from workflow_scripts.generation.preflight import RunContext, run_prompts, startup_problems
+from workflow_scripts.generation.replay import cached_folder_problems, unfenced_answers
 from workflow_scripts.generation.vllm import engine_groups
-from workflow_scripts.suite.kernelbench import KernelBenchError, problem_files, suite_root_of
+from workflow_scripts.suite.kernelbench import KernelBenchError, problem_files, suite_root_of, validate_checkout
 
 min_version("9.0")
 
@@ -85,8 +87,17 @@ def _scan_suite():
             f"suite.path {SUITE!r} does not exist. Point suite.path at a KernelBench checkout "
             f"(levels {LEVELS}) or set suite.fetch: true with suite.revision to download it."
         )
+    suite = config["suite"]
+    counts = {int(k): v for k, v in suite["expected_problems"].items()} if suite["expected_problems"] else None
+    # The checks the problems stage makes (its levels and counts, then its revision), made now: a copy whose revision
+    # cannot be confirmed stops here, naming the line, not at the first job.
+    for key, revision, expected in (("path", None, counts), ("revision", suite["revision"] or None, None)):
+        try:
+            validate_checkout(SUITE, revision, expected, LEVELS)
+        except KernelBenchError as error:
+            raise WorkflowError(f"{location(workflow.configfiles, ['suite', key])}: {error}") from None
     try:
-        return problem_files(SUITE, LEVELS, {int(k): v for k, v in (config["suite"]["only"] or {}).items()})
+        return problem_files(SUITE, LEVELS, {int(k): v for k, v in (suite["only"] or {}).items()})
     except KernelBenchError as error:
         raise WorkflowError(f"suite.path {SUITE!r}: {error}") from None
 
@@ -127,9 +138,11 @@ _SUITE_PROBLEMS = set(problem_files(SUITE, LEVELS)) if PROBLEMS else None
 for _name in [name for name, model in config["models"].items() if kind_of(model).reads_folder]:
     _folder = config["models"][_name]["completions"]
     _problems = cached_folder_problems(_folder, PROBLEMS, _SUITE_PROBLEMS)
+    _where = location(workflow.configfiles, ["models", _name, "completions"], _folder)
     if _problems:
-        _where = location(workflow.configfiles, ["models", _name, "completions"], _folder)
         raise WorkflowError(f"{_where}: model {_name}: " + "; ".join(_problems))
+    for _unfenced in unfenced_answers(_folder):
+        logger.warning(f"{_where}: model {_name}: {_unfenced}")
 
 
 def cached_completion_files(wildcards):
@@ -141,6 +154,22 @@ def cached_completion_files(wildcards):
 
 def completion_cache(names):
     return config["models"][names[0]].get("cache", f"{STORE}/completions")
+
+
+# The generating kinds' start-up checks (generation/preflight.py): a missing base model or adapter folder, settings
+# that one vLLM engine cannot share, an offline model's answers missing from its cache. They stop the run here,
+# before any job, each naming its configuration line; models whose completions are written already are not checked.
+_PENDING = {name for name in MODELS if not Path(LAYOUT.completions(name)).exists()}
+_STARTUP = startup_problems(
+    config["models"],
+    _PENDING,
+    RunContext(
+        (lambda: run_prompts(SUITE, PROBLEMS, config["prompt"])) if PROBLEMS else None,
+        {name: Path(completion_cache([name])) for name in MODELS},
+    ),
+)
+if _STARTUP:
+    raise WorkflowError("\n".join(f"{location(workflow.configfiles, p.keys)}: {p.message}" for p in _STARTUP))
 
 
 def gpu_resources():

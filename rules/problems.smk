@@ -5,7 +5,7 @@ rule fetch_kernelbench:
     output:
         f"{SUITE}/.kernelbench_revision",
     params:
-        settings=as_params({"revision": config["suite"]["revision"]}),
+        settings=as_params({"revision": config["suite"]["revision"], "archive_url": config["suite"]["archive_url"]}),
         dest=output_folder,
     log:
         LAYOUT.log("fetch_kernelbench"),
@@ -58,3 +58,15 @@ rule prompts:
     shell:
         "python -m workflow_scripts.stages.prompts --params {params.settings:q} --suite {params.suite:q}"
         " --problems {input.problems:q} --out {output:q} --store {params.store:q} > {log} 2>&1"
+
+
+# On a fresh clone the suite is still to be fetched, so the run plans the fetch alone (the problems are not known
+# until it is on disk): Snakemake's "100% done" would read as the whole run.
+if PROBLEMS is None:
+
+    onsuccess:
+        print(
+            f"KernelBench was fetched into {SUITE} at revision {config['suite']['revision']}; this run planned the "
+            "fetch only. Run the same command again to run everything else.",
+            file=sys.stderr,
+        )

@@ -36,3 +36,26 @@ class SmallRun:
     def events(self) -> list[dict]:
         path = self.work / SMALL_RESULTS / ".store" / "events.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def study_on_disk(work: Path, suite: dict | None = None) -> Path:
+    """What the study's start-up checks want before they plan its jobs, in a copy of the workflow: its base model's
+    and adapters' folders (an adapter_config.json each, no weights) and, for its command-line models, leave to run
+    their tools (offline: false). Returns an overlay to pass after config/study.yaml (with ``suite``'s keys)."""
+    import yaml
+
+    study = yaml.safe_load((work / "config" / "study.yaml").read_text())
+    overlay: dict = {"models": {}}
+    for name, entry in study["models"].items():
+        if entry["kind"] == "vllm":
+            (work / entry["base_model"]).mkdir(parents=True, exist_ok=True)
+            if entry.get("adapter"):
+                (work / entry["adapter"]).mkdir(parents=True, exist_ok=True)
+                (work / entry["adapter"] / "adapter_config.json").write_text("{}")
+        elif entry["kind"] == "cli":
+            overlay["models"][name] = {"offline": False}
+    if suite is not None:
+        overlay["suite"] = suite
+    path = work / "study_on_disk.yaml"
+    path.write_text(yaml.safe_dump(overlay))
+    return path

@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from cli import SmallRun, snakemake
+from cli import SmallRun, snakemake, study_on_disk
 
 from workflow_scripts.core.configuration import ConfigError, check_yaml_syntax, schema_error
 from workflow_scripts.devtools.workspace import copy_workflow
-from workflow_scripts.generation.replay import cached_folder_problems
+from workflow_scripts.generation.replay import cached_folder_problems, unfenced_answers
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "schemas" / "config.schema.yaml"
@@ -146,6 +146,21 @@ def test_cached_folder_with_none_of_the_run_problems_or_ids_the_suite_lacks(tmp_
         f"{zero_based / 'level1_0.txt'} names no problem of the suite (level 1 has no problem 0)"]
 
 
+def test_a_meta_file_is_checked_entry_by_entry_and_unfenced_answers_are_named(tmp_path: Path) -> None:
+    folder = tmp_path / "answers"
+    folder.mkdir()
+    (folder / "level1_1.txt").write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n    pass\n")  # bare code
+    (folder / "level1_2.txt").write_text("Here:\n```python\nclass ModelNew: ...\n```\n")
+    (folder / "meta.json").write_text('{"level1_1": {"completion_tokens": 12}, "level1_2": {"completion_tokens": null},'
+                                      ' "1_3": {"completion_tokens": 5}, "level1_4": {"completion_tokens": -1}}')
+    assert cached_folder_problems(folder) == [
+        f"{folder / 'meta.json'}: key '1_3' is not level<L>_<id>",
+        f"{folder / 'meta.json'}: level1_4: {{'completion_tokens': -1}} is not {{'completion_tokens': N}} with N a "
+        "whole number or null"]
+    assert unfenced_answers(folder) == [
+        f"{folder / 'level1_1.txt'} defines ModelNew outside any ```python fence: its answer will be no_code"]
+
+
 # -- end to end: the Snakemake CLI ------------------------------------------------------------------------------------
 
 
@@ -212,7 +227,7 @@ def broken_models(run: SmallRun, name: str, folder: Path | str) -> str:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("case", ["missing_folder", "misnamed", "empty", "zero_based"])
+@pytest.mark.parametrize("case", ["missing_folder", "misnamed", "empty", "zero_based", "kernelbench_run", "bad_meta"])
 def test_cli_a_bad_completions_folder_stops_a_run_whose_results_exist(small_run: SmallRun, case: str) -> None:
     assert (small_run.work / "results/small/evaluations.parquet").exists()  # the rows exist: nothing may be swallowed
     folder = small_run.work / f"answers_{case}"
@@ -223,11 +238,18 @@ def test_cli_a_bad_completions_folder_stops_a_run_whose_results_exist(small_run:
     if case == "zero_based":
         for problem_id in (0, 1):
             (folder / f"level1_{problem_id}.txt").write_text("```python\nx = 1\n```\n")
+    if case == "kernelbench_run":
+        (folder / "level_1_problem_1_sample_0_kernel.py").write_text("class ModelNew: ...\n")
+    if case == "bad_meta":
+        (folder / "level1_1.txt").write_text("```python\nx = 1\n```\n")
+        (folder / "meta.json").write_text('{"level1_1": {"completion_tokens": "812"}}')
     expected = {
         "missing_folder": f"completions folder {folder} does not exist",
         "misnamed": f"{folder / '1_1.txt'} is not named level<L>_<id>.txt",
         "empty": f"completions folder {folder} holds no completion for any of the 2 problems of this run",
         "zero_based": f"{folder / 'level1_0.txt'} names no problem of the suite",
+        "kernelbench_run": f"{folder / 'level_1_problem_1_sample_0_kernel.py'} is named as in a KernelBench run folder",
+        "bad_meta": f"{folder / 'meta.json'}: level1_1: {{'completion_tokens': '812'}} is not {{'completion_tokens': N}}",
     }[case]
     configfile = broken_models(small_run, case, folder)
     done = small_run.snakemake("-n", timeout=300, configfile=configfile)
@@ -246,3 +268,37 @@ def test_cli_a_non_utf8_completion_costs_only_its_own_row_naming_the_file(small_
     assert "garbled/level1_2.txt is not UTF-8 text" in garbled["error"]
     assert rows.loc[("garbled", 1), "status"] == "correct"  # the model's other answer is judged as usual
     assert (rows.loc[[("expert", 1), ("expert", 2), ("twin", 1), ("twin", 2)], "status"] == "correct").all()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", ["adapter", "frontier_cache", "revision"])
+def test_cli_the_study_stops_before_any_job_naming_the_line(tmp_path: Path, kb_dir: Path, case: str) -> None:
+    # The study's start-up checks (generation/preflight.py, rules/common.smk): everything else on disk
+    # (study_on_disk), then one thing missing.
+    work = copy_workflow(tmp_path / "study")
+    suite = {"path": str(kb_dir), "fetch": False}
+    if case != "revision":
+        suite["revision"] = None  # the shared checkout's revision cannot be confirmed: that is the third case
+    overlay = study_on_disk(work, suite)
+    study = (work / "config" / "study.yaml").read_text()
+    if case == "adapter":
+        (work / "adapters" / "sft" / "adapter_config.json").unlink()
+        (work / "adapters" / "sft").rmdir()
+        expected = (f"config/study.yaml, line {line_of(study, 'adapter: adapters/sft')}: model sft: the adapter "
+                    "folder adapters/sft does not exist")
+    elif case == "frontier_cache":
+        settings = yaml.safe_load(overlay.read_text())
+        del settings["models"]["opus55"]  # offline, as the study ships it, with nothing in its cache
+        overlay.write_text(yaml.safe_dump(settings))
+        opus = study.index("  opus55:")
+        line = study[:opus].count("\n") + 1 + line_of(study[opus:], "offline: true") - 1
+        expected = (f"config/study.yaml, line {line}: model opus55 is offline (it never runs its tool) and the "
+                    "completion cache results/study/.store/completions has no answer of it for 200 of the run's 200 "
+                    "prompts (level1_1, level1_2, level1_3, level1_4, level1_5 and 195 more)")
+    else:
+        expected = (f"config/study.yaml, line {line_of(study, '  revision: ')}: KernelBench checkout {kb_dir}: "
+                    "revision unknown (not a git checkout")
+    dry = snakemake(work, "-n", "--configfile", "config/study.yaml", str(overlay), timeout=300)
+    assert dry.returncode != 0
+    assert any(line.startswith(expected) for line in error_lines(dry)), error_lines(dry)[:5]
+    assert "evaluate" not in dry.stdout  # nothing planned

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from cli import snakemake
+from cli import snakemake, study_on_disk
 
 from workflow_scripts.devtools.workspace import copy_workflow
 from workflow_scripts.evaluation.confinement import hidden_by
@@ -455,9 +455,29 @@ def test_targeting_one_model_plans_only_its_branch(tmp_path: Path) -> None:
     assert "collect" not in planned and "summary" not in planned
 
 
+def test_a_fetch_says_to_run_again_and_the_next_run_plans_the_problems(tmp_path: Path) -> None:
+    # A run that had to fetch the suite planned the fetch alone: it says so, and the same command then plans the rest.
+    from test_kernelbench import build_tarball
+
+    from workflow_scripts.suite.kernelbench import PINNED_REVISION
+
+    work = copy_workflow(tmp_path / "fetch")
+    archive = build_tarball(ROOT / "demo" / "suite", tmp_path / "kb.tar.gz", PINNED_REVISION)
+    overlay = work / "fetch.yaml"
+    overlay.write_text(yaml.safe_dump({"suite": {"path": "fetched", "fetch": True, "revision": PINNED_REVISION,
+                                                 "archive_url": archive.as_uri()}}))
+    first = snakemake(work, "--cores", "1", "--configfile", "config.yaml", str(overlay), timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert (f"KernelBench was fetched into fetched at revision {PINNED_REVISION}; this run planned the fetch only. "
+            "Run the same command again to run everything else.") in first.stderr
+    again = snakemake(work, "-n", "--configfile", "config.yaml", str(overlay), timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "rule evaluate:" in again.stdout and "Run the same command again" not in again.stderr
+
+
 def test_study_config_plans_the_fetch_on_a_fresh_clone(tmp_path: Path) -> None:
     # No KernelBench checkout yet and fetch: true: the first run fetches it at the pinned revision.
     work = copy_workflow(tmp_path / "study")
-    dry = snakemake(work, "-n", "--configfile", "config/study.yaml", timeout=120)
+    dry = snakemake(work, "-n", "--configfile", "config/study.yaml", str(study_on_disk(work)), timeout=120)
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "fetch_kernelbench" in dry.stdout + dry.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli import study_on_disk
 
 from workflow_scripts.devtools.workspace import copy_workflow
 
@@ -17,8 +18,9 @@ from workflow_scripts.devtools.workspace import copy_workflow
 @pytest.mark.integration
 def test_the_study_plans_every_evaluation_against_a_kernelbench_checkout(tmp_path: Path, kb_dir: Path) -> None:
     work = copy_workflow(tmp_path / "study")
-    overlay = work / "local_suite.yaml"
-    overlay.write_text(yaml.safe_dump({"suite": {"path": str(kb_dir), "fetch": False}}))
+    # The shared checkout has no git history nor REVISION file: its revision cannot be confirmed (the start-up check
+    # that refuses that is tests/test_config_errors.py's).
+    overlay = study_on_disk(work, {"path": str(kb_dir), "fetch": False, "revision": None})
     dry = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--quiet", "rules", "--configfile",
                           "config/study.yaml", str(overlay)], cwd=work, capture_output=True, text=True, timeout=600)
     # The CLI models' command templates ("--model {model}") are settings, never wildcards (rule summary failed with

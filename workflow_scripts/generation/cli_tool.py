@@ -161,6 +161,10 @@ class CliModel:
             "env": dict(sorted(self.env.items())),
         }
 
+    def key_material(self, item: PromptItem) -> dict[str, Any]:
+        """What this model's answer to ``item`` is cached under (its cache key is this material's hash)."""
+        return key_material(item, self.identity(), dict(self.decoding))
+
     def base_provenance(self) -> dict[str, Any]:
         return {
             "generation_provider": self.provider,
@@ -324,13 +328,11 @@ def generate_with_cli(
     """
     offline = entry.offline if offline is None else offline
     ordered = sorted(prompts, key=lambda i: (i.level, i.problem_id))
-    identity = entry.identity()
-    decoding = dict(entry.decoding)
     records: dict[int, CompletionRecord] = {}
     todo: list[tuple[int, PromptItem, str, dict[str, Any]]] = []
     missing: list[tuple[str, int, int]] = []
     for idx, item in enumerate(ordered):
-        material = key_material(item, identity, decoding)
+        material = entry.key_material(item)
         key = cache_key(material)
         ok = cache.get_ok(key)
         if ok is not None:
@@ -372,6 +374,17 @@ def generate_with_cli(
                 done = list(pool.map(work, todo))
         records.update(done)
     return [records[i] for i in range(len(ordered))]
+
+
+def uncached_prompts(entry: CliModel, prompts: list[PromptItem], cache: CompletionCache) -> list[PromptItem]:
+    """The prompts for which the cache holds no answer of this model, good or failed: what an offline run of it
+    would report missing (the start-up checks ask before any job runs)."""
+    missing = []
+    for item in prompts:
+        key = cache_key(entry.key_material(item))
+        if cache.get_ok(key) is None and cache.get_failed(key) is None:
+            missing.append(item)
+    return missing
 
 
 # --------------------------------------------------------------------------------------------------- import
@@ -449,11 +462,10 @@ def import_answers(
         listed = ", ".join(f"level{lv}_{pid}" for lv, pid in report.unknown)
         raise ValueError(f"{len(report.unknown)} answer(s) in {source} match no prompt: {listed}")
     report.without_answer = sorted(set(by_id) - set(answers))
-    identity = entry.identity()
     for ident in sorted(set(answers) & set(by_id)):
         item = by_id[ident]
         text, tokens = answers[ident]
-        material = key_material(item, identity, dict(entry.decoding))
+        material = entry.key_material(item)
         key = cache_key(material)
         prov = entry.base_provenance()
         prov.update(

@@ -28,6 +28,9 @@ from workflow_scripts.core.hashing import sha256_file
 # A cached completion's file name: level<L>_<id>.txt (the raw text the model returned); meta.json holds token counts.
 CACHED_FILE = re.compile(r"^level(\d+)_(\d+)\.txt$")
 META_FILE = "meta.json"
+# A KernelBench run folder's file name (runs/<run>/level_1_problem_1_sample_0_kernel.py): bare code, not a completion.
+KERNELBENCH_RUN_FILE = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
+UNFENCED_MODEL_NEW = re.compile(r"^class\s+ModelNew\b", re.MULTILINE)
 
 
 def cached_folder_problems(folder: Path | str, chosen: Collection[tuple[int, int]] | None = None,
@@ -48,13 +51,11 @@ def cached_folder_problems(folder: Path | str, chosen: Collection[tuple[int, int
         if path.name.startswith("."):
             continue  # editor and OS litter
         if path.name == META_FILE:
-            try:
-                meta = json.loads(path.read_text(encoding="utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                problems.append(f"{path} is not a JSON object: {e}")
-                continue
-            if not isinstance(meta, dict):
-                problems.append(f"{path} is not a JSON object of {{'level<L>_<id>': {{'completion_tokens': N}}}}")
+            problems += meta_problems(path)
+        elif KERNELBENCH_RUN_FILE.match(path.name):
+            problems.append(f"{path} is named as in a KernelBench run folder: a cached completion is the model's raw "
+                            "text in level<L>_<id>.txt, its code inside a ```python fence (KernelBench keeps bare "
+                            "code; without the fence the answer would be no_code)")
         elif not (path.is_file() and (match := CACHED_FILE.match(path.name))):
             problems.append(f"{path} is not named level<L>_<id>.txt (nor {META_FILE})")
         else:
@@ -67,6 +68,40 @@ def cached_folder_problems(folder: Path | str, chosen: Collection[tuple[int, int
         problems.append(f"completions folder {folder} holds no completion for any of the {len(chosen)} problems of "
                         f"this run (files level<L>_<id>.txt, e.g. {example}.txt): every row would be missing_completion")
     return problems
+
+
+def meta_problems(path: Path) -> list[str]:
+    """What is wrong with a folder's meta.json: a JSON object of {"level<L>_<id>": {"completion_tokens": N}}, N a
+    whole number or null."""
+    shape = "a JSON object of {'level<L>_<id>': {'completion_tokens': N}}"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return [f"{path} is not {shape}: {e}"]
+    if not isinstance(meta, dict):
+        return [f"{path} is not {shape}"]
+    problems = []
+    for key, value in meta.items():
+        tokens = value.get("completion_tokens") if isinstance(value, dict) else None
+        if not CACHED_FILE.match(f"{key}.txt"):
+            problems.append(f"{path}: key {key!r} is not level<L>_<id>")
+        elif not isinstance(value, dict) or not (tokens is None or (type(tokens) is int and tokens >= 0)):
+            problems.append(f"{path}: {key}: {value!r} is not {{'completion_tokens': N}} with N a whole number or null")
+    return problems
+
+
+def unfenced_answers(folder: Path | str) -> list[str]:
+    """Cached completions that define ModelNew outside any code fence, each named: they are judged no_code, as
+    KernelBench's extraction judges them (a warning, not an error: a model that answered so scores that)."""
+    found = []
+    for path in sorted(Path(folder).glob("level*_*.txt")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # reported by its own row
+        if "```" not in text and UNFENCED_MODEL_NEW.search(text):
+            found.append(f"{path} defines ModelNew outside any ```python fence: its answer will be no_code")
+    return found
 
 
 def rename_reference_model(source: str) -> str:

@@ -13,6 +13,7 @@ from workflow_scripts.suite.kernelbench import KernelBenchError, fetch_checkout
 @dataclass(frozen=True)
 class Params:
     revision: str
+    archive_url: str | None = None  # None: GitHub's archive of the revision
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dest", type=Path, required=True, help="the suite folder to create")
     args, params = parse_stage_args(parser, Params, argv)
     try:
-        info = fetch_checkout(args.dest, params.revision)
+        info = fetch_checkout(args.dest, params.revision, url=params.archive_url)
     except KernelBenchError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -229,15 +229,16 @@ def render_problem_prompt(
 
 def render_suite_prompts(suite: Path, problems: Any, backend: str, option: str, precision: str) -> list[dict[str, Any]]:
     """One prompts-JSONL line per row of the problem table: level, problem_id, system, prompt, prompt_sha256."""
-    lines = []
-    for row in problems.itertuples():
-        source = (suite / row.path).read_text(encoding="utf-8")
-        prompt = render_prompt(suite, source, backend, option, precision)
-        lines.append({
-            "level": int(row.level), "problem_id": int(row.problem_id), "system": SYSTEM_MESSAGE,
-            "prompt": prompt, "prompt_sha256": sha256_text(prompt),
-        })
-    return lines
+    return [prompt_line(suite, int(row.level), int(row.problem_id), suite / row.path, backend, option, precision)
+            for row in problems.itertuples()]
+
+
+def prompt_line(suite: Path, level: int, problem_id: int, problem_file: Path, backend: str, option: str,
+                precision: str) -> dict[str, Any]:
+    """One problem's prompts-JSONL line (the prompts stage's, and the start-up checks' when no stage ran yet)."""
+    prompt = render_prompt(suite, Path(problem_file).read_text(encoding="utf-8"), backend, option, precision)
+    return {"level": level, "problem_id": problem_id, "system": SYSTEM_MESSAGE, "prompt": prompt,
+            "prompt_sha256": sha256_text(prompt)}
 
 
 

@@ -63,7 +63,7 @@ def _add_entry_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tool-version")
     p.add_argument("--name", required=True, help="the pipeline's model name (output file <name>.jsonl)")
     p.add_argument("--prompts", required=True, help="prompts JSONL (level, problem_id, prompt[, system])")
-    p.add_argument("--cache", required=True, help="completion cache folder, e.g. results/.store/completions")
+    p.add_argument("--cache", required=True, help="completion cache folder: <store>/completions, the study's results/study/.store/completions")
 
 
 def build_parser() -> argparse.ArgumentParser:
