@@ -207,3 +207,40 @@ def test_a_job_that_finds_its_reserved_gpu_busy_moves_its_slot(tmp_path: Path) -
     finally:
         for p in [*shared, timing]:
             _stop(p)
+
+
+MEMORY_HOLDER = """
+import sys, time
+from workflow_scripts.evaluation.gpu_lock import acquire_gpu
+with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=sys.argv[1], expected_mem_gib=float(sys.argv[2]),
+                 capacity_gib=lambda gpu: 10.0) as lease:
+    print(lease.gpu, flush=True)
+    time.sleep(30)
+"""
+
+
+def test_memory_admission_makes_a_job_wait_for_room_on_its_gpu(tmp_path: Path) -> None:
+    # Two by-hand evaluations of a large problem on one 10 GiB card: the second waits for the first instead of
+    # failing out of memory (issue 33); a small one fits beside it; a job larger than the card runs when it is alone.
+    def shared(gib: float, timeout_s: float):
+        return acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, timeout_s=timeout_s, poll_s=0.05,
+                           expected_mem_gib=gib, capacity_gib=lambda gpu: 10.0)
+
+    first = subprocess.Popen([sys.executable, "-c", MEMORY_HOLDER, str(tmp_path), "6"], cwd=REPO,
+                             stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "0"
+        with pytest.raises(GpuLockTimeout):
+            with shared(6.0, 1.0):
+                pass
+        with shared(3.0, 5.0) as lease:  # 6 + 3 fits 95% of 10 GiB
+            assert lease.gpu == "0"
+    finally:
+        _stop(first)
+    with shared(6.0, 5.0) as lease:  # the first job is gone, and its holder file counts no more
+        assert lease.gpu == "0"
+    with shared(20.0, 5.0) as lease:  # larger than the card: alone, it runs
+        assert lease.gpu == "0"
+    # Without an estimate (or a capacity) nothing is budgeted: the lock behaves as before.
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, timeout_s=5.0):
+        pass

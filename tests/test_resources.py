@@ -17,7 +17,7 @@ import yaml
 
 from workflow_scripts.devtools.workspace import copy_workflow
 from workflow_scripts.evaluation.resources import (FLOOR_MEM_MB, Memory, Sizes, baseline_memory, evaluate_memory,
-                                                   job_memory, table_sizes)
+                                                   job_memory, problem_gpu_gib, table_sizes)
 from workflow_scripts.suite.sizes import problem_sizes, with_sizes
 from workflow_scripts.suite.kernelbench import index_suite
 
@@ -72,6 +72,20 @@ def test_a_huge_problem_is_sized_without_allocating(tmp_path: Path) -> None:
     assert sizes.input_bytes == sizes.output_bytes == 6 * GIB and sizes.param_bytes == 0
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert grown_kib < 512 * 1024, f"sizing a 6 GiB problem raised the peak by {grown_kib / 1024:.0f} MiB"
+
+
+def test_a_by_hand_job_asks_the_gpu_for_what_the_pipeline_would_declare(tmp_path: Path) -> None:
+    # The trusted side's memory admission (gpu_lock) asks for the estimate a pipeline job declares, from the problem
+    # file's own sizes (no problems table by hand), and for the fallback where the meta device cannot size it.
+    path = tmp_path / "19_HugeReLU.py"
+    path.write_text(HUGE_PROBLEM)
+    sizes = Sizes(6 * GIB, 0, 6 * GIB)
+    assert problem_gpu_gib("evaluate", path, CPU, answers=3) == evaluate_memory(sizes, CUDA, 3).gpu_mem_gb
+    assert problem_gpu_gib("baseline", path, CPU) == baseline_memory(sizes, CUDA).gpu_mem_gb
+    assert problem_gpu_gib("evaluate", path, CPU, answers=3) > problem_gpu_gib("evaluate", path, CPU, answers=1) > 36
+    broken = tmp_path / "1_Broken.py"
+    broken.write_text("raise RuntimeError('no')\n")
+    assert problem_gpu_gib("evaluate", broken, CUDA) == CUDA["memory_gb"]
 
 
 def test_a_problem_the_meta_device_cannot_build_gets_a_reason_not_a_failure(tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ helpers it starts that run only the problem's own code. Everything that decides 
   its own folder), ``freezer`` (stopping an answer's process tree while it is not asked to run), ``limits``,
   ``memory_cap`` (the host-memory cap of a child's process tree), ``start_gate`` (when a child's device part may
   start), ``triton_stub_cache``;
-* the job around it: ``gpu_lock`` (which GPU, shared or exclusive), ``resources`` (what a job declares), ``jobs``,
+* the job around it: ``gpu_lock`` (which GPU, shared or exclusive, once the problem's expected memory fits there),
+  ``resources`` (what a job declares, and asks its GPU for), ``jobs``,
   ``environment`` (the fingerprint); ``baseline`` (the baselines' trusted side).
 
 **The answer's process** runs ``child`` and, for an answer, ``child_answer`` with the checks it runs in that

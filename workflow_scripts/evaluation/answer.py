@@ -54,7 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from workflow_scripts.core.statuses import Status
-from workflow_scripts.evaluation import gpu_lock, sandbox, triton_stub_cache
+from workflow_scripts.evaluation import gpu_lock, resources, sandbox, triton_stub_cache
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, ProtocolError
 from workflow_scripts.evaluation.config import EvalConfig
 from workflow_scripts.evaluation.confinement import Cover, covers, problem_sources
@@ -352,7 +352,8 @@ def evaluate_answers(problem_path: Path, answer_paths: list[Path], config: EvalC
             on_result(i, results[i])
     if runnable:
         # Shared while checking correctness; exclusive only while an answer is timed (see gpu_lock).
-        with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False) as lease:
+        with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False,
+                                    expected_mem_gib=expected_gpu_gib(problem_path, cfg, len(runnable))) as lease:
             evaluator = ProblemEvaluator(Path(problem_path), cfg, lease)
             try:
                 evaluator.prepare(len(runnable))
@@ -369,6 +370,15 @@ def evaluate_answers(problem_path: Path, answer_paths: list[Path], config: EvalC
         assert r is not None
         r.phases_s["evaluate_total_s"] = time.monotonic() - t0
     return [r for r in results if r is not None]
+
+
+def expected_gpu_gib(problem_path: Path, cfg: EvalConfig, answers: int) -> float | None:
+    """What the job asks the GPU's memory admission for (resources.py's estimate); None on the CPU."""
+    if cfg.device != "cuda":
+        return None
+    evaluation = {"correctness_trials": cfg.correctness_trials, "time_answer": cfg.time_answer,
+                  "prestart": cfg.prestart}
+    return resources.problem_gpu_gib("evaluate", problem_path, evaluation, answers)
 
 
 def evaluate_answer(problem_path: Path, answer_path: Path, config: EvalConfig | None = None) -> EvalResult:

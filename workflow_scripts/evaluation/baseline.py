@@ -27,7 +27,7 @@ from typing import Any
 
 from workflow_scripts.core.records import TIMING_MODES, headline_ms
 from workflow_scripts.core.hashing import sha256_file
-from workflow_scripts.evaluation import compile_cache, environment, gpu_lock, timing
+from workflow_scripts.evaluation import compile_cache, environment, gpu_lock, resources, timing
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, ProtocolError
 from workflow_scripts.evaluation.config import BaselineConfig
 from workflow_scripts.evaluation.records import BaselineResult
@@ -86,7 +86,9 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
     cfg = config or BaselineConfig()
     problem_path = Path(problem_path)
     phases: dict[str, float] = {}
-    with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=True) as lease:
+    expected = resources.problem_gpu_gib("baseline", problem_path, {}) if cfg.device == "cuda" else None
+    with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=True,
+                                expected_mem_gib=expected) as lease:
         gpu = lease.gpu if lease else None
         eager_status, eager = ("skipped", {}) if not cfg.run_eager else _run_one(problem_path, cfg, gpu, "eager")
         phases["eager_wall_s"] = eager.get("wall_s", 0.0)

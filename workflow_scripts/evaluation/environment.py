@@ -123,6 +123,26 @@ def sample_sm_clock(gpu: str | int | None) -> float | None:
         return None
 
 
+@functools.cache
+def gpu_memory_gib(gpu: str | int | None) -> float | None:
+    """The total memory (GiB) of one GPU (its index in PCI bus order, or its UUID), from NVML, else nvidia-smi; None
+    where neither answers (memory admission then admits every job)."""
+    nvml = _nvml()
+    if nvml is not None:
+        try:
+            name = "" if gpu is None else str(gpu)
+            handle = (nvml.nvmlDeviceGetHandleByUUID(name) if name.startswith(("GPU-", "MIG-"))
+                      else nvml.nvmlDeviceGetHandleByIndex(int(name or 0)))
+            return nvml.nvmlDeviceGetMemoryInfo(handle).total / (1 << 30)
+        except (nvml.NVMLError, ValueError):
+            pass
+    rows = nvidia_smi_query(["memory.total"], gpu, timeout_s=10.0)
+    try:
+        return float(rows[0]["memory.total"].split()[0]) / 1024 if rows else None  # MiB
+    except (KeyError, ValueError, IndexError):
+        return None
+
+
 def _gpu_facts_from_child(gpu: str | int | None) -> dict[str, Any]:
     # Fallback without nvidia-smi: ask torch in a throw-away process so this process stays CUDA-free.
     code = (

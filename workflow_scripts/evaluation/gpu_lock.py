@@ -22,9 +22,11 @@ Starvation: a stream of shared holders can keep an exclusive job waiting (flock 
 exclusive job first takes ``gpu<g>.gate`` exclusively while it waits on that GPU and shared jobs must briefly take
 the gate shared before locking, so new shared jobs queue behind a waiting timing job.
 
-Memory: the lock does not budget GPU memory. Shared (correctness-only) holders may each use large amounts; the
-holder writes ``gpu<g>.<pid>.json`` (mode, pid, expected peak memory if given) next to the lock for operators,
-removed on release. On CPU no lock is taken (``acquire_gpu`` is not called).
+Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, expected peak memory if given) next to the lock, removed
+on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live holders'
+expectations and its own fit ``ADMISSION_SHARE`` of the card (or the card has no other holder), checked and recorded
+under ``select.lock``: evaluations started by hand side by side wait for room instead of failing out of memory
+(Snakemake's ``gpu_mem_gb`` resource does the same for a pipeline run). On CPU no lock is taken (``acquire_gpu`` is not called).
 
 Visible GPUs come from, in order: an explicit list (config), ``CUDA_VISIBLE_DEVICES``, ``nvidia-smi -L``,
 ``torch.cuda.device_count()`` asked in a child process (the caller never initialises CUDA itself).
@@ -43,10 +45,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 DEFAULT_LOCK_DIR = Path("results/.locks")
 HOLDER_SLOTS = 64  # per GPU: more jobs than this on one GPU still run, they just go uncounted
+# Of a card's memory, what memory admission hands out: the rest is for what no estimate sees (the driver, fragmentation).
+ADMISSION_SHARE = 0.95
 
 
 class GpuLockTimeout(TimeoutError):
@@ -195,6 +199,49 @@ def _try_lock(fd: int, op: int) -> bool:
         return False
 
 
+def _holder_file(lock_dir: Path, gpu: str, pid: int) -> Path:
+    return lock_dir / f"gpu{_safe(gpu)}.{pid}.json"
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process
+    return True
+
+
+def promised_gib(lock_dir: Path, gpu: str) -> tuple[float, int]:
+    """(GiB the GPU's other live holders expect to use, how many they are), from their holder files."""
+    total, holders = 0.0, 0
+    for info in lock_dir.glob(f"gpu{_safe(gpu)}.*.json"):
+        try:
+            record = json.loads(info.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("pid") == os.getpid() or not _alive(record.get("pid")):
+            continue  # this job's own, or left by a holder that died
+        holders += 1
+        total += float(record.get("expected_mem_gib") or 0.0)
+    return total, holders
+
+
+def _admits(lock_dir: Path, gpu: str, need_gib: float | None, capacity_gib: Callable[[str], float | None] | None
+            ) -> bool:
+    """Memory admission: the GPU takes a job that says what it expects to use while its other holders' expectations
+    and this one fit ADMISSION_SHARE of its memory, or when it has no other holder (a problem larger than the card
+    runs alone)."""
+    capacity = capacity_gib(gpu) if need_gib is not None and capacity_gib is not None else None
+    if capacity is None:
+        return True
+    promised, holders = promised_gib(lock_dir, gpu)
+    return holders == 0 or promised + float(need_gib or 0.0) <= ADMISSION_SHARE * capacity
+
+
 @contextlib.contextmanager
 def acquire_gpu(
     exclusive: bool,
@@ -203,9 +250,12 @@ def acquire_gpu(
     timeout_s: float | None = None,
     poll_s: float = 0.5,
     expected_mem_gib: float | None = None,
+    capacity_gib: Callable[[str], float | None] | None = None,
 ) -> Iterator[GpuLease]:
     """Hold one GPU (exclusive for timing, shared for correctness-only) for the ``with`` block. ``gpus``: the
-    candidates (e.g. ``[N]`` for ``--gpu-index N``); default: all visible GPUs."""
+    candidates (e.g. ``[N]`` for ``--gpu-index N``); default: all visible GPUs. With ``expected_mem_gib`` and
+    ``capacity_gib`` (a GPU's memory in GiB), a GPU is taken only while that memory admits the job (``_admits``):
+    jobs started by hand side by side wait for room instead of failing out of memory."""
     cands = [str(g) for g in gpus] if gpus else visible_gpus()
     if not cands:
         raise RuntimeError("no visible GPU to lock")
@@ -232,20 +282,24 @@ def acquire_gpu(
             holder_fd = _take_holder_slot(lock_dir, reserved)
         while chosen is None:
             for g in order:
-                if exclusive:
-                    # Hold the gate of the first GPU we wait on, so shared jobs queue behind us there.
-                    if held_gate is None and _try_lock(gates[g], fcntl.LOCK_EX):
-                        held_gate = g
-                    if _try_lock(fds[g], op):
-                        chosen = g
-                        break
-                else:
-                    if not _try_lock(gates[g], fcntl.LOCK_SH):
-                        continue  # a timing job is queued on this GPU
-                    ok = _try_lock(fds[g], op)
-                    fcntl.flock(gates[g], fcntl.LOCK_UN)
+                # Memory admission and this job's holder file (what it expects to use) in one step, so two jobs
+                # never both fit into the same free memory.
+                with _selection_lock(lock_dir) if expected_mem_gib is not None else contextlib.nullcontext():
+                    if not _admits(lock_dir, g, expected_mem_gib, capacity_gib):
+                        continue
+                    if exclusive:
+                        # Hold the gate of the first GPU we wait on, so shared jobs queue behind us there.
+                        if held_gate is None and _try_lock(gates[g], fcntl.LOCK_EX):
+                            held_gate = g
+                        ok = _try_lock(fds[g], op)
+                    elif _try_lock(gates[g], fcntl.LOCK_SH):  # else a timing job is queued on this GPU
+                        ok = _try_lock(fds[g], op)
+                        fcntl.flock(gates[g], fcntl.LOCK_UN)
+                    else:
+                        ok = False
                     if ok:
                         chosen = g
+                        _write_info(lock_dir, g, mode, expected_mem_gib)
                         break
             if chosen is None:
                 if timeout_s is not None and time.monotonic() - t0 > timeout_s:
@@ -259,14 +313,8 @@ def acquire_gpu(
                 os.close(holder_fd)
             holder_fd = _take_holder_slot(lock_dir, chosen)
         lease = GpuLease(gpu=chosen, mode=mode, lock_path=lock_dir / f"gpu{_safe(chosen)}.lock",
-                         waited_s=time.monotonic() - t0, _fd=fds[chosen], _gate_fd=gates[chosen])
-        info = lock_dir / f"gpu{_safe(chosen)}.{os.getpid()}.json"
-        try:
-            info.write_text(json.dumps({"pid": os.getpid(), "mode": mode, "since": time.time(),
-                                        "expected_mem_gib": expected_mem_gib}))
-            lease._info_path = info
-        except OSError:
-            pass
+                         waited_s=time.monotonic() - t0, _fd=fds[chosen], _gate_fd=gates[chosen],
+                         _info_path=_holder_file(lock_dir, chosen, os.getpid()))
         yield lease
     finally:
         for fd in fds.values():
@@ -279,7 +327,14 @@ def acquire_gpu(
             os.close(holder_fd)  # closing the file releases its lock
         if chosen is not None:
             with contextlib.suppress(OSError):
-                (lock_dir / f"gpu{_safe(chosen)}.{os.getpid()}.json").unlink()
+                _holder_file(lock_dir, chosen, os.getpid()).unlink()
+
+
+def _write_info(lock_dir: Path, gpu: str, mode: str, expected_mem_gib: float | None) -> None:
+    """The holder file: for operators, and what memory admission adds up."""
+    with contextlib.suppress(OSError):
+        _holder_file(lock_dir, gpu, os.getpid()).write_text(json.dumps(
+            {"pid": os.getpid(), "mode": mode, "since": time.time(), "expected_mem_gib": expected_mem_gib}))
 
 
 def host_locks(folder: Path | str) -> Path:
@@ -301,12 +356,15 @@ def hold_gpus(gpus: Sequence[str | int], lock_dir: Path | str, timeout_s: float 
 
 @contextlib.contextmanager
 def lease_for_job(device: str, gpu_index: int | None, gpus: Sequence[str | int] | None, lock_dir: Path | str,
-                  exclusive: bool) -> Iterator[GpuLease | None]:
+                  exclusive: bool, expected_mem_gib: float | None = None) -> Iterator[GpuLease | None]:
     """The GPU lease of one evaluation or baseline job: none on the CPU; on CUDA the configured GPU (or any of the
-    candidates), shared for correctness work or exclusive for timing."""
+    candidates), shared for correctness work or exclusive for timing, once its expected memory fits there."""
     if device != "cuda":
         yield None
         return
+    from workflow_scripts.evaluation.environment import gpu_memory_gib
+
     candidates = [str(gpu_index)] if gpu_index is not None else gpus
-    with acquire_gpu(exclusive=exclusive, gpus=candidates, lock_dir=lock_dir) as lease:
+    with acquire_gpu(exclusive=exclusive, gpus=candidates, lock_dir=lock_dir, expected_mem_gib=expected_mem_gib,
+                     capacity_gib=gpu_memory_gib) as lease:
         yield lease

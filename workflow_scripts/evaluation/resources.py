@@ -73,7 +73,7 @@ def answer_processes(evaluation: Mapping[str, Any], answers: int) -> int:
     """Answer processes alive at once in one evaluate job: a batch of ``EvalConfig.prestart_count()`` (15 on CUDA,
     1 on the CPU) plus the next batch, started while the last answer of a batch is checked, i.e. the current answer
     and one batch; never more than the job's answers (its own model's and the companions', one per model)."""
-    from workflow_scripts.evaluation.answer import EvalConfig
+    from workflow_scripts.evaluation.config import EvalConfig
 
     device = evaluation.get("device", "cpu")
     batch = EvalConfig(device=device, prestart=evaluation.get("prestart")).prestart_count()
@@ -195,7 +195,20 @@ def _read(path: str) -> dict[tuple[int, int], Sizes | None]:
 def job_memory(job: str, problems: Path | str, level: int, problem_id: int, evaluation: Mapping[str, Any],
                answers: int = 1) -> Memory:
     """The memory of one evaluate or baseline job, from the problems table (rules/common.smk's resources)."""
-    sizes = table_sizes(problems, level, problem_id)
+    return _estimate(job, table_sizes(problems, level, problem_id), evaluation, answers)
+
+
+def problem_gpu_gib(job: str, problem: Path | str, evaluation: Mapping[str, Any], answers: int = 1) -> float:
+    """The GPU memory (GiB) one job on this problem file expects, its sizes read on the meta device: what the
+    trusted side asks the GPU's memory admission for (gpu_lock), by hand as in a pipeline job."""
+    from workflow_scripts.suite.sizes import problem_sizes
+
+    found = problem_sizes(problem)
+    sizes = None if found.error else Sizes(found.input_bytes or 0, found.param_bytes or 0, found.output_bytes or 0)
+    return float(_estimate(job, sizes, {**evaluation, "device": "cuda"}, answers).gpu_mem_gb)
+
+
+def _estimate(job: str, sizes: Sizes | None, evaluation: Mapping[str, Any], answers: int) -> Memory:
     if job == "evaluate":
         return evaluate_memory(sizes, evaluation, answers)
     if job == "baseline":
