@@ -17,10 +17,11 @@ from workflow_scripts.evaluation.config import fill_protocol_defaults
 from workflow_scripts.evaluation.environment import live_facts
 from workflow_scripts.evaluation.resources import job_memory
 from workflow_scripts.generation.kinds import kind_of, models_for_rule
-from workflow_scripts.generation.preflight import RunContext, run_prompts, startup_problems
+from workflow_scripts.generation.preflight import RunContext, startup_problems
 from workflow_scripts.generation.replay import cached_folder_problems, unfenced_answers
 from workflow_scripts.generation.vllm import engine_groups
 from workflow_scripts.suite.kernelbench import KernelBenchError, problem_files, suite_root_of, validate_checkout
+from workflow_scripts.suite.prompt import suite_prompt_lines
 
 min_version("9.0")
 
@@ -159,12 +160,14 @@ def completion_cache(names):
 # The generating kinds' start-up checks (generation/preflight.py): a missing base model or adapter folder, settings
 # that one vLLM engine cannot share, an offline model's answers missing from its cache. They stop the run here,
 # before any job, each naming its configuration line; models whose completions are written already are not checked.
-_PENDING = {name for name in MODELS if not Path(LAYOUT.completions(name)).exists()}
+# Linting plans nothing and checks the rules alone: Snakemake lints without its envvars check (check_envvars is
+# False only there), and without these.
+_PENDING = {name for name in MODELS if not Path(LAYOUT.completions(name)).exists()} if workflow.check_envvars else set()
 _STARTUP = startup_problems(
     config["models"],
     _PENDING,
     RunContext(
-        (lambda: run_prompts(SUITE, PROBLEMS, config["prompt"])) if PROBLEMS else None,
+        (lambda: suite_prompt_lines(SUITE, PROBLEMS, config["prompt"])) if PROBLEMS else None,
         {name: Path(completion_cache([name])) for name in MODELS},
     ),
 )

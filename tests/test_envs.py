@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli import study_on_disk
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -180,6 +181,8 @@ def test_rules_name_existing_environments_of_their_device(tmp_path: Path) -> Non
     # The demo on the CPU, with a vLLM model added so that the generation rule exists; the study on CUDA.
     demo["models"]["tiny_vllm"] = {"label": "vLLM on the CPU", "kind": "vllm", "base_model": "models/tiny"}
     (work / "cpu.yaml").write_text(yaml.safe_dump(demo, sort_keys=False))
+    (work / "models" / "tiny").mkdir(parents=True)  # the start-up checks want the models' folders (preflight.py)
+    study_on_disk(work)
     used = set()
     for configfile, device in [("cpu.yaml", "cpu"), ("config/study.yaml", "cuda")]:
         environments = rule_environments(work, configfile)

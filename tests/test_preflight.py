@@ -11,6 +11,7 @@ from workflow_scripts.generation.kinds import KINDS, CompletionSource
 from workflow_scripts.generation.preflight import KIND_CHECKS, RunContext, startup_problems
 
 PROMPTS = [PromptItem(1, 1, "prompt one"), PromptItem(1, 2, "prompt two"), PromptItem(2, 7, "prompt seven")]
+LINES = [{"level": p.level, "problem_id": p.problem_id, "prompt": p.prompt, "system": None} for p in PROMPTS]
 CLI = {"kind": "cli", "command": "tool --model {model}", "model": "m1", "offline": True}
 
 
@@ -20,7 +21,7 @@ def vllm(tmp_path: Path, adapter: str | None, **settings) -> dict:
 
 
 def run_context(tmp_path: Path, models: dict) -> RunContext:
-    return RunContext(lambda: PROMPTS, {name: tmp_path / "cache" for name in models})
+    return RunContext(lambda: LINES, {name: tmp_path / "cache" for name in models})
 
 
 def problems(tmp_path: Path, models: dict, pending: set[str] | None = None) -> list[tuple[tuple[str, ...], str]]:
@@ -82,7 +83,7 @@ def test_an_offline_tool_model_needs_every_prompt_of_the_run_in_its_cache(tmp_pa
 
 def test_prompts_are_rendered_only_when_a_cache_is_checked(tmp_path: Path) -> None:
     rendered = []
-    run = RunContext(lambda: rendered.append(1) or PROMPTS, {})
+    run = RunContext(lambda: rendered.append(1) or LINES, {})
     (tmp_path / "base").mkdir()
     startup_problems({"base": vllm(tmp_path, None)}, {"base"}, run)
     assert rendered == []

@@ -22,7 +22,6 @@ from typing import Any
 from workflow_scripts.generation.cache import CompletionCache, PromptItem
 from workflow_scripts.generation.cli_tool import CliModel, uncached_prompts
 from workflow_scripts.generation.kinds import kind_of
-from workflow_scripts.suite.prompt import prompt_line
 
 # The keys the models on one base model share: one engine generates for all of them (generation/vllm.py plan_engine).
 ENGINE_SHARED_KEYS = ("decoding", "engine", "offline")
@@ -40,16 +39,18 @@ class StartupProblem:
 
 @dataclass
 class RunContext:
-    """What the checks may ask of the run: its prompts (rendered once, only when a check needs them; None while the
-    suite is still to be fetched) and each model's completion cache folder."""
+    """What the checks may ask of the run: its prompts (prompts-JSONL lines as the prompts stage writes them,
+    rendered once, only when a check needs them; None while the suite is still to be fetched) and each model's
+    completion cache folder."""
 
-    render_prompts: Callable[[], list[PromptItem]] | None
+    render_prompts: Callable[[], list[dict[str, Any]]] | None
     cache_of: Mapping[str, Path]
     _prompts: list[PromptItem] | None = None
 
     def prompts(self) -> list[PromptItem] | None:
         if self._prompts is None and self.render_prompts is not None:
-            self._prompts = self.render_prompts()
+            self._prompts = [PromptItem(line["level"], line["problem_id"], line["prompt"], line.get("system"))
+                             for line in self.render_prompts()]
         return self._prompts
 
 
@@ -115,14 +116,6 @@ def engine_problems(models: Mapping[str, Mapping[str, Any]], pending: set[str]) 
 # What is checked of each generating kind (generation/kinds.py: the kinds whose completions come from the cache).
 KIND_CHECKS: dict[str, Callable[[str, Mapping[str, Any], RunContext], list[StartupProblem]]] = {
     "vllm": vllm_problems, "cli": cli_problems}
-
-
-def run_prompts(suite: Path | str, problems: Mapping[tuple[int, int], str], prompt: Mapping[str, str]
-                ) -> list[PromptItem]:
-    """The run's prompts, rendered as the prompts stage renders them (what the caches are keyed on)."""
-    lines = [prompt_line(Path(suite), level, problem_id, Path(path), prompt["backend"], prompt["option"],
-                         prompt["precision"]) for (level, problem_id), path in problems.items()]
-    return [PromptItem(line["level"], line["problem_id"], line["prompt"], line["system"]) for line in lines]
 
 
 def startup_problems(models: Mapping[str, Mapping[str, Any]], pending: set[str], run: RunContext

@@ -17,7 +17,7 @@ import json
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from workflow_scripts.core.hashing import sha256_bytes, sha256_text
 from workflow_scripts.core.io import atomic_write_bytes
@@ -231,6 +231,14 @@ def render_suite_prompts(suite: Path, problems: Any, backend: str, option: str, 
     """One prompts-JSONL line per row of the problem table: level, problem_id, system, prompt, prompt_sha256."""
     return [prompt_line(suite, int(row.level), int(row.problem_id), suite / row.path, backend, option, precision)
             for row in problems.itertuples()]
+
+
+def suite_prompt_lines(suite: Path | str, problems: Mapping[tuple[int, int], str], prompt: Mapping[str, str]
+                       ) -> list[dict[str, Any]]:
+    """The prompts-JSONL lines of ``problems`` ((level, id) -> problem file) under ``prompt`` (config["prompt"]), as
+    the prompts stage writes them: what the start-up checks look the caches up with before that stage has run."""
+    return [prompt_line(Path(suite), level, problem_id, Path(path), prompt["backend"], prompt["option"],
+                        prompt["precision"]) for (level, problem_id), path in problems.items()]
 
 
 def prompt_line(suite: Path, level: int, problem_id: int, problem_file: Path, backend: str, option: str,
