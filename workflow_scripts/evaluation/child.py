@@ -142,10 +142,13 @@ class _Child:
             self.cuda_manual_seed(seed)
 
     def set_rng_state(self, state: dict[str, Any]) -> None:
+        # The states are host byte tensors whatever default device the answer set (torch.set_default_device("cuda")
+        # at import would put them on the GPU, which the generators refuse: seen on the H200).
         torch = self.torch
-        torch.set_rng_state(torch.tensor(list(bytes.fromhex(state["cpu"])), dtype=torch.uint8))
+        torch.set_rng_state(torch.tensor(list(bytes.fromhex(state["cpu"])), dtype=torch.uint8, device="cpu"))
         if self.device_kind == "cuda" and state.get("cuda"):
-            torch.cuda.set_rng_state(torch.tensor(list(bytes.fromhex(state["cuda"])), dtype=torch.uint8))
+            torch.cuda.set_rng_state(torch.tensor(list(bytes.fromhex(state["cuda"])), dtype=torch.uint8,
+                                                  device="cpu"))
 
     def process(self, x: Any) -> Any:
         # KernelBench casts every input tensor to fp32; we cast only floating ones (integer targets stay integer)

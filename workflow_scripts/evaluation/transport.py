@@ -220,7 +220,7 @@ class Area:
             if isinstance(e, dict) and "tensor" in e:
                 slot = Slot.from_dict(e["tensor"], self.size)
                 dtype = torch_dtype(slot.dtype)
-                flat = self.view(slot) if slot.nbytes else torch.empty(0, dtype=torch.uint8)
+                flat = self.view(slot) if slot.nbytes else torch.empty(0, dtype=torch.uint8, device="cpu")
                 out.append(flat.view(dtype).reshape(slot.shape))
             elif isinstance(e, dict) and "value" in e:
                 out.append(_unplain(e["value"]))
