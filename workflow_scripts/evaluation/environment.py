@@ -103,6 +103,14 @@ def _nvml() -> Any:
         return None
 
 
+def _nvml_handle(nvml: Any, gpu: str | int | None) -> Any:
+    """NVML's handle of one GPU: its index in PCI bus order (as nvidia-smi counts; None: the first) or its UUID."""
+    name = "" if gpu is None else str(gpu)
+    if name.startswith(("GPU-", "MIG-")):
+        return nvml.nvmlDeviceGetHandleByUUID(name)
+    return nvml.nvmlDeviceGetHandleByIndex(int(name or 0))
+
+
 def sample_sm_clock(gpu: str | int | None) -> float | None:
     """The SM clock (MHz) of one GPU right now (``gpu``: its index in PCI bus order, as nvidia-smi counts, or its
     UUID; None: the first GPU), from NVML, else from nvidia-smi. Call it around timing, not while it runs
@@ -110,10 +118,7 @@ def sample_sm_clock(gpu: str | int | None) -> float | None:
     nvml = _nvml()
     if nvml is not None:
         try:
-            name = "" if gpu is None else str(gpu)
-            handle = (nvml.nvmlDeviceGetHandleByUUID(name) if name.startswith(("GPU-", "MIG-"))
-                      else nvml.nvmlDeviceGetHandleByIndex(int(name or 0)))
-            return float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
+            return float(nvml.nvmlDeviceGetClockInfo(_nvml_handle(nvml, gpu), nvml.NVML_CLOCK_SM))
         except (nvml.NVMLError, ValueError):
             pass
     rows = nvidia_smi_query(["clocks.sm"], gpu, timeout_s=10.0)
@@ -130,10 +135,7 @@ def gpu_memory_gib(gpu: str | int | None) -> float | None:
     nvml = _nvml()
     if nvml is not None:
         try:
-            name = "" if gpu is None else str(gpu)
-            handle = (nvml.nvmlDeviceGetHandleByUUID(name) if name.startswith(("GPU-", "MIG-"))
-                      else nvml.nvmlDeviceGetHandleByIndex(int(name or 0)))
-            return nvml.nvmlDeviceGetMemoryInfo(handle).total / (1 << 30)
+            return nvml.nvmlDeviceGetMemoryInfo(_nvml_handle(nvml, gpu)).total / (1 << 30)
         except (nvml.NVMLError, ValueError):
             pass
     rows = nvidia_smi_query(["memory.total"], gpu, timeout_s=10.0)
