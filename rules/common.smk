@@ -90,9 +90,12 @@ def _scan_suite():
         )
     suite = config["suite"]
     counts = {int(k): v for k, v in suite["expected_problems"].items()} if suite["expected_problems"] else None
-    # The checks the problems stage makes (its levels and counts, then its revision), made now: a copy whose revision
-    # cannot be confirmed stops here, naming the line, not at the first job.
+    # The checks the problems stage makes (its levels and counts, then its revision), made now (by the run itself, not
+    # again in each cluster job's own parse): a copy whose revision cannot be confirmed stops here, naming the line,
+    # not at the first job.
     for key, revision, expected in (("path", None, counts), ("revision", suite["revision"] or None, None)):
+        if not workflow.is_main_process:
+            break
         try:
             validate_checkout(SUITE, revision, expected, LEVELS)
         except KernelBenchError as error:
@@ -142,7 +145,7 @@ for _name in [name for name, model in config["models"].items() if kind_of(model)
     _where = location(workflow.configfiles, ["models", _name, "completions"], _folder)
     if _problems:
         raise WorkflowError(f"{_where}: model {_name}: " + "; ".join(_problems))
-    for _unfenced in unfenced_answers(_folder):
+    for _unfenced in unfenced_answers(_folder) if workflow.is_main_process else []:
         logger.warning(f"{_where}: model {_name}: {_unfenced}")
 
 
@@ -160,9 +163,10 @@ def completion_cache(names):
 # The generating kinds' start-up checks (generation/preflight.py): a missing base model or adapter folder, settings
 # that one vLLM engine cannot share, an offline model's answers missing from its cache. They stop the run here,
 # before any job, each naming its configuration line; models whose completions are written already are not checked.
-# Linting plans nothing and checks the rules alone: Snakemake lints without its envvars check (check_envvars is
-# False only there), and without these.
-_PENDING = {name for name in MODELS if not Path(LAYOUT.completions(name)).exists()} if workflow.check_envvars else set()
+# The run itself checks, not each cluster job's own parse; linting plans nothing and checks the rules alone: Snakemake
+# lints without its envvars check (check_envvars is False only there), and without these.
+_CHECKING = workflow.is_main_process and workflow.check_envvars
+_PENDING = {name for name in MODELS if not Path(LAYOUT.completions(name)).exists()} if _CHECKING else set()
 _STARTUP = startup_problems(
     config["models"],
     _PENDING,
