@@ -247,6 +247,18 @@ def test_parse_json_output_variants():
 
 
 @pytest.mark.integration
+def test_the_entrys_parallel_runs_that_many_tool_calls_at_once(tmp_path):
+    # Each call waits until 3 calls have started: only 3 calls at once can all answer (issue 36).
+    def run(parallel: int, timeout_s: float, name: str) -> list[str]:
+        e = entry(f"--await-peers 3 {tmp_path / name / 'peers'} {timeout_s}", parallel=parallel)
+        return [r.status for r in generate_with_cli(e, "fake", PROMPTS, CompletionCache(tmp_path / name / "cache"))]
+
+    assert run(3, 60, "three") == ["ok"] * 3
+    assert run(1, 1, "one") == ["failed"] * 3  # one at a time: each waits alone
+    with pytest.raises(ValueError, match="parallel must be at least 1"):
+        entry(parallel=0)
+
+
 def test_parallel_jobs(tmp_path):
     recs = generate_with_cli(entry(), "fake", PROMPTS, CompletionCache(tmp_path / "cache"), jobs=3)
     assert [(r.level, r.problem_id) for r in recs] == [(1, 1), (1, 3), (2, 5)] and all(r.status == "ok" for r in recs)

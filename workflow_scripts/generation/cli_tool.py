@@ -101,12 +101,15 @@ class CliModel:
     timeout_s: float = 3600.0
     offline: bool = True
     tool_version: str | None = None
+    parallel: int = 1  # tool calls at once (not part of the cache key: the answers do not depend on it)
 
     def __post_init__(self) -> None:
         if not self.command or not self.command.strip():
             raise ValueError("a cli model entry needs a command template")
         if self.attempts < 1:
             raise ValueError("attempts must be at least 1")
+        if self.parallel < 1:
+            raise ValueError("parallel must be at least 1")
         fmt = self.resolved_output_format
         if fmt not in ("text", "json"):
             raise ValueError(f"output_format must be 'text' or 'json', not {fmt!r}")
@@ -316,7 +319,7 @@ def generate_with_cli(
     *,
     offline: bool | None = None,
     allow_missing: bool = False,
-    jobs: int = 1,
+    jobs: int | None = None,
     runner: Callable[[CliModel, PromptItem], ToolResult] = run_tool,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[CompletionRecord]:
@@ -327,6 +330,7 @@ def generate_with_cli(
     Online, cached good answers are reused and everything else (including earlier failures) is generated.
     """
     offline = entry.offline if offline is None else offline
+    jobs = entry.parallel if jobs is None else jobs
     ordered = sorted(prompts, key=lambda i: (i.level, i.problem_id))
     records: dict[int, CompletionRecord] = {}
     todo: list[tuple[int, PromptItem, str, dict[str, Any]]] = []

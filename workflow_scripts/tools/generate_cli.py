@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--online", dest="offline", action="store_false", default=None, help="run the tool for missing answers")
     mode.add_argument("--offline", dest="offline", action="store_true", help="never run the tool (the default unless the entry says offline: false)")
     g.add_argument("--allow-missing", action="store_true", help="offline: write status 'missing' records instead of failing")
-    g.add_argument("--jobs", type=int, default=1, help="tool calls in parallel")
+    g.add_argument("--jobs", type=int, default=None, help="tool calls in parallel (default: the entry's parallel, 1)")
     g.add_argument("--answers-root", help="also write <answers-root>/<name>/level<L>_<id>.txt + meta.json")
     i = sub.add_parser("import", help="ingest existing answers (a folder of level<L>_<id>.txt|.md, or JSONL)")
     _add_entry_args(i)
