@@ -69,6 +69,10 @@ ANSWERS_FIRST = 10
 for _name in [config["summary"]["reference"], *(config["summary"]["compare"] or [])]:
     if _name not in config["models"]:
         raise WorkflowError(f"summary names model {_name!r}, which is not under models: (models: {MODELS})")
+for _run, _names in (config["summary"]["samples"] or {}).items():
+    for _name in [name for name in _names if name not in config["models"]]:
+        _where = location(workflow.configfiles, ["summary", "samples", _run])
+        raise WorkflowError(f"{_where}: summary.samples {_run!r} names model {_name!r}, which is not under models")
 # Jobs run `python`: the interpreter that runs Snakemake (its folder goes first on the PATH the jobs inherit),
 # or under --sdm conda the one of the job's environment, which conda's activation puts before it.
 envvars:

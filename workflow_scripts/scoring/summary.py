@@ -58,6 +58,7 @@ from workflow_scripts.core.columns import column_names
 from workflow_scripts.core.io import write_parquet
 from workflow_scripts.scoring import metrics
 from workflow_scripts.scoring.context import ModelContext, SummaryContext
+from workflow_scripts.scoring.samples import samples_block
 
 STRATEGY_FIELDS: tuple[str, ...] = ("answers_keeping_pytorch_op", "fast_unflagged_hybrid", "fast_unflagged_pure_triton")
 # Where levels.parquet names a published count otherwise: "flags" would shadow pandas' DataFrame.flags.
@@ -416,10 +417,12 @@ def summarize(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     context: SummaryContext | None = None,
+    samples: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """The summary object (published schema) from the per-problem rows.
 
-    ``reference`` defaults to the first model in model order; ``compare`` defaults to every other model.
+    ``reference`` defaults to the first model in model order; ``compare`` defaults to every other model. ``samples``
+    (run -> its sample models) adds the pass@k block (scoring/samples.py) beside the published fields.
     """
     context = context or SummaryContext()
     frame = normalize_rows(rows)
@@ -481,6 +484,8 @@ def summarize(
     summary["paired_bootstrap_note"] = boot_note
     summary["level2_strategy"] = strategy
     summary["level2_strategy_note"] = split_note
+    if samples:
+        summary["samples"] = samples_block(outcomes, samples)
     return summary
 
 
@@ -578,6 +583,9 @@ def markdown_table(summary: Mapping[str, Any]) -> str:
         cells += [_pct(c[count], n) for count, _ in fast]
         cells += [str(c["flags"]), delta]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    for run, entry in (summary.get("samples") or {}).items():
+        passes = ", ".join(f"pass@{k} {100 * v:.1f}%" for k, v in entry["pass_at_k"].items())
+        lines.append(f"\nRun {run}, {entry['n']} samples per problem ({', '.join(entry['models'])}): {passes}.")
     return "\n".join(lines) + "\n"
 
 

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = summarize(
             rows, reference=params.summary["reference"], compare=params.summary.get("compare"),
             resamples=params.summary["resamples"], seed=params.summary["seed"],
-            context=parse_context(build_context(settings, environment)),
+            context=parse_context(build_context(settings, environment)), samples=params.summary.get("samples"),
         )
         atomic_write_text(out["json"], dumps_summary(summary))
         atomic_write_text(out["markdown"], markdown_table(summary))

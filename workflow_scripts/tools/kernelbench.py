@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from workflow_scripts.core.io import write_parquet
+from workflow_scripts.generation.kernelbench_runs import export_run, import_run
 from workflow_scripts.suite.kernelbench import DEFAULT_LEVELS, KernelBenchError, PINNED_REVISION, fetch_checkout, list_problems, problems_dataframe, validate_checkout
 
 
@@ -51,7 +52,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_fetch.add_argument("--expect-counts", nargs="+", default=None, metavar="LEVEL=N")
     p_fetch.add_argument("--timeout", type=float, default=120.0)
 
+    p_import = sub.add_parser("import-run", help="a KernelBench run folder (runs/<run>/level_<L>_problem_<id>_sample_<s>"
+                              "_kernel.py, bare code) as one cached completions folder per sample, <out>/<name>_s<s>")
+    p_import.add_argument("--run", required=True, type=Path)
+    p_import.add_argument("--out", required=True, type=Path, help="where the sample folders go")
+    p_import.add_argument("--name", required=True, help="the run's name: its samples become models <name>_s<s>")
+
+    p_export = sub.add_parser("export-run", help="a model's answers (<results>/answers/<model>.parquet) as sample S of a "
+                              "KernelBench run folder, for KernelBench's own harness")
+    p_export.add_argument("--answers", required=True, type=Path)
+    p_export.add_argument("--run", required=True, type=Path)
+    p_export.add_argument("--sample", type=int, default=0)
+
     args = ap.parse_args(argv)
+    if args.cmd in ("import-run", "export-run"):
+        return _run_folder(args)
     try:
         if args.cmd == "list":
             problems = list_problems(args.suite, args.levels)
@@ -71,6 +86,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KernelBenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _run_folder(args: argparse.Namespace) -> int:
+    """import-run and export-run (generation/kernelbench_runs.py); prints what to add to the configuration."""
+    try:
+        if args.cmd == "export-run":
+            written = export_run(args.answers, args.run, args.sample)
+            print(f"{len(written)} answers -> {args.run} (sample {args.sample})", file=sys.stderr)
+            return 0
+        report = import_run(args.run, args.out, args.name)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if report.skipped:
+        print(f"not a generation, left out: {', '.join(report.skipped)}", file=sys.stderr)
+    models = {folder.name: {"kind": "cached", "completions": str(folder)} for folder in report.folders.values()}
+    print(json.dumps({"models": models, "summary": {"samples": {args.name: list(models)}}}, indent=2))
+    for sample, problems in report.problems.items():
+        print(f"sample {sample}: {len(problems)} problems -> {report.folders[sample]}", file=sys.stderr)
     return 0
 
 
