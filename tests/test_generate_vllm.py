@@ -434,6 +434,49 @@ def test_vllm_changed_adapter_never_reuses_stale_answers(tiny, engine, tmp_path)
 
 
 @pytest.mark.vllm
+def test_self_parity_generates_a_sample_twice_on_the_engine_and_reports_its_agreement(tiny, engine, tmp_path):
+    # Issue 36: a small model with a LoRA adapter, two of the three prompts generated twice (one batch, then one at a
+    # time). float32 greedy on this CPU backend reproduces itself token for token.
+    decoding = Decoding(max_tokens=MAX_TOKENS)
+    cache = CompletionCache(tmp_path / "cache")
+    reports: dict = {}
+    out = gv.generate_with_vllm(tiny.base, {"tiny-lora": tiny.lora}, PROMPTS, decoding, cache, ENGINE_KWARGS,
+                                llm=engine, self_parity={"tiny-lora": 2}, parity_reports=reports)
+    report = reports["tiny-lora"]
+    assert report.model == "tiny-lora" and report.prompts == 2 and report.problems == [[1, 1], [1, 2]]
+    assert report.identical == 2 and report.agreement == 1.0 and report.token_agreement == 1.0
+    assert report.settings == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 0, "dtype": "float32",
+                               "enforce_eager": True, "batch_size": gv.DEFAULT_BATCH, "batch_invariant": False}
+    sampled = [r for r in out["tiny-lora"] if "self_parity" in r.provenance]
+    assert [(r.level, r.problem_id) for r in sampled] == [(1, 1), (1, 2)]
+    assert all(r.provenance["determinism"] == report.settings for r in out["tiny-lora"])  # on every answer
+    # Everything cached now: the check still runs on the engine, nothing is generated again.
+    calls = []
+    real_generate = engine.generate
+    engine.generate = lambda *a, **kw: calls.append(len(a[0])) or real_generate(*a, **kw)
+    try:
+        again: dict = {}
+        gv.generate_with_vllm(tiny.base, {"tiny-lora": tiny.lora}, PROMPTS, decoding, cache, ENGINE_KWARGS,
+                              llm=engine, self_parity={"tiny-lora": 2}, parity_reports=again)
+    finally:
+        del engine.generate
+    assert calls == [2, 1, 1] and again["tiny-lora"].identical == 2  # one batch of two, then each alone
+
+
+def test_self_parity_counts_answers_that_differ_between_batches() -> None:
+    # A stand-in engine whose answers depend on the batch: the third token differs when prompts share a batch.
+    from workflow_scripts.generation.self_parity import measure_self_parity, sample
+
+    def generate(batch):
+        return [[7, 8, 9 if len(batch) == 1 else 0, 10] for _ in batch]
+
+    report = measure_self_parity("m", [((1, 1), [1, 2]), ((1, 2), [3])], generate, {"batch_invariant": False})
+    assert report.prompts == 2 and report.identical == 0 and report.agreement == 0.0
+    assert report.token_agreement == 0.5  # two of four tokens agree before they part
+    assert sample(list(range(10)), 3) == [0, 3, 6] and sample([1, 2], 5) == [1, 2] and sample([1], 0) == []
+
+
+@pytest.mark.vllm
 def test_vllm_cli_end_to_end_then_offline(tiny, tmp_path):
     write_prompts_jsonl(tmp_path / "p.jsonl", PROMPTS[:2])
     args = [
@@ -467,7 +510,7 @@ def test_completions_vllm_stage_runs_config_entries(tiny, tmp_path):
     write_prompts_jsonl(tmp_path / "p.jsonl", PROMPTS[:1])
     engine = {"dtype": "float32", "max_model_len": 512, "enforce_eager": True}
     models = {"tiny": dict(_entry(tiny.base, max_tokens=8), engine=engine),
-              "tiny-lora": dict(_entry(tiny.base, tiny.lora, max_tokens=8), engine=engine)}
+              "tiny-lora": dict(_entry(tiny.base, tiny.lora, max_tokens=8), engine=engine, self_parity=1)}
     args = [sys.executable, "-m", "workflow_scripts.stages.completions_vllm", "--params", json.dumps({"models": models}),
             "--prompts", str(tmp_path / "p.jsonl"), "--cache", str(tmp_path / "cache"), "--out-dir", str(tmp_path / "out")]
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
@@ -476,6 +519,11 @@ def test_completions_vllm_stage_runs_config_entries(tiny, tmp_path):
     for name in models:
         recs = read_completions_jsonl(tmp_path / "out" / f"{name}.jsonl")
         assert [(r.status, r.model) for r in recs] == [("ok", name)] and recs[0].completion_tokens <= 8
+    # The adapter's self-parity check: its report beside its completions and a line in the job's log.
+    parity = json.loads((tmp_path / "out" / "tiny-lora.self_parity.json").read_text())
+    assert parity["prompts"] == 1 and parity["identical"] == 1 and parity["problems"] == [[1, 1]]
+    assert "self-parity tiny-lora: 1 of 1 sampled prompts identical token for token" in proc.stderr
+    assert not (tmp_path / "out" / "tiny.self_parity.json").exists()
     bad = subprocess.run(args[:4] + [json.dumps({"models": models, "extra": 1})] + args[5:], cwd=REPO,
                          capture_output=True, text=True, timeout=120, env=env, check=False)
     assert bad.returncode == 2 and "unknown key(s) ['extra']" in bad.stderr

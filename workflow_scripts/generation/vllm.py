@@ -29,7 +29,7 @@ import contextlib
 import json
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from workflow_scripts.generation.cache import (
     utc_now,
 )
 from workflow_scripts.generation.kinds import kind_of
+from workflow_scripts.generation.self_parity import SelfParity, determinism_settings, measure_self_parity, sample
 
 PROVIDER = "vllm"
 # Ranks vLLM's LoRAConfig accepts for max_lora_rank (vllm/config/lora.py, MaxLoRARanks).
@@ -184,6 +185,7 @@ class _Served:
     identities: dict[str, dict[str, Any]]  # name -> the model part of its cache key (model_identity)
     decoding: Decoding
     dtype: str
+    determinism: dict[str, Any]  # what decides whether a greedy answer reproduces (self_parity.py)
 
     def provenance(self, name: str, engine_max_len: int, versions: dict[str, str | None],
                    **extra: Any) -> dict[str, Any]:
@@ -198,6 +200,7 @@ class _Served:
             "dtype": self.dtype,
             "max_model_len": engine_max_len,
             "versions": versions,
+            "determinism": self.determinism,
             "generated_at": utc_now(),
             **extra,
         }
@@ -218,6 +221,8 @@ def generate_with_vllm(
     llm: Any = None,
     batch_size: int = DEFAULT_BATCH,
     hold: Callable[[], AbstractContextManager[Any]] | None = None,
+    self_parity: Mapping[str, int] | None = None,
+    parity_reports: dict[str, SelfParity] | None = None,
 ) -> dict[str, list[CompletionRecord]]:
     """Generate (or fetch from the cache) one answer per (name, prompt).
 
@@ -228,6 +233,8 @@ def generate_with_vllm(
     the cache key. Answers that failed before are retried (unless ``offline``, which reports them as failed).
     ``hold``: what holds the engine's GPUs while it is built and generates (the pipeline's stage takes them
     exclusively, so nothing is timed beside the engine); entered only when something is left to generate.
+    ``self_parity`` (name -> how many prompts): that many prompts of the model generated twice on the engine (started
+    for it if everything was cached), each report put in ``parity_reports`` and in the sampled records' provenance.
     """
     engine_kwargs = dict(engine_kwargs or {})
     base = check_model_folder(base_model_dir)
@@ -237,15 +244,54 @@ def generate_with_vllm(
     dtype = str(engine_kwargs.get("dtype", "auto"))
     identities = {name: model_identity(cache, base, path, dtype, engine_kwargs.get("max_model_len"))
                   for name, path in adapter_paths.items()}
-    served = _Served(base, adapter_paths, identities, decoding, dtype)
+    served = _Served(base, adapter_paths, identities, decoding, dtype,
+                     determinism_settings(decoding, engine_kwargs, batch_size))
     results, todo = _from_cache(served, prompts, cache, offline)
-    if todo:
+    ordered = sorted(prompts, key=lambda i: (i.level, i.problem_id))
+    # Offline never starts vLLM: no self-parity check then.
+    parity = {} if offline else {name: n for name, n in (self_parity or {}).items() if n > 0 and name in adapter_paths}
+    if todo or parity:
         with hold() if hold is not None else contextlib.nullcontext():
-            _generate(served, todo, results, cache, llm, engine_kwargs, batch_size)
-    return {
-        name: [recs[(it.level, it.problem_id)] for it in sorted(prompts, key=lambda i: (i.level, i.problem_id))]
-        for name, recs in results.items()
-    }
+            llm = llm if llm is not None else _start_engine(served, engine_kwargs)
+            if todo:
+                _generate(served, todo, results, cache, llm, batch_size)
+            for name, n in parity.items():
+                report = _self_parity(served, name, sample(ordered, n), llm)
+                for problem in report.problems:
+                    results[name][tuple(problem)].provenance["self_parity"] = report.to_dict()
+                if parity_reports is not None:
+                    parity_reports[name] = report
+    return {name: [recs[(it.level, it.problem_id)] for it in ordered] for name, recs in results.items()}
+
+
+def _start_engine(served: _Served, engine_kwargs: dict[str, Any]) -> Any:
+    lora_names = sorted(n for n, p in served.adapters.items() if p is not None)
+    ranks = [adapter_rank(served.adapters[n]) for n in lora_names]  # type: ignore[arg-type]
+    return build_engine(served.base, ranks, len(lora_names), engine_kwargs)
+
+
+def _lora_requests(served: _Served) -> dict[str, Any]:
+    """The engine's LoRA request of each adapter. The int id is derived from the adapter's content digest: vLLM keeps
+    loaded adapters by id, so an engine reused after an adapter folder changed can never serve the old weights."""
+    from vllm.lora.request import LoRARequest
+
+    return {n: LoRARequest(n, lora_int_id(served.identities[n]["adapter_sha256"]), str(Path(p).resolve()))
+            for n, p in sorted(served.adapters.items()) if p is not None}
+
+
+def _self_parity(served: _Served, name: str, items: list[PromptItem], llm: Any) -> SelfParity:
+    """``items`` of model ``name`` generated twice on ``llm`` (generation/self_parity.py)."""
+    tokenizer = llm.get_tokenizer()
+    params = sampling_params(served.decoding)
+    lora = _lora_requests(served).get(name)
+
+    def generate(batch: list[list[int]]) -> list[list[int]]:
+        outputs = llm.generate([{"prompt_token_ids": ids} for ids in batch], params,
+                               lora_request=[lora] * len(batch), use_tqdm=False)
+        return [list(out.outputs[0].token_ids) for out in outputs]
+
+    prompt_ids = [((it.level, it.problem_id), render_prompt(tokenizer, it, served.decoding)[1]) for it in items]
+    return measure_self_parity(name, prompt_ids, generate, served.determinism)
 
 
 def _from_cache(served: _Served, prompts: list[PromptItem], cache: CompletionCache,
@@ -275,21 +321,9 @@ def _from_cache(served: _Served, prompts: list[PromptItem], cache: CompletionCac
 
 
 def _generate(served: _Served, todo: list[_Request], results: Results, cache: CompletionCache, llm: Any,
-              engine_kwargs: dict[str, Any], batch_size: int) -> None:
-    """Generate ``todo`` with one engine (started here unless ``llm`` is given) and cache every answer."""
-    from vllm.lora.request import LoRARequest
-
-    lora_names = sorted(n for n, p in served.adapters.items() if p is not None)
-    if llm is None:
-        ranks = [adapter_rank(served.adapters[n]) for n in lora_names]  # type: ignore[arg-type]
-        llm = build_engine(served.base, ranks, len(lora_names), engine_kwargs)
-    # The int id is derived from the adapter's content digest: vLLM keeps loaded adapters by id, so an engine that
-    # is reused after an adapter folder changed can never serve the old weights.
-    lora_requests = {
-        n: LoRARequest(n, lora_int_id(served.identities[n]["adapter_sha256"]),
-                       str(Path(served.adapters[n]).resolve()))  # type: ignore[arg-type]
-        for n in lora_names
-    }
+              batch_size: int) -> None:
+    """Generate ``todo`` with the engine ``llm`` and cache every answer."""
+    lora_requests = _lora_requests(served)
     tokenizer = llm.get_tokenizer()
     engine_max_len = int(llm.llm_engine.model_config.max_model_len)
     versions = _versions()
@@ -363,6 +397,7 @@ class EnginePlan:
     engine_kwargs: dict[str, Any]
     offline: bool
     batch_size: int
+    self_parity: dict[str, int] = field(default_factory=dict)  # model name -> prompts generated twice (0: none)
 
 
 def plan_engine(entries: Mapping[str, Mapping[str, Any]]) -> EnginePlan:
@@ -393,4 +428,4 @@ def plan_engine(entries: Mapping[str, Mapping[str, Any]]) -> EnginePlan:
         engine_kwargs[key] = value
     adapters = {name: (Path(entries[name]["adapter"]) if entries[name].get("adapter") else None) for name in names}
     return EnginePlan(Path(first["base_model"]), adapters, decoding, engine_kwargs, bool(first.get("offline", False)),
-                      batch_size)
+                      batch_size, {name: int(entries[name].get("self_parity") or 0) for name in names})

@@ -3,6 +3,7 @@ one vLLM engine (LoRA adapters through LoRARequest), reusing the completion cach
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -10,9 +11,11 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
+from workflow_scripts.core.io import atomic_write_text
 from workflow_scripts.core.params import parse_stage_args, stage_parser
 from workflow_scripts.evaluation.gpu_lock import hold_gpus, host_locks, visible_gpus
 from workflow_scripts.generation.cache import CompletionCache, MissingCompletionsError, publish_completions, read_prompts_jsonl
+from workflow_scripts.generation.self_parity import SelfParity
 from workflow_scripts.generation.vllm import generate_with_vllm, plan_engine
 
 
@@ -33,15 +36,23 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_engine(params.models)
     except ValueError as error:
         parser.error(str(error))
+    reports: dict[str, SelfParity] = {}
     try:
         results = generate_with_vllm(plan.base, plan.adapters, read_prompts_jsonl(args.prompts), plan.decoding,
                                      CompletionCache(args.cache), plan.engine_kwargs, offline=plan.offline,
-                                     batch_size=plan.batch_size, hold=engine_gpus(plan.engine_kwargs, args.lock_dir))
+                                     batch_size=plan.batch_size, hold=engine_gpus(plan.engine_kwargs, args.lock_dir),
+                                     self_parity=plan.self_parity, parity_reports=reports)
     except (MissingCompletionsError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     for name, records in results.items():
         publish_completions(name, records, args.out_dir, None)
+    for name, report in reports.items():
+        # Beside the model's completions (<results>/completions/<model>.self_parity.json), and in its log.
+        atomic_write_text(args.out_dir / f"{name}.self_parity.json", json.dumps(report.to_dict(), indent=2) + "\n")
+        print(f"self-parity {name}: {report.identical} of {report.prompts} sampled prompts identical token for token "
+              f"(token agreement {report.token_agreement:.3f}; batch-invariant mode "
+              f"{'on' if report.settings['batch_invariant'] else 'off'})", file=sys.stderr)
     return 0
 
 
