@@ -183,6 +183,11 @@ if _STARTUP:
     raise WorkflowError("\n".join(f"{location(workflow.configfiles, p.keys)}: {p.message}" for p in _STARTUP))
 
 
+def self_parity_files(names):
+    """The self-parity reports of the models among ``names`` that ask for one (a vLLM entry's self_parity)."""
+    return [LAYOUT.self_parity(name) for name in names if config["models"][name].get("self_parity")]
+
+
 def gpu_resources():
     """GPU jobs take one unit of `gpu` (bound it with --resources gpu=N); their memory is memory_resources'."""
     return {"gpu": 1 if DEVICE == "cuda" else 0}

@@ -64,7 +64,7 @@ for _index, (_base, _names) in enumerate(VLLM_ENGINES):
         input:
             prompts=LAYOUT.prompts(),
         output:
-            [LAYOUT.completions(name) for name in _names],
+            [LAYOUT.completions(name) for name in _names] + self_parity_files(_names),
         params:
             settings=as_params({"models": {name: config["models"][name] for name in _names}}),
             cache=completion_cache(_names),

@@ -81,6 +81,7 @@ rule summary:
     input:
         rows=LAYOUT.rows(),
         environment=LAYOUT.environment(DEVICE),
+        self_parity=self_parity_files(MODELS),
     output:
         json=report(LAYOUT.summary_json(), caption=CAPTIONS["summary_json"], category="Summary",
                     labels={"file": "summary (published schema)", **REPORT_N}),
@@ -109,8 +110,8 @@ rule summary:
         "../envs/analysis.yaml"
     shell:
         "python -m workflow_scripts.stages.summary --params {params.settings:q} --rows {input.rows:q}"
-        " --environment {input.environment:q} --results {params.results:q} --store {params.store:q}"
-        " > {log} 2>&1 && cat {output.markdown:q}"
+        " --environment {input.environment:q} --self-parity {input.self_parity:q} --results {params.results:q}"
+        " --store {params.store:q} > {log} 2>&1 && cat {output.markdown:q}"
 
 
 rule model_rows:

@@ -245,6 +245,27 @@ def test_no_context_no_label() -> None:
     assert "label" not in summary["models"]["m"] and "generation" not in summary["models"]["m"]
 
 
+def test_self_parity_and_samples_sit_beside_the_published_fields() -> None:
+    # Issue 36: a vLLM model's self-parity report (generation/self_parity.py) and a run's samples (scoring/samples.py)
+    # are added only when given; every published field stays as it is.
+    plain = sm.summarize(hand_rows(), reference="ref", resamples=10)
+    report = {"model": "m", "prompts": 4, "identical": 3, "agreement": 0.75, "token_agreement": 0.9,
+              "problems": [[1, 1]], "settings": {"batch_invariant": False}}
+    both = sm.summarize(hand_rows(), reference="ref", resamples=10, self_parity={"m": report},
+                        samples={"run": ["m", "ref"]})
+    assert both["models"]["m"]["self_parity"] == {"prompts": 4, "identical": 3, "agreement": 0.75,
+                                                  "token_agreement": 0.9, "skipped": None}
+    assert "self_parity" not in both["models"]["ref"]
+    assert {k: v for k, v in both.items() if k != "samples"} == {
+        **plain, "models": {**plain["models"], "m": {**plain["models"]["m"], "self_parity": both["models"]["m"]
+                                                     ["self_parity"]}}}
+    assert both["samples"]["run"]["n"] == 2 and both["samples"]["run"]["problems"] == 12
+    markdown = sm.markdown_table(both)
+    assert "Self-parity of m: 3 of 4 sampled prompts generated identically twice (token agreement 0.900)." in markdown
+    assert "Run run, 2 samples per problem (m, ref):" in markdown
+    assert "Self-parity" not in sm.markdown_table(plain) and "Run " not in sm.markdown_table(plain)
+
+
 def test_bad_rows_rejected() -> None:
     rows = hand_rows()
     with pytest.raises(ValueError, match="lacks rows"):

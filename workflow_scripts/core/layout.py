@@ -47,6 +47,10 @@ class ResultsLayout:
     def completions(self, model: str) -> str:
         return f"{self.completions_dir()}/{model}.jsonl"
 
+    def self_parity(self, model: str) -> str:
+        """A vLLM model's self-parity report (generation/self_parity.py), beside its completions."""
+        return f"{self.completions_dir()}/{model}.self_parity.json"
+
     def answers(self, model: str) -> str:
         return f"{self.root}/answers/{model}.parquet"
 

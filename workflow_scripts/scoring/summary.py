@@ -68,6 +68,8 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "model", "level", "problem_id", "problem", "compiled", "correct", "speedup_eager", "speedup_compile",
     "keeps_torch_op", "completion_tokens",
 )
+# What summary.json keeps of a vLLM model's self-parity report (generation/self_parity.py SelfParity.to_dict).
+SELF_PARITY_FIELDS = ("prompts", "identical", "agreement", "token_agreement", "skipped")
 DEFAULT_RESAMPLES = 100_000
 DEFAULT_SEED = 42
 BOOTSTRAP_CHUNK = 10_000  # rows of the index matrix drawn at once: bounds memory (~16 MB per block at n=200)
@@ -418,11 +420,13 @@ def summarize(
     seed: int = DEFAULT_SEED,
     context: SummaryContext | None = None,
     samples: Mapping[str, Sequence[str]] | None = None,
+    self_parity: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The summary object (published schema) from the per-problem rows.
 
     ``reference`` defaults to the first model in model order; ``compare`` defaults to every other model. ``samples``
-    (run -> its sample models) adds the pass@k block (scoring/samples.py) beside the published fields.
+    (run -> its sample models) adds the pass@k block (scoring/samples.py) beside the published fields;
+    ``self_parity`` (model -> its report, generation/self_parity.py) adds each such model's ``self_parity``.
     """
     context = context or SummaryContext()
     frame = normalize_rows(rows)
@@ -459,6 +463,8 @@ def summarize(
         entry["mean_completion_tokens"] = mean_completion_tokens(o)
         if meta.generation is not None:
             entry["generation"] = meta.generation
+        if name in (self_parity or {}):
+            entry["self_parity"] = {k: self_parity[name].get(k) for k in SELF_PARITY_FIELDS}  # type: ignore[index]
         models[name] = entry
         strategy[name] = {str(level): strategy_counts(o, o.levels == level).to_dict() for level in levels}
 
@@ -583,6 +589,11 @@ def markdown_table(summary: Mapping[str, Any]) -> str:
         cells += [_pct(c[count], n) for count, _ in fast]
         cells += [str(c["flags"]), delta]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    for name, entry in summary["models"].items():
+        parity = entry.get("self_parity")
+        if parity and parity.get("prompts"):
+            lines.append(f"\nSelf-parity of {name}: {parity['identical']} of {parity['prompts']} sampled prompts "
+                         f"generated identically twice (token agreement {parity['token_agreement']:.3f}).")
     for run, entry in (summary.get("samples") or {}).items():
         passes = ", ".join(f"pass@{k} {100 * v:.1f}%" for k, v in entry["pass_at_k"].items())
         lines.append(f"\nRun {run}, {entry['n']} samples per problem ({', '.join(entry['models'])}): {passes}.")

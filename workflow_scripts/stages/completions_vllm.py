@@ -47,12 +47,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for name, records in results.items():
         publish_completions(name, records, args.out_dir, None)
-    for name, report in reports.items():
+    for name in [name for name, n in plan.self_parity.items() if n > 0]:
         # Beside the model's completions (<results>/completions/<model>.self_parity.json), and in its log.
-        atomic_write_text(args.out_dir / f"{name}.self_parity.json", json.dumps(report.to_dict(), indent=2) + "\n")
-        print(f"self-parity {name}: {report.identical} of {report.prompts} sampled prompts identical token for token "
-              f"(token agreement {report.token_agreement:.3f}; batch-invariant mode "
-              f"{'on' if report.settings['batch_invariant'] else 'off'})", file=sys.stderr)
+        report = reports.get(name)
+        record = report.to_dict() if report else {"model": name, "prompts": 0, "skipped": "offline: vLLM never starts"}
+        atomic_write_text(args.out_dir / f"{name}.self_parity.json", json.dumps(record, indent=2) + "\n")
+        if report:
+            print(f"self-parity {name}: {report.identical} of {report.prompts} sampled prompts identical token for "
+                  f"token (token agreement {report.token_agreement:.3f}; batch-invariant mode "
+                  f"{'on' if report.settings['batch_invariant'] else 'off'})", file=sys.stderr)
     return 0
 
 

@@ -44,6 +44,8 @@ class Params:
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__, "workflow_scripts.stages.summary", Params)
     parser.add_argument("--rows", type=Path, required=True, help="<results>/evaluations.parquet")
+    parser.add_argument("--self-parity", type=Path, nargs="*", default=[],
+                        help="the vLLM models' self-parity reports (<results>/completions/<model>.self_parity.json)")
     parser.add_argument("--environment", type=Path, required=True, help="<results>/environment/<device>.json")
     parser.add_argument("--results", required=True, help="the results folder (its layout: core/layout.py)")
     parser.add_argument("--store", type=Path, required=True)
@@ -51,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     layout = ResultsLayout(args.results)
     store = Store(args.store)
     inputs = {"rows": store.check_result(args.rows), "environment": sha256_file(args.environment)}
+    inputs.update({f"self_parity:{path.name}": sha256_file(path) for path in args.self_parity})
+    parity = {report["model"]: report for report in (json.loads(path.read_text()) for path in args.self_parity)}
     rows = pd.read_parquet(args.rows)
     in_rows = list(dict.fromkeys(rows["model"]))
     if sorted(in_rows) != sorted(params.model_order):
@@ -68,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             rows, reference=params.summary["reference"], compare=params.summary.get("compare"),
             resamples=params.summary["resamples"], seed=params.summary["seed"],
             context=parse_context(build_context(settings, environment)), samples=params.summary.get("samples"),
+            self_parity=parity,
         )
         atomic_write_text(out["json"], dumps_summary(summary))
         atomic_write_text(out["markdown"], markdown_table(summary))
