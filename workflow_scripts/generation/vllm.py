@@ -46,7 +46,8 @@ from workflow_scripts.generation.cache import (
     utc_now,
 )
 from workflow_scripts.generation.kinds import kind_of
-from workflow_scripts.generation.self_parity import SelfParity, determinism_settings, measure_self_parity, sample
+from workflow_scripts.generation.self_parity import (SelfParity, batch_invariant_on, determinism_settings,
+                                                     measure_self_parity, sample)
 
 PROVIDER = "vllm"
 # Ranks vLLM's LoRAConfig accepts for max_lora_rank (vllm/config/lora.py, MaxLoRARanks).
@@ -97,16 +98,19 @@ def model_identity(
     adapter_dir: Path | None,
     dtype: str,
     max_model_len: int | None,
+    batch_invariant: bool = False,
 ) -> dict[str, Any]:
     """The model part of the cache key: content digests of the weights (not their paths) and engine settings
-    that change the numbers (dtype) or can cut an answer short (max_model_len)."""
-    return {
+    that change the numbers (dtype, batch-invariant kernels: named only when on, so earlier keys stay) or can cut
+    an answer short (max_model_len)."""
+    identity = {
         "provider": PROVIDER,
         "base_weights_sha256": cache.folder_digest(base_model_dir),
         "adapter_sha256": cache.folder_digest(adapter_dir) if adapter_dir is not None else None,
         "dtype": str(dtype),
         "max_model_len": max_model_len,
     }
+    return {**identity, "batch_invariant": True} if batch_invariant else identity
 
 
 def render_prompt(tokenizer: Any, item: PromptItem, decoding: Decoding) -> tuple[str, list[int]]:
@@ -242,8 +246,8 @@ def generate_with_vllm(
     if not adapter_paths:
         raise ValueError("nothing to generate: give at least one model name (base model or adapter)")
     dtype = str(engine_kwargs.get("dtype", "auto"))
-    identities = {name: model_identity(cache, base, path, dtype, engine_kwargs.get("max_model_len"))
-                  for name, path in adapter_paths.items()}
+    identities = {name: model_identity(cache, base, path, dtype, engine_kwargs.get("max_model_len"),
+                                       batch_invariant_on()) for name, path in adapter_paths.items()}
     served = _Served(base, adapter_paths, identities, decoding, dtype,
                      determinism_settings(decoding, engine_kwargs, batch_size))
     results, todo = _from_cache(served, prompts, cache, offline)
@@ -398,6 +402,7 @@ class EnginePlan:
     offline: bool
     batch_size: int
     self_parity: dict[str, int] = field(default_factory=dict)  # model name -> prompts generated twice (0: none)
+    batch_invariant: bool = False  # asked for: vLLM's batch-invariant mode where the model allows it
 
 
 def plan_engine(entries: Mapping[str, Mapping[str, Any]]) -> EnginePlan:
@@ -422,10 +427,12 @@ def plan_engine(entries: Mapping[str, Mapping[str, Any]]) -> EnginePlan:
     engine_kwargs: dict[str, Any] = {"dtype": "auto"}
     engine = dict(first.get("engine") or {})
     batch_size = int(engine.pop("batch_size", DEFAULT_BATCH))
+    batch_invariant = bool(engine.pop("batch_invariant", False))
     for key, value in engine.items():
         if key == "enforce_eager" and not value:
             continue
         engine_kwargs[key] = value
     adapters = {name: (Path(entries[name]["adapter"]) if entries[name].get("adapter") else None) for name in names}
     return EnginePlan(Path(first["base_model"]), adapters, decoding, engine_kwargs, bool(first.get("offline", False)),
-                      batch_size, {name: int(entries[name].get("self_parity") or 0) for name in names})
+                      batch_size, {name: int(entries[name].get("self_parity") or 0) for name in names},
+                      batch_invariant)

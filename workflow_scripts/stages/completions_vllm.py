@@ -15,7 +15,7 @@ from workflow_scripts.core.io import atomic_write_text
 from workflow_scripts.core.params import parse_stage_args, stage_parser
 from workflow_scripts.evaluation.gpu_lock import hold_gpus, host_locks, visible_gpus
 from workflow_scripts.generation.cache import CompletionCache, MissingCompletionsError, publish_completions, read_prompts_jsonl
-from workflow_scripts.generation.self_parity import SelfParity
+from workflow_scripts.generation.self_parity import SelfParity, use_batch_invariance
 from workflow_scripts.generation.vllm import generate_with_vllm, plan_engine
 
 
@@ -36,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_engine(params.models)
     except ValueError as error:
         parser.error(str(error))
+    if plan.batch_invariant:
+        refused = use_batch_invariance(plan.base)  # before vLLM is imported (generate_with_vllm imports it)
+        if refused:
+            print(f"WARNING: batch-invariant mode asked for, but off: {refused}; greedy answers may then depend on "
+                  "the batch (self_parity measures it)", file=sys.stderr)
     reports: dict[str, SelfParity] = {}
     try:
         results = generate_with_vllm(plan.base, plan.adapters, read_prompts_jsonl(args.prompts), plan.decoding,
