@@ -295,7 +295,10 @@ def _self_parity(served: _Served, name: str, items: list[PromptItem], llm: Any) 
         return [list(out.outputs[0].token_ids) for out in outputs]
 
     prompt_ids = [((it.level, it.problem_id), render_prompt(tokenizer, it, served.decoding)[1]) for it in items]
-    return measure_self_parity(name, prompt_ids, generate, served.determinism)
+    # A prompt the engine cannot take (a failed generation already) is left out of the sample.
+    max_len = int(llm.llm_engine.model_config.max_model_len)
+    return measure_self_parity(name, [(p, ids) for p, ids in prompt_ids if len(ids) < max_len], generate,
+                               served.determinism)
 
 
 def _from_cache(served: _Served, prompts: list[PromptItem], cache: CompletionCache,
