@@ -20,7 +20,13 @@ from workflow_scripts.generation.kinds import kind_of, models_for_rule
 from workflow_scripts.generation.preflight import RunContext, startup_problems
 from workflow_scripts.generation.replay import cached_folder_problems, unfenced_answers
 from workflow_scripts.generation.vllm import engine_groups
-from workflow_scripts.suite.kernelbench import KernelBenchError, problem_files, suite_root_of, validate_checkout
+from workflow_scripts.suite.kernelbench import (
+    KernelBenchError,
+    check_revision,
+    problem_files,
+    suite_root_of,
+    validate_checkout,
+)
 from workflow_scripts.suite.prompt import suite_prompt_lines
 
 min_version("9.0")
@@ -97,11 +103,11 @@ def _scan_suite():
     # The checks the problems stage makes (its levels and counts, then its revision), made now (by the run itself, not
     # again in each cluster job's own parse): a copy whose revision cannot be confirmed stops here, naming the line,
     # not at the first job.
-    for key, revision, expected in (("path", None, counts), ("revision", suite["revision"] or None, None)):
-        if not workflow.is_main_process:
-            break
+    checks = (("path", lambda: validate_checkout(SUITE, None, counts, LEVELS)),
+              ("revision", lambda: check_revision(SUITE, suite["revision"] or None)))
+    for key, check in checks if workflow.is_main_process else ():
         try:
-            validate_checkout(SUITE, revision, expected, LEVELS)
+            check()
         except KernelBenchError as error:
             raise WorkflowError(f"{location(workflow.configfiles, ['suite', key])}: {error}") from None
     try:

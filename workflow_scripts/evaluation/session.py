@@ -443,13 +443,13 @@ class AnswerSession:
         return tm, timing.merge_raw(answer_parts), per_call
 
     def _timed_block(self, ans: ChildProcess, trials: int, limit_s: float, reference_ms: float) -> Message:
-        """One block of the answer's timing (``trials`` timed calls, the discarded ones included) under the watchdog (``_watched``'s rules, for
-        the whole block). Each timed call reports itself as it ends; this side notes when (the interval between the
-        reply to one call and the next report holds that call's whole trial: the reported time must fit in it),
-        tells the child whether it checks this call's output (a choice drawn in secret beforehand, told only after
-        the call), judges a checked output against the reference's on the timing inputs before the next call
-        starts, and replies. A report beyond the block's calls is forged. Returns the block's last message
-        (``timing``, or the answer's error)."""
+        """One block of the answer's timing (``trials`` timed calls, the discarded ones included) under the watchdog
+        (``_watched``'s rules, for the whole block). Each timed call reports itself as it ends; this side notes when
+        (the interval between the reply to one call and the next report holds that call's whole trial: the reported
+        time must fit in it), tells the child whether it checks this call's output (a choice drawn in secret
+        beforehand, told only after the call), judges a checked output against the reference's on the timing inputs
+        before the next call starts, and replies. A report beyond the block's calls is forged. Returns the block's
+        last message (``timing``, or the answer's error)."""
         m = ans.recv(self.deadline)
         if m.type != "calling":
             return m

@@ -158,6 +158,18 @@ class PromptItem:
     def prompt_sha256(self) -> str:
         return sha256_text(self.prompt)
 
+    @classmethod
+    def from_line(cls, obj: dict[str, Any]) -> PromptItem:
+        """One prompts-JSONL line (``level``, ``problem_id``, ``prompt`` or ``text``, optional ``system`` and
+        ``prompt_sha256``, checked when present), as the prompts stage writes it."""
+        prompt = obj.get("prompt", obj.get("text"))
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError("no prompt text")
+        item = cls(int(obj["level"]), int(obj["problem_id"]), prompt, obj.get("system"))
+        if obj.get("prompt_sha256") and obj["prompt_sha256"] != item.prompt_sha256:
+            raise ValueError("prompt_sha256 does not match the prompt text")
+        return item
+
     @property
     def label(self) -> str:
         return f"level{self.level}_{self.problem_id}"
@@ -173,12 +185,10 @@ def read_prompts_jsonl(path: Path | str) -> list[PromptItem]:
             if not line.strip():
                 continue
             obj = json.loads(line)
-            prompt = obj.get("prompt", obj.get("text"))
-            if not isinstance(prompt, str) or not prompt:
-                raise ValueError(f"{path}:{n}: no prompt text")
-            item = PromptItem(int(obj["level"]), int(obj["problem_id"]), prompt, obj.get("system"))
-            if obj.get("prompt_sha256") and obj["prompt_sha256"] != item.prompt_sha256:
-                raise ValueError(f"{path}:{n}: prompt_sha256 does not match the prompt text")
+            try:
+                item = PromptItem.from_line(obj)
+            except ValueError as e:
+                raise ValueError(f"{path}:{n}: {e}") from None
             if (item.level, item.problem_id) in seen:
                 raise ValueError(f"{path}:{n}: duplicate prompt for level {item.level} problem {item.problem_id}")
             seen.add((item.level, item.problem_id))

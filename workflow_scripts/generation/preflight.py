@@ -49,8 +49,7 @@ class RunContext:
 
     def prompts(self) -> list[PromptItem] | None:
         if self._prompts is None and self.render_prompts is not None:
-            self._prompts = [PromptItem(line["level"], line["problem_id"], line["prompt"], line.get("system"))
-                             for line in self.render_prompts()]
+            self._prompts = [PromptItem.from_line(line) for line in self.render_prompts()]
         return self._prompts
 
 

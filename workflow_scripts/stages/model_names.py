@@ -1,9 +1,9 @@
 """Rule model_names: the configured models' names, one JSON list in <results>/models.json.
 
 Every evaluate job reads it to find the other models whose answers to its problem it judges along. A file, not a
-parameter of the evaluate rule: adding, removing or relabelling a model rewrites this file, which the evaluate jobs
-take as an ancient input, so no other model's evaluation runs again (a parameter listing the models changed every
-evaluate job's parameters, and Snakemake ran them all again).
+parameter of the evaluate rule, and not one of its inputs either: adding, removing or relabelling a model rewrites
+this file, and no other model's evaluation runs again (a parameter listing the models changed every evaluate job's
+parameters, and Snakemake ran them all again).
 """
 
 from __future__ import annotations

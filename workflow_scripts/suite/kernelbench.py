@@ -249,6 +249,13 @@ def validate_checkout(
             detail = ", ".join(f"level {lv}: found {got}, expected {want}" for lv, (got, want) in sorted(wrong.items()))
             raise KernelBenchError(f"KernelBench checkout {root} has the wrong number of problems ({detail})")
 
+    revision, source = check_revision(root, expected_revision)
+    return CheckoutInfo(path=str(root), revision=revision, revision_source=source, counts=counts)
+
+
+def check_revision(root: Path | str, expected_revision: str | None) -> tuple[str, str]:
+    """(revision, source) of a checkout (``detect_revision``); with ``expected_revision``, a checkout whose revision
+    cannot be determined, or is another, is refused (a required pin cannot be confirmed)."""
     revision, source = detect_revision(root)
     if expected_revision:
         want = expected_revision.strip().lower()
@@ -261,7 +268,7 @@ def validate_checkout(
             raise KernelBenchError(
                 f"KernelBench checkout {root} is at revision {revision} (from {source}), expected {want}"
             )
-    return CheckoutInfo(path=str(root), revision=revision, revision_source=source, counts=counts)
+    return revision, source
 
 
 def suite_root_of(path: Path | str) -> Path:
