@@ -164,7 +164,13 @@ INFORMATIONAL = [
          static=True),
 ]
 
-ALL = HONEST + CHEATS + FAILURES + INFORMATIONAL
+# Cheats that cannot pay: credited correct, but only at the cost of their real work (issue 33's value-keyed cache:
+# every timed call draws inputs of its own, so no call finds its values in the cache).
+NEUTRALISED = [
+    Case("cheats/add_value_cache.py", ADD, (Status.CORRECT,)),
+]
+
+ALL = HONEST + CHEATS + FAILURES + INFORMATIONAL + NEUTRALISED
 
 
 def _config(case: Case, lock_dir: Path) -> EvalConfig:
@@ -239,6 +245,16 @@ def test_informational_flags_do_not_reject(case: Case, results: dict[str, EvalRe
     res = results[case.answer]
     _check(case, res)
     assert res.correct and res.runtime_ms is not None
+
+
+def test_a_cache_keyed_on_input_values_is_timed_at_its_real_cost(results: dict[str, EvalResult]) -> None:
+    """Every timed call of the value cache misses: its median is the slow path's (50 ms of sleep), not the copy's
+    (well under a millisecond on a cache hit, as every call after the first was before fresh inputs)."""
+    res = results["cheats/add_value_cache.py"]
+    _check(NEUTRALISED[0], res)
+    checks = res.timing_raw["timed_checks"]
+    assert checks["fresh_inputs"] and checks["checked"] >= 1 and checks["mismatches"] == 0, checks
+    assert min(res.runtime_stats["trials"]) >= 45.0, res.runtime_stats
 
 
 def test_enough_distinct_cheats() -> None:

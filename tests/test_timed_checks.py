@@ -21,23 +21,30 @@ ADD = HERE / "cheats" / "problems" / "1_ElementwiseAdd.py"
 HONEST_ADD = HERE / "cheats" / "answers" / "honest" / "add_triton.py"
 TRITON_ADD = HONEST_ADD.read_text().split("class ModelNew")[0]
 
-# Correct whenever the input values are new; when the same values come back a third time (the timed calls repeat
-# their inputs: KernelBench's loop), it returns zeros after a token launch. The hidden and post-timing checks
-# cannot see it: their inputs are new (the post-timing check even reuses the timed tensors' storage).
+# Right on the 6 correctness calls, the warm-up call and the post-timing call; on the 5 timed calls in between
+# (calls 8 to 12 with _config's protocol) it returns zeros after a token launch. The hidden and post-timing checks
+# cannot see it: the post-timing check even reuses the timed tensors' storage.
 SKIPS_WORK_WHEN_TIMED = TRITON_ADD + '''
 class ModelNew(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.seen = {}
+        self.calls = 0
 
     def forward(self, a, b):
-        key = (a.data_ptr(), float(a.reshape(-1)[0]), float(b.reshape(-1)[-1]))
-        self.seen[key] = self.seen.get(key, 0) + 1
-        if self.seen[key] > 2:
+        self.calls += 1
+        if 8 <= self.calls <= 12:
             triton_add(a[:1], b[:1])
             return torch.zeros_like(a)
         return triton_add(a, b)
 '''
+
+# An input builder that needs one of the problem's classes: it cannot run without them in an answer's process.
+ADD_INPUTS_FROM_A_CLASS = ADD.read_text().replace("def get_inputs():", '''class Sizes:
+    rows, cols = rows, cols
+
+
+def get_inputs():
+    assert (Sizes.rows, Sizes.cols) == (rows, cols)''')
 
 # Honest, slow work (a sleep stands for a slow kernel): with the under-reporting child
 # (tests/fixtures/underreporting_child.py) each call claims a hundredth of its time.
@@ -81,6 +88,87 @@ def test_an_honest_answer_has_every_small_timed_output_checked_and_its_times_con
     assert all(o >= r for o, r in zip(checks["observed_ms"], checks["reported_ms"]))
 
 
+def test_every_timed_call_gets_inputs_of_its_own_where_the_input_builder_runs_alone(tmp_path: Path) -> None:
+    """An answer that counts the distinct input values it is called with: correct only while every call so far had
+    values of its own (else zeros). Fresh inputs for every timed call keep it correct; the problem whose input builder
+    needs its classes keeps KernelBench's fixed timing inputs, says why, and the repeat is caught."""
+    answer = tmp_path / "answer.py"
+    answer.write_text(TRITON_ADD + '''
+class ModelNew(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = set()
+
+    def forward(self, a, b):
+        key = (float(a.sum()), float(b.sum()))
+        repeat = key in self.seen
+        self.seen.add(key)
+        out = triton_add(a, b)
+        return torch.zeros_like(out) if repeat and len(self.seen) >= 7 else out
+''')
+    res = evaluate_answer(ADD, answer, _config())
+    checks = res.timing_raw["timed_checks"]
+    assert res.status == Status.CORRECT.value, (res.status, res.flags, res.error)
+    assert checks["fresh_inputs"] and checks["fixed_inputs_reason"] is None
+    assert checks["checked"] == 5 and len(checks["checked_seeds"]) == 5 and len(set(checks["checked_seeds"])) == 5
+    problem = tmp_path / "1_AddInputsFromAClass.py"
+    problem.write_text(ADD_INPUTS_FROM_A_CLASS)
+    fixed = evaluate_answer(problem, answer, _config())
+    checks = fixed.timing_raw["timed_checks"]
+    assert not checks["fresh_inputs"] and "NameError" in checks["fixed_inputs_reason"], checks
+    assert "timed_output_mismatch" in fixed.flags, (fixed.status, fixed.flags)
+
+
+DROPOUT = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return F.dropout(x, p=0.5, training=True)
+
+
+def get_inputs():
+    return [torch.rand(64, 128)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_stochastic_reference_has_its_timed_calls_checked_from_the_draws_generator_state(tmp_path: Path) -> None:
+    """Dropout in training mode: the answer's timed call and this side's forward both start from the generators'
+    state the call's draw left, so an answer that draws as the reference does matches on every checked call, and one
+    that draws its mask elsewhere in the stream does not (no correctness trial here: under KernelBench's order no
+    answer to a stochastic reference passes them, so this is the only place its outputs can be compared)."""
+    problem = tmp_path / "8_Dropout.py"
+    problem.write_text(DROPOUT)
+    config = _config(correctness_trials=0, hidden_trials=0, require_triton=False, post_timing_check=False)
+    same, shifted = tmp_path / "same.py", tmp_path / "shifted.py"
+    same.write_text(DROPOUT.replace("class Model(", "class ModelNew("))
+    shifted.write_text(DROPOUT.replace("class Model(", "class ModelNew(").replace(
+        "        return F.dropout", "        torch.rand(1)\n        return F.dropout"))
+    # With no correctness trial the status itself says nothing (no trial passed); the timed checks do.
+    res = evaluate_answer(problem, same, config)
+    checks = res.timing_raw["timed_checks"]
+    assert not checks["comparable"] and checks["fresh_inputs"], checks
+    assert checks["checked"] == 5 and checks["mismatches"] == 0 and res.flags == [], (res.flags, checks)
+    res = evaluate_answer(problem, shifted, config)
+    assert "timed_output_mismatch" in res.flags, (res.status, res.flags, res.timing_raw["timed_checks"])
+
+
+def test_the_input_builder_is_the_problem_file_without_its_classes() -> None:
+    from workflow_scripts.suite.problem_module import input_builder_source
+
+    source = input_builder_source(ADD_INPUTS_FROM_A_CLASS + "\nif __name__ == '__main__':\n    print(get_inputs())\n")
+    assert "def get_inputs" in source and "import torch" in source and "rows = 64" in source
+    assert "class " not in source and "__main__" not in source
+    with pytest.raises(ValueError, match="get_inputs"):
+        input_builder_source("import torch\n\nclass Model:\n    pass\n")
+
+
 def test_under_reported_times_do_not_fit_the_intervals_the_trusted_side_observed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     answer = tmp_path / "answer.py"
@@ -104,7 +192,14 @@ def test_timed_output_checks_are_a_secret_sample_bounded_by_bytes() -> None:
     assert len(huge.chosen) == 1  # at least one call per answer
     draws = {TimedChecks.choose(101, protocol.TIMED_CHECK_BYTES // 3, comparable=True).chosen for _ in range(20)}
     assert len(draws) > 1  # drawn anew for every answer
-    assert TimedChecks.choose(101, 4096, comparable=False).chosen == frozenset()  # stochastic reference
+    assert TimedChecks.choose(101, 4096, comparable=False).chosen == frozenset()  # stochastic, fixed inputs
+    # Fresh inputs: each check costs a draw and a forward on this side, so at most TIMED_CHECK_CALLS, stochastic
+    # references included (the answer's call and this side's forward start from the draw's generator state).
+    for comparable in (True, False):
+        fresh = TimedChecks.choose(101, 4096, comparable=comparable, fresh=True)
+        assert len(fresh.chosen) == protocol.TIMED_CHECK_CALLS
+    seeds = {TimedChecks.choose(101, 4096, comparable=True, fresh=True).next_seed() for _ in range(20)}
+    assert len(seeds) == 20 and TimedChecks.choose(101, 4096, comparable=True).next_seed() is None
 
 
 @pytest.mark.parametrize("observed, reported, output_gib, unconfirmed", [
@@ -124,6 +219,18 @@ def test_reported_times_must_fit_the_observed_intervals(observed, reported, outp
     assert checks.unconfirmed("cuda") is unconfirmed
 
 
+def test_a_fresh_draw_inside_the_interval_is_allowed_for_per_gib_of_input() -> None:
+    """With fresh inputs each observed interval also holds the call's draw: 4 GiB of inputs drawn in 10 ms fit the
+    band; the same excess without a draw (fixed inputs) does not."""
+    drawn = TimedChecks(frozenset(), True, 0, fresh=True, input_bytes=4 << 30)
+    fixed = TimedChecks(frozenset(), True, 0)
+    for checks in (drawn, fixed):
+        for _ in range(3):
+            checks.observe(3.0, 3.0 + 1.5 + 10.0)
+    assert not drawn.unconfirmed("cuda") and fixed.unconfirmed("cuda")
+    assert TimedChecks.choose(101, 4096, comparable=True, input_bytes=4 << 30).input_bytes == 0  # only when drawn
+
+
 def test_a_full_device_while_judging_a_timed_output_falls_back_to_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """The answer's process may hold most of the device: judging a timed call's outputs there can run out of
     memory, which must cost the check its speed, never the job (the evaluation of every answer of the problem)."""
@@ -136,7 +243,7 @@ def test_a_full_device_while_judging_a_timed_output_falls_back_to_the_host(monke
 
     def judge_on_a_full_device(self, rt, am, device=None):
         devices.append(device)
-        if rt.kind == "timing" and device is None:
+        if rt.kind in ("timing", "timed") and device is None:
             raise torch.OutOfMemoryError("CUDA out of memory (stand-in)")
         return judge(self, rt, am, device)
 

@@ -50,10 +50,12 @@ useless to forge:
   statistics) on its own device, from a copy of the bytes the answer's process wrote into its output area. The
   answer's process can write any bytes it likes; to be judged correct they must equal the reference's on every
   trial, including **hidden trials whose input seed the parent draws at random per answer** (recorded for replay)
-  and whose inputs are written only after the answer is loaded, so no output can be precomputed. Timing runs on inputs from another secret seed, and
-  after timing those same input tensors are overwritten in place with inputs from a third secret seed and the
-  answer must produce their outputs (``post_timing_mismatch``), so caches keyed on tensor identity, address or
-  shape are caught. Each timed output is scrubbed (NaN) after the call, outside the timed region, so handing
+  and whose inputs are written only after the answer is loaded, so no output can be precomputed. Timing runs on
+  inputs from another secret seed, redrawn before every timed call from a fresh seed (outside the window, in place)
+  where the problem's input builder runs without its classes, so no values come back for a cache keyed on them; a
+  secret sample of timed calls is judged on the trusted side against the reference on the same draw. After timing
+  the same input tensors are overwritten in place with inputs from a third secret seed and the answer must produce
+  their outputs (``post_timing_mismatch``), so caches keyed on tensor identity, address or shape are caught. Each timed output is scrubbed (NaN) after the call, outside the timed region, so handing
   back old memory yields NaN.
 * **What the answer can still influence** (and what guards it): the timing numbers and the Triton launch count
   it reports are measured inside its process. The harness captures the timer and checker functions before the

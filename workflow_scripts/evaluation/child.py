@@ -63,6 +63,7 @@ class _Child:
         self.protocol = timing.TimingProtocol(**init["timing"])  # the trusted side sends its protocol
         self.clock: Any = None  # built by start_device
         self.triton = None
+        self.get_fresh_inputs: Any = None  # compile_input_builder
         self.stdin = sys.stdin.buffer  # captured before any answer code runs
         if self.role == "answer":
             import triton
@@ -158,6 +159,24 @@ class _Child:
                 x = self.to(x, dtype=self.torch.float32)
             return self.to(x, device=self.device)
         return x
+
+    def compile_input_builder(self, source: str | None) -> None:
+        """The problem's input builder (``suite.problem_module.input_builder_source``: its ``get_inputs`` without any
+        class), sent by the trusted side with the answer and compiled before the answer is imported. None: the timed
+        calls keep the timing inputs' values."""
+        self.get_fresh_inputs = None
+        if source:
+            namespace: dict[str, Any] = {"__name__": "kb_problem_inputs"}
+            exec(compile(source, "<problem inputs>", "exec"), namespace)  # noqa: S102 - the problem's own code
+            self.get_fresh_inputs = namespace["get_inputs"]
+
+    def fresh_inputs(self, seed: int) -> list[Any]:
+        """Inputs drawn as the trusted side draws a secret trial's (``ReferenceSide.secret_inputs``: the seed, then
+        ``get_inputs()`` on the device), so that it can draw the same ones to check a timed call's output. The device
+        is named, whatever default the answer set (``torch.set_default_device``)."""
+        self.set_seed(seed)
+        with self.torch.device(self.device):
+            return [self.process(x) for x in self.get_fresh_inputs()]
 
     def make_inputs(self, problem: Any, seed: int) -> list[Any]:
         """The problem's inputs under ``seed``, on the CPU as KernelBench builds them (baseline role)."""

@@ -34,6 +34,9 @@ class _TimingState:
 
     inputs: list[Any] | None = None
     snapshot: list[Any] = field(default_factory=list)
+    # The seed of the next timed call's fresh inputs (from the block's command, then from each reply): drawn into
+    # ``inputs`` in place right before that call, outside its window.
+    next_seed: int | None = None
 
 
 class AnswerRole:
@@ -145,6 +148,8 @@ class AnswerRole:
             with open(self.answer_file, "w", encoding="utf-8") as f:
                 f.write(command["source"])
             init_inputs = c.area_inputs({"area": "init", "entries": command.get("init_inputs")})
+            c.compile_input_builder(command.get("inputs_source"))  # the problem's code: before the answer's
+            self.tamper.watch("child.get_fresh_inputs", lambda: vars(c).get("get_fresh_inputs"))
         except Exception:  # noqa: BLE001
             self.end({"type": "setup_error", "error": exception_text()})
         model = self.load(init_inputs)
@@ -199,11 +204,12 @@ class AnswerRole:
 
     def time(self, model: Any, command: dict[str, Any]) -> None:
         """One block of the timing (``timing.paired_blocks``): the first loads the timing inputs; every block checks
-        them against the snapshot taken then."""
+        them against the snapshot taken then, or, with fresh inputs, against the last call's fresh draw."""
         c, state = self.c, self.timed
         if state.inputs is None:
             state.inputs = c.area_inputs(command["inputs"])
             state.snapshot = c.pristine_inputs(command["inputs"], state.inputs)
+        state.next_seed = command.get("seed")
         block = command.get("block")
         protocol = c.protocol if not isinstance(block, dict) else c.timing.TimingProtocol(**dict(
             c.protocol.to_dict(), warmup=int(block["warmup"]), trials=int(block["trials"]),
@@ -219,7 +225,7 @@ class AnswerRole:
         self.sender.send({"type": "calling", "index": "timing"})
         self.launch.bare = True  # nothing but a counter inside the timing windows
         try:
-            raw = c.clock.time_callable(model, state.inputs, protocol, after)
+            raw = c.clock.time_callable(model, state.inputs, protocol, after, self.draw_fresh_inputs)
         except Exception:  # noqa: BLE001
             self.fail("timing", "timing")
         finally:
@@ -228,6 +234,19 @@ class AnswerRole:
             self.flag("inputs_mutated")
         self.check_tamper()
         self.sender.send({"type": "timing", "raw": raw.to_dict(), "launches_per_call": per_call, "flags": self.flags})
+
+    def draw_fresh_inputs(self) -> None:
+        """Before a timed call: its inputs drawn afresh from the seed the trusted side sent for it, written into the
+        timing input tensors in place (same storage, same addresses), and kept as what the call must leave them.
+        No two timed calls see the same values, so no output can be kept for values seen before."""
+        state = self.timed
+        seed, state.next_seed = state.next_seed, None
+        if seed is None or state.inputs is None:
+            return
+        state.snapshot = []  # the last draw's memory goes back before the next is made
+        fresh = self.c.fresh_inputs(int(seed))
+        self.refill(state.inputs, fresh)
+        state.snapshot = fresh
 
     def after_timed_call(self, out: Any, phase: str, ms: float | None, pointers: set[int]) -> None:
         """After each call of a timing block. Every timed call is reported as it ends: the trusted side times the
@@ -238,10 +257,15 @@ class AnswerRole:
         structure, outs = self.c.flatten(out)
         if phase == "trial":
             self.sender.send({"type": "timed", "ms": ms})
-            if read_command(self.stdin).get("cmd") == "check":
-                self.check_tamper()  # on the calls drawn in secret, told only now: no call is safe to tamper in
+            reply = read_command(self.stdin)
+            if reply.get("cmd") == "check":
+                # The outputs leave at once: work the answer left running after its report (a thread, a stream)
+                # has only this command's round trip to land. Then the tamper check, on the calls drawn in secret
+                # and told only now: no call is safe to tamper in (its flags go with the block's last message).
                 self.send_timed_outputs(structure, outs)
-                read_command(self.stdin)  # judged: the next call may start
+                self.check_tamper()
+                reply = read_command(self.stdin)  # judged: the next call may start
+            self.timed.next_seed = reply.get("seed")
         for o in outs:
             if self.type_of(o) is self.Tensor:
                 if o.numel() and self.storage(o).data_ptr() in pointers:

@@ -15,6 +15,10 @@ from workflow_scripts.suite.problem_module import KERNELBENCH_SEED
 # Timed calls whose outputs the trusted side checks: all of them while their outputs add up to at most this many
 # bytes, else a secret sample of that many bytes' worth, and always at least one call per answer.
 TIMED_CHECK_BYTES = 1 << 30
+# With fresh inputs on every timed call, each check costs this side a draw of the inputs and a reference forward:
+# a secret sample of at most this many calls. An answer that skips its work on a share f of its calls passes all of
+# them with probability (1 - f) ** TIMED_CHECK_CALLS (f = 0.3: 3%).
+TIMED_CHECK_CALLS = 10
 # How much longer than its reported time a timed call's interval, as the trusted side observes it, may be (median
 # over the calls): (milliseconds, share of the reported time, milliseconds per GiB of output), per device. The
 # interval holds the whole trial (synchronize, L2 flush, launch headroom, the window, the output's scrub and the
@@ -22,8 +26,11 @@ TIMED_CHECK_BYTES = 1 << 30
 # honest answers on an H200 (bench/archive/NOTES.md, sixth session), four evaluations sharing the host: 0.61-1.58 ms on 120
 # problems with outputs under 1 GiB, 1.8-2.1 ms with 6.4 GB outputs. The band is wide (a study runs more jobs per
 # host, whose Python work shares its cores): it catches a call that reports about half of its time or less, or
-# hides 5 ms or more of work outside its window, not a small forgery.
-TIMING_EXCESS_LIMIT: dict[str, tuple[float, float, float]] = {"cuda": (5.0, 0.5, 0.5), "cpu": (250.0, 0.5, 500.0)}
+# hides 5 ms or more of work outside its window, not a small forgery. With fresh inputs the interval also holds the
+# call's draw (the problem's get_inputs on the device, then a copy into the timed tensors): the fourth number, per
+# GiB of one call's inputs (an estimate from the H200's fill and copy rates, about 0.7 ms per GiB each, doubled).
+TIMING_EXCESS_LIMIT: dict[str, tuple[float, float, float, float]] = {
+    "cuda": (5.0, 0.5, 0.5, 3.0), "cpu": (250.0, 0.5, 500.0, 4000.0)}
 # The reported time may exceed the observed interval by no more than this (ms, share): clocks of two processes.
 TIMING_DEFICIT_LIMIT = (0.05, 0.01)
 
@@ -36,21 +43,41 @@ class TimedChecks:
     interval this side observed around it (a forged clock or work moved out of the window does not fit)."""
 
     chosen: frozenset[int]  # call numbers over the whole timing, discarded calls included
-    comparable: bool  # False: the reference's forward is stochastic, so outputs are not compared
+    comparable: bool  # False: the reference's forward is stochastic and the inputs fixed: outputs are not compared
     output_bytes: int = 0  # the reference's outputs: scrubbing and checking them lengthens each interval
+    # Every timed call on inputs of its own (a secret seed per call, ``next_seed``): the answer's process draws them
+    # right before the call, and this side draws the same ones again to check a chosen call. False: every call
+    # sees the timing inputs (the problem's input builder cannot run without its classes).
+    fresh: bool = False
+    input_bytes: int = 0  # one call's inputs, drawn before it inside its interval (with fresh inputs)
     calls: int = 0
     checked: int = 0
+    unchecked: int = 0  # chosen, but this side could not draw the reference's outputs (e.g. no device memory)
     mismatches: int = 0
     detail: str | None = None
+    checked_seeds: list[int] = field(default_factory=list)  # the checked calls' input seeds, for replay
     reported_ms: list[float] = field(default_factory=list)
     observed_ms: list[float] = field(default_factory=list)
+    _seed: int | None = None  # the current call's
 
     @classmethod
-    def choose(cls, calls: int, output_bytes: int, comparable: bool) -> "TimedChecks":
-        if not comparable or calls <= 0:
-            return cls(frozenset(), comparable, output_bytes)
+    def choose(cls, calls: int, output_bytes: int, comparable: bool, fresh: bool = False,
+               input_bytes: int = 0) -> "TimedChecks":
+        """The calls to check, drawn in secret: the stochastic reference's outputs are comparable only on fresh
+        inputs, where the answer's call and this side's forward start from the generators' state the draw left."""
+        input_bytes = input_bytes if fresh else 0
+        if not (comparable or fresh) or calls <= 0:
+            return cls(frozenset(), comparable, output_bytes, fresh, input_bytes)
         k = min(calls, max(1, TIMED_CHECK_BYTES // max(1, output_bytes)))
-        return cls(frozenset(secrets.SystemRandom().sample(range(calls), k)), comparable, output_bytes)
+        if fresh:
+            k = min(k, TIMED_CHECK_CALLS)
+        sample = frozenset(secrets.SystemRandom().sample(range(calls), k))
+        return cls(sample, comparable, output_bytes, fresh, input_bytes)
+
+    def next_seed(self) -> int | None:
+        """The input seed of the next timed call (a fresh secret), or None where the inputs are fixed."""
+        self._seed = secrets.randbelow(2**32 - 1) if self.fresh else None
+        return self._seed
 
     def take(self) -> bool:
         """Whether the call that just ended is checked (called once per timed call, in order)."""
@@ -62,7 +89,12 @@ class TimedChecks:
         self.observed_ms.append(observed_ms)
 
     def judged(self, verdict: str, detail: str | None) -> None:
+        if verdict == "unchecked":
+            self.unchecked += 1
+            return
         self.checked += 1
+        if self._seed is not None:
+            self.checked_seeds.append(self._seed)
         if verdict != "ok":
             self.failed(f"{verdict}: {detail}" if detail else verdict)
 
@@ -79,8 +111,9 @@ class TimedChecks:
     def excess_limit_ms(self, device: str) -> float:
         if not self.reported_ms:
             return float("inf")
-        abs_ms, share, per_gib = TIMING_EXCESS_LIMIT[device]
-        return abs_ms + share * statistics.median(self.reported_ms) + per_gib * self.output_bytes / (1 << 30)
+        abs_ms, share, per_output_gib, per_input_gib = TIMING_EXCESS_LIMIT[device]
+        return (abs_ms + share * statistics.median(self.reported_ms) + per_output_gib * self.output_bytes / (1 << 30)
+                + per_input_gib * self.input_bytes / (1 << 30))
 
     def unconfirmed(self, device: str) -> bool:
         """The reported times do not fit the observed intervals: far shorter (beyond TIMING_EXCESS_LIMIT) or
@@ -93,8 +126,9 @@ class TimedChecks:
         return too_short or -excess > deficit_ms + deficit_share * statistics.median(self.reported_ms)
 
     def to_dict(self, device: str) -> dict[str, Any]:
-        return {"calls": self.calls, "checked": self.checked, "mismatches": self.mismatches,
-                "comparable": self.comparable, "detail": self.detail, "excess_ms_median": self.excess_ms(),
+        return {"calls": self.calls, "checked": self.checked, "unchecked": self.unchecked,
+                "mismatches": self.mismatches, "comparable": self.comparable, "fresh_inputs": self.fresh,
+                "checked_seeds": self.checked_seeds, "detail": self.detail, "excess_ms_median": self.excess_ms(),
                 "excess_limit_ms": self.excess_limit_ms(device) if self.reported_ms else None,
                 "unconfirmed": self.unconfirmed(device),
                 "observed_ms": self.observed_ms, "reported_ms": self.reported_ms}

@@ -35,7 +35,7 @@ from typing import Any, Iterator
 from workflow_scripts.evaluation import environment, timing
 from workflow_scripts.evaluation.protocol import compare_outputs
 from workflow_scripts.evaluation.transport import Area, Slot, TransportError, aligned, tensor_bytes, torch_dtype
-from workflow_scripts.suite.problem_module import as_input, load_problem
+from workflow_scripts.suite.problem_module import as_input, input_builder_source, load_problem
 
 # Seeded reference outputs stay on the GPU while they take at most this share of its memory; beyond it they wait
 # on the host and are copied over for each comparison.
@@ -70,13 +70,13 @@ class ReferenceTrial:
     """One trial's reference side: where its inputs lie, the outputs an answer must match and the generator state
     the reference's forward left (the answer's forward starts from it, as in KernelBench's single process)."""
 
-    kind: str  # seeded | hidden | post_timing
+    kind: str  # seeded | hidden | post_timing | timed (a checked timed call's)
     seed: int
     area: str | None  # the area holding the inputs; None while they wait on the device (device_inputs)
     entries: list[dict[str, Any]]
     structure: str
     outputs: list[Any]
-    forward_ms: float
+    forward_ms: float | None
     rng: dict[str, str | None]
     output_devices: list[str] = field(default_factory=list)
     # A seeded trial's inputs kept on this side's device (HOST_INPUT_SHARE), written into each answer's own input
@@ -104,6 +104,12 @@ class ReferenceSide:
         # The reference's outputs on the timing inputs (timed calls' outputs are checked against them), or None
         # when its forward is stochastic (two forwards on the same inputs disagree: dropout in training mode).
         self.timing_trial: ReferenceTrial | None = None
+        # The problem's input builder (``input_builder_source``), sent to every answer's process to draw each timed
+        # call's inputs afresh, once it is known to build what the module builds (``_check_input_builder``); None:
+        # the timed calls keep the timing inputs (``fresh_reason`` says why).
+        self.fresh_source: str | None = None
+        self.fresh_reason: str | None = None
+        self._fresh_get_inputs: Any = None
         self._clock: timing.Clock | None = None
         self._judge_buffer: Any = None  # the answers' outputs copied out on the host (_host_copies)
         # One per problem (drawn here unless given, to replay a run): the timed values do not change the timing.
@@ -225,6 +231,7 @@ class ReferenceSide:
             if "timing" not in self.areas:
                 self._build_timing_inputs()
             self._timing_forwards(atol, rtol)
+            self._check_input_builder()
 
     def _seeded_inputs(self, seed: int, device: Any) -> list[Any]:
         """A seeded trial's inputs as KernelBench builds them (seed, ``get_inputs()`` on the CPU, processed), moved
@@ -281,6 +288,49 @@ class ReferenceSide:
             torch.cuda.empty_cache()
         self.prepare_phases["prepare_timing_s"] += time.monotonic() - t0
 
+    def _check_input_builder(self) -> None:
+        """``fresh_source`` set when the problem's input builder, run on its own as an answer's process runs it,
+        draws inputs of the timing inputs' kinds, shapes and dtypes (a builder that needs the problem's classes
+        does not run without them)."""
+        try:
+            source = input_builder_source(self.problem_path.read_text(encoding="utf-8"))
+            namespace: dict[str, Any] = {"__name__": "kb_problem_inputs"}
+            exec(compile(source, "<problem inputs>", "exec"), namespace)  # noqa: S102 - the problem's own code
+            self._fresh_get_inputs = namespace["get_inputs"]
+            with self.seeding(self.timing_seed ^ 2):
+                drawn = self._draw(self._fresh_get_inputs)
+        except Exception as e:  # noqa: BLE001 - the problem's own code, run without its classes
+            self.fresh_reason = _describe(e, "the input builder without the problem's classes")
+            return
+        same = _kinds(drawn) == _kinds(self.timing_inputs)
+        del drawn
+        if not same:
+            self.fresh_reason = "the input builder without the problem's classes draws other shapes or dtypes"
+            return
+        self.fresh_source = source
+
+    def _draw(self, get_inputs: Any) -> list[Any]:
+        """Inputs drawn by ``get_inputs`` (under ``seeding``): the problem's distribution, built on the device
+        (seconds, not minutes, for multi-GB inputs); the generators are left where the draw left them."""
+        with self.torch.device(self.device):
+            return [self._process(x) for x in get_inputs()]
+
+    def timed_call_trial(self, seed: int) -> ReferenceTrial:
+        """The reference's outputs on a timed call's fresh inputs (``seed``), drawn as the answer's process drew them;
+        the forward starts from the generators' state the draw left, as the answer's call did."""
+        torch = self.torch
+        try:
+            with torch.no_grad(), self.seeding(seed):
+                inputs = self._draw(self._fresh_get_inputs)
+                out = self.model(*inputs)
+                self._sync()
+        except Exception as e:  # noqa: BLE001
+            raise ReferenceFailed(_describe(e, f"the reference on a timed call's inputs (seed {seed})")) from None
+        del inputs
+        trial = self._trial("timed", seed, "", [], out, None, {})
+        self.release_cached_memory()
+        return trial
+
     @functools.cached_property
     def trial_input_bytes(self) -> int | None:
         """Bytes of one trial's inputs (``input_bytes_on_meta``), probed once."""
@@ -310,14 +360,10 @@ class ReferenceSide:
             raise ReferenceFailed(f"the problem's inputs: {e}") from None
 
     def secret_inputs(self, seed: int) -> list[Any]:
-        """Inputs from a secret seed: the problem's distribution, built on the device (seconds, not minutes, for
-        multi-GB inputs)."""
+        """Inputs from a secret seed (``_draw``)."""
         try:
             with self.seeding(seed):
-                if self.device_kind == "cuda":
-                    with self.torch.device(self.device):
-                        return [self._process(x) for x in self.problem.get_inputs()]
-                return [self._process(x) for x in self.problem.get_inputs()]
+                return self._draw(self.problem.get_inputs)
         except Exception as e:  # noqa: BLE001
             raise ReferenceFailed(_describe(e, "get_inputs() for a secret seed")) from None
 
@@ -345,6 +391,11 @@ class ReferenceSide:
                 rng = self.rng_state()
         except Exception as e:  # noqa: BLE001
             raise ReferenceFailed(_describe(e, f"the reference forward ({kind} trial, seed {seed})")) from None
+        return self._trial(kind, seed, area, entries, out, ms, rng)
+
+    def _trial(self, kind: str, seed: int, area: str, entries: list[dict[str, Any]], out: Any, ms: float | None,
+               rng: dict[str, str | None]) -> ReferenceTrial:
+        torch = self.torch
         if isinstance(out, (tuple, list)) and type(out) in (tuple, list):
             structure, outs = "sequence", list(out)
         else:
@@ -534,6 +585,12 @@ def available_memory() -> int:
         pass
     headroom = cgroup_headroom()
     return available if headroom is None else min(available, headroom)
+
+
+def _kinds(values: list[Any]) -> list[tuple[Any, ...]]:
+    """What a timed call's inputs must keep whatever their values: each one's type, and a tensor's shape and dtype."""
+    return [(type(v).__name__, tuple(v.shape), str(v.dtype)) if hasattr(v, "shape") and hasattr(v, "dtype")
+            else (type(v).__name__, v) for v in values]
 
 
 def bind_gpu(gpu: str | None) -> None:

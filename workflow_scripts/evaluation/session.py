@@ -25,7 +25,7 @@ from workflow_scripts.evaluation.records import TrialRecord
 from workflow_scripts.evaluation.reference import ReferenceFailed, ReferenceSide, ReferenceTrial
 from workflow_scripts.evaluation.sandbox import ChildProcess
 from workflow_scripts.evaluation.start_gate import StartGate
-from workflow_scripts.evaluation.transport import Area, TransportError, dtype_name
+from workflow_scripts.evaluation.transport import Area, TransportError, dtype_name, tensor_bytes
 
 # What an answer's process reports its start took (child.main), kept as phases "child_<name>": not verdict inputs.
 CHILD_SETUP_PHASES = ("startup_s", "host_start_s", "gate_wait_s", "device_start_s", "areas_wait_s", "areas_pin_s")
@@ -209,7 +209,8 @@ class AnswerSession:
             self.error = f"the answer's file is not UTF-8 text: {e}"
             return False
         # The source itself goes with the command: the answer's process writes it into its own folder.
-        self._send(ans, "load", init_inputs=self.reference.init_entries, source=source)
+        self._send(ans, "load", init_inputs=self.reference.init_entries, source=source,
+                   inputs_source=self.reference.fresh_source)
         m = ans.recv(self.deadline)
         answer_running = m.type == "loading"  # from here on the answer's code runs in that process
         if answer_running:
@@ -321,7 +322,8 @@ class AnswerSession:
         cfg, checks = self.cfg, self.timed_checks
         self.timing_raw = {"discarded_ms": raw.discarded_ms, "warmup_ms": raw.warmup_ms, "host_ms": raw.host_ms,
                            "leftover_us": raw.leftover_us, "launches_per_call": per_call, "wall_s_parent": wall_s,
-                           "timed_checks": checks.to_dict(cfg.device)}
+                           "timed_checks": dict(checks.to_dict(cfg.device),
+                                                fixed_inputs_reason=self.reference.fresh_reason)}
         if checks.mismatches:
             self.flag("timed_output_mismatch")
             self.error = self.error or f"timed call: {checks.detail}"
@@ -404,7 +406,9 @@ class AnswerSession:
         per_call: list[int] = []
         tm: Message | None = None
         calls = sum(b.discard_first + b.trials for b in blocks)
-        self.timed_checks = TimedChecks.choose(calls, ref.output_capacity(), ref.timing_trial is not None)
+        self.timed_checks = TimedChecks.choose(calls, ref.output_capacity(), ref.timing_trial is not None,
+                                               fresh=ref.fresh_source is not None,
+                                               input_bytes=tensor_bytes(ref.timing_inputs))
         for i, block in enumerate(blocks):
             order = ("answer", "reference") if timing.answer_goes_first(i) else ("reference", "answer")
             for side in order if paired else ("answer",):
@@ -419,11 +423,12 @@ class AnswerSession:
                         raise ReferenceUnusable(str(e)) from None
                     self._add_phase("timing_reference_s", time.monotonic() - t_ref)
                     continue
-                self._send(ans, "time", inputs={"area": "timing", "entries": ref.timing_entries},
+                seed = self.timed_checks.next_seed()
+                self._send(ans, "time", inputs={"area": "timing", "entries": ref.timing_entries}, seed=seed,
                            block={"warmup": block.warmup, "trials": block.trials, "discard_first": block.discard_first})
                 calls = block.warmup + block.discard_first + block.trials
                 tm = self._timed_block(ans, block.discard_first + block.trials,
-                                       timing_limit_s(reference_ms, calls, floors[0]), reference_ms)
+                                       timing_limit_s(reference_ms, calls, floors[0]), reference_ms, seed)
                 self._merge(tm)
                 if tm.type in ("runtime_error", "cuda_error"):
                     return tm, timing.RawTimes(), None
@@ -442,14 +447,16 @@ class AnswerSession:
                                      "reference_block_trials": cfg.paired_reference_block}
         return tm, timing.merge_raw(answer_parts), per_call
 
-    def _timed_block(self, ans: ChildProcess, trials: int, limit_s: float, reference_ms: float) -> Message:
+    def _timed_block(self, ans: ChildProcess, trials: int, limit_s: float, reference_ms: float,
+                     seed: int | None) -> Message:
         """One block of the answer's timing (``trials`` timed calls, the discarded ones included) under the watchdog
         (``_watched``'s rules, for the whole block). Each timed call reports itself as it ends; this side notes when
         (the interval between the reply to one call and the next report holds that call's whole trial: the reported
         time must fit in it), tells the child whether it checks this call's output (a choice drawn in secret
-        beforehand, told only after the call), judges a checked output against the reference's on the timing inputs
-        before the next call starts, and replies. A report beyond the block's calls is forged. Returns the block's
-        last message (``timing``, or the answer's error)."""
+        beforehand, told only after the call), judges a checked output against the reference's on that call's
+        inputs (``seed``: the call's fresh inputs, drawn here again; None: the timing inputs) before the next call
+        starts, and replies with the next call's seed. A report beyond the block's calls is forged. Returns the
+        block's last message (``timing``, or the answer's error)."""
         m = ans.recv(self.deadline)
         if m.type != "calling":
             return m
@@ -483,19 +490,27 @@ class AnswerSession:
                 if om.type == "bad_output":
                     checks.failed("a timed call returned other than plain tensors")
                 elif om.type == "output":
-                    checks.judged(*self._judge_timed(om))
+                    checks.judged(*self._judge_timed(om, seed))
                 else:
                     return om
                 self._add_phase("timing_checks_s", time.monotonic() - t_check)
+            seed = checks.next_seed()
             replied = time.monotonic()  # before the reply: the next call cannot start earlier
-            self._send(ans, "next")
+            self._send(ans, "next", seed=seed)
 
-    def _judge_timed(self, om: Message) -> tuple[str, str | None]:
-        """(verdict, detail) of a checked timed call's outputs. Judged on this side's device, or on the host when the
-        device has no room left (the answer's process may hold most of it): a full device never crashes the job."""
-        trial = self.reference.timing_trial
-        assert trial is not None
+    def _judge_timed(self, om: Message, seed: int | None) -> tuple[str, str | None]:
+        """(verdict, detail) of a checked timed call's outputs, against the reference's on the call's fresh inputs
+        (``seed``) or on the timing inputs. Judged on this side's device, or on the host when the device has no room
+        left (the answer's process may hold most of it): a full device never crashes the job."""
         torch = self.reference.torch
+        if seed is None:
+            trial = self.reference.timing_trial
+        else:
+            try:
+                trial = self.reference.timed_call_trial(seed)
+            except ReferenceFailed as e:
+                return "unchecked", str(e)[:300]
+        assert trial is not None
         try:
             verdict, _, detail = self._judge(trial, om)
         except torch.OutOfMemoryError:

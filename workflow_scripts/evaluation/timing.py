@@ -179,9 +179,12 @@ class Clock:
         args: Sequence[Any],
         protocol: TimingProtocol,
         after_call: Callable[[Any, str, float | None], None] | None = None,
+        before_trial: Callable[[], None] | None = None,
     ) -> RawTimes:
         """Time ``fn(*args)`` following ``protocol``; ``after_call(out, phase, ms)`` runs outside the timed region
-        after every call (phase is "warmup" or "trial"; ms is the trial's time, None for a warm-up call)."""
+        after every call (phase is "warmup" or "trial"; ms is the trial's time, None for a warm-up call), and
+        ``before_trial()`` before every trial's synchronize and L2 flush (an answer's fresh timing inputs are drawn
+        there: whatever it leaves in the cache is flushed)."""
         torch = self._torch
         raw = RawTimes()
         ctx = torch.no_grad() if protocol.no_grad else contextlib.nullcontext()
@@ -197,6 +200,8 @@ class Clock:
                 del out
             for i in range(protocol.discard_first + protocol.trials):
                 leftover = None
+                if before_trial is not None:
+                    before_trial()
                 if self.device == "cuda":
                     ms, host, leftover = self._one_cuda(fn, args, after_call, protocol.launch_headroom_us)
                 else:

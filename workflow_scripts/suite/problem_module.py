@@ -6,6 +6,7 @@ Only the problem's own code runs here (KernelBench's, trusted), never an answer'
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sys
 from pathlib import Path
@@ -40,3 +41,20 @@ def as_input(x: Any, device: Any, cast_integers: bool = False) -> Any:
             x = x.to(dtype=torch.float32)
         return x.to(device=device)
     return x
+
+
+# Module-level statements an input builder keeps (imports, constants, helper functions); classes (the ``Model``
+# among them) and a ``__main__`` block are left out.
+_BUILDER_STATEMENTS = (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.FunctionDef)
+
+
+def input_builder_source(source: str) -> str:
+    """The part of a problem file that builds its inputs: every import, module-level assignment and function
+    (``get_inputs`` and what it uses), without any class. An answer's process runs it to draw fresh timing inputs
+    (``evaluation.reference.ReferenceSide.fresh_inputs_source`` checks that it draws what the module itself draws):
+    no ``Model`` exists there to be found and called. Raises ``ValueError`` when the file defines no ``get_inputs``."""
+    tree = ast.parse(source)
+    kept = [node for node in tree.body if isinstance(node, _BUILDER_STATEMENTS)]
+    if not any(isinstance(n, ast.FunctionDef) and n.name == "get_inputs" for n in kept):
+        raise ValueError("the problem defines no module-level get_inputs()")
+    return ast.unparse(ast.Module(body=kept, type_ignores=[]))
