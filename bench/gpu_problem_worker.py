@@ -91,8 +91,9 @@ def summarise(result) -> dict:
             "host_memory": (result.protocol or {}).get("host_memory"),  # the answer tree's cap and peak
             "phases_s": {k: round(v, 3) for k, v in result.phases_s.items()},
             # the trusted side's checks on the timed calls: outputs judged, reported times against observed ones
-            "timed_checks": {k: checks.get(k) for k in ("calls", "checked", "mismatches", "comparable",
-                                                        "excess_ms_median", "unconfirmed")}}
+            "timed_checks": {k: checks.get(k) for k in ("calls", "checked", "unchecked", "mismatches", "comparable",
+                                                        "fresh_inputs", "fixed_inputs_reason", "excess_ms_median",
+                                                        "excess_limit_ms", "unconfirmed", "detail")}}
 
 
 DEVICE = os.environ.get("BENCH_DEVICE", "cuda")  # BENCH_DEVICE=cpu: a smoke run of the bench itself
