@@ -146,6 +146,28 @@ def test_a_frozen_tree_runs_nothing_until_thawed() -> None:
         proc.wait()
 
 
+def test_the_freezer_lists_a_tree_as_psutil_does_from_the_tree_alone() -> None:
+    """The freezer reads each thread's children file (a few reads per process of the tree, not every process of the
+    host): the same processes as psutil's scan, a grandchild started by a thread included."""
+    grandchild = "import subprocess, sys, threading, time\n" \
+        "threading.Thread(target=lambda: subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])).start()\n" \
+        "time.sleep(60)\n"
+    proc = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {grandchild!r}])\ntime.sleep(60)\n"])
+    try:
+        deadline = time.monotonic() + 20
+        while len(psutil.Process(proc.pid).children(recursive=True)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        by_psutil = {proc.pid} | {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+        assert len(by_psutil) == 3
+        assert set(freezer._tree_pids(proc.pid)) == by_psutil
+        assert {p.pid for p in freezer._tree(proc.pid)} == by_psutil
+    finally:
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            p.kill()
+        proc.kill()
+        proc.wait()
+
+
 def command_line(process: psutil.Process) -> str:
     try:
         return " ".join(process.cmdline())
