@@ -77,12 +77,15 @@ test-setup:
 
 ## test: the linters, then the test suite (CPU; GPU-only tests skip), with the slowest tests listed
 ## (`pytest -m "not integration"` runs only the unit tests, in about a minute)
-## The vLLM suite (its own environment, about a minute, mostly one core) runs beside the main one, whose start leaves a
-## core idle; its output follows the main suite's.
+## The main suite runs in TEST_WORKERS pytest-xdist workers (many of its tests wait on processes, leaving a core idle),
+## a test file per worker at a time; the files that read one session run (the demo, the small run) share a worker
+## (tests/conftest.py). The vLLM suite (its own environment, about a minute, mostly one core) runs beside it; its
+## output follows the main suite's.
+TEST_WORKERS ?= 2
 test: test-setup lint
 	@log=$$(mktemp); VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -rs --durations=5 \
 	  tests/test_generate_vllm.py > $$log 2>&1 & vllm=$$!; \
-	$(BIN)/python -m pytest -q -rs --durations=25; main=$$?; \
+	$(BIN)/python -m pytest -q -rs --durations=25 -n $(TEST_WORKERS) --dist loadgroup; main=$$?; \
 	wait $$vllm; status=$$?; echo "--- the vLLM suite (.venv-vllm)"; cat $$log; rm -f $$log; \
 	exit $$(( main != 0 || status != 0 ))
 

@@ -7,11 +7,14 @@ name (``baselines.compile_cache_dir``), so a problem's compiled baseline is buil
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -43,43 +46,115 @@ def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 class BackgroundDemo:
     """The session's demo run, started as soon as the tests are collected (``pytest_collection_finish``), beside the
-    tests that come before its readers: on CI's two cores most tests leave one idle, and the demo (13 torch.compile
-    baselines) is the session's longest single piece of work."""
+    tests that come before its readers: the demo (13 torch.compile baselines) is the session's longest single piece
+    of work. It lives in a folder (``base``) with its log, its process id and, once it ended, its return code, so
+    that any process of the session can wait for it: under pytest-xdist the first worker to collect starts it in the
+    session's shared folder and the worker that runs its readers waits for it."""
 
-    def __init__(self) -> None:
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.work = base / "demo"
+        self.log = base / "snakemake.log"
+        self.returncode = base / "returncode"
+
+    def start_once(self) -> None:
+        """Started here unless another process of the session started it (its folder is made atomically)."""
+        try:
+            self.base.mkdir()
+        except FileExistsError:
+            return
         from workflow_scripts.devtools.workspace import copy_workflow
 
-        self.base = Path(tempfile.mkdtemp(prefix="kb-demo-run-"))
-        self.work = copy_workflow(self.base / "demo")
-        self.log = self.base / "snakemake.log"
+        copy_workflow(self.work)
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"],
-                                         cwd=self.work, stdout=log, stderr=subprocess.STDOUT)
+            # A shell writes the return code, whichever process (if any) waits for it.
+            proc = subprocess.Popen(["sh", "-c", '"$@"; echo $? > "$0.part" && mv "$0.part" "$0"', str(self.returncode),
+                                     sys.executable, "-m", "snakemake", "--cores", "2"],
+                                    cwd=self.work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        (self.base / "pid").write_text(str(proc.pid))
 
     def finished(self, timeout: float = 1500) -> Path:
-        returncode = self.proc.wait(timeout)
-        assert returncode == 0, self.log.read_text(errors="replace")[-5000:]
+        deadline = time.monotonic() + timeout
+        while not self.returncode.exists():
+            assert time.monotonic() < deadline, f"the demo run did not end in {timeout} s"
+            time.sleep(1)
+        assert self.returncode.read_text().strip() == "0", self.log.read_text(errors="replace")[-5000:]
         return self.work
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        """The run's whole process group stopped (it was started in a session of its own) and its folder removed."""
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
+            os.killpg(int((self.base / "pid").read_text()), signal.SIGKILL)
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+# The session's folder that every pytest-xdist worker sees (set by the controller before the workers start).
+SHARED_DIR_ENV = "KB_TESTS_SHARED_DIR"
+
+
+def under_xdist(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not under_xdist(config) and getattr(config.option, "numprocesses", None):
+        os.environ[SHARED_DIR_ENV] = tempfile.mkdtemp(prefix="kb-tests-")
+
+
+def session_demo(config: pytest.Config) -> BackgroundDemo:
+    """The session's demo run: in the folder every xdist worker sees, or in one of this process's own."""
+    shared = os.environ.get(SHARED_DIR_ENV) if under_xdist(config) else None
+    if shared is None:
+        if BACKGROUND_DEMO not in config.stash:
+            config.stash[BACKGROUND_DEMO] = BackgroundDemo(Path(tempfile.mkdtemp(prefix="kb-demo-run-")) / "run")
+        return config.stash[BACKGROUND_DEMO]
+    return BackgroundDemo(Path(shared) / "demo-run")
 
 
 BACKGROUND_DEMO = pytest.StashKey[BackgroundDemo]()
 
 
+# Session-scoped runs that several test files read: under pytest-xdist (``make test`` runs two workers) each file that
+# uses one joins that run's group, so one worker builds it once; every other file is a group of its own (module-scoped
+# fixtures, such as the cheat suite's one evaluation of every case, stay built once).
+SHARED_RUNS = ("demo_run", "small_run")
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by the marks added here, and before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that read a session's finished pipeline run are integration tests, wherever they stand; under xdist,
+    each test joins its file's group (``SHARED_RUNS``)."""
+    for item in items:
+        if {"demo_run", "small_run", "compile_cache"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+    if not under_xdist(config):
+        return
+    group_of_file: dict[Path, str] = {}
+    for item in items:
+        shared = next((run for run in SHARED_RUNS if run in getattr(item, "fixturenames", ())), None)
+        if shared is not None or item.path not in group_of_file:
+            group_of_file[item.path] = shared or group_of_file.get(item.path) or item.path.name
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of_file[item.path]))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     if any("demo_run" in getattr(item, "fixturenames", ()) for item in session.items):
-        session.config.stash[BACKGROUND_DEMO] = BackgroundDemo()
+        session_demo(session.config).start_once()  # under xdist: by the first worker to get here
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    demo = session.config.stash.get(BACKGROUND_DEMO, None)
+    config = session.config
+    if under_xdist(config):
+        return  # the controller ends the shared run, once every worker is done
+    shared = os.environ.pop(SHARED_DIR_ENV, None)
+    if shared is not None:
+        BackgroundDemo(Path(shared) / "demo-run").close()
+        shutil.rmtree(shared, ignore_errors=True)
+    demo = config.stash.get(BACKGROUND_DEMO, None)
     if demo is not None:
         demo.close()
+        shutil.rmtree(demo.base.parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -87,7 +162,9 @@ def demo_run(request: pytest.FixtureRequest, compile_cache: Path) -> Path:
     """The demo as `make demo` runs it (config.yaml unchanged: every problem, every model, the compiled baselines)
     on a copy of the workflow, once per session (started in the background when the tests were collected). Tests
     that change it leave it complete and consistent again."""
-    work = request.config.stash[BACKGROUND_DEMO].finished()
+    demo = session_demo(request.config)
+    demo.start_once()  # started at collection, unless its readers were selected only afterwards
+    work = demo.finished()
     # What it compiled (in its store's caches/, the default place) serves the session's other runs: hard links,
     # since the cache replaces files whole (by rename) and never writes into one.
     caches = work / yaml.safe_load((work / "config.yaml").read_text())["store"] / "caches"
@@ -124,10 +201,3 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> SmallRun:
     assert done.returncode == 0, done.stderr[-5000:]
     return run
 
-
-@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by the marks added here
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that read a session's finished pipeline run are integration tests, wherever they stand."""
-    for item in items:
-        if {"demo_run", "small_run", "compile_cache"} & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.integration)

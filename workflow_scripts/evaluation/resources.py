@@ -124,6 +124,7 @@ def evaluate_memory(sizes: Sizes | None, evaluation: Mapping[str, Any], answers:
         # secret trial runs between the answer's calls and needs no more than this.
         gpu += forward_gib(i, o, p) + i + o
         gpu += o  # the answer's outputs copied onto the trusted side's device to be judged
+        gpu += i if timed else 0  # a checked timed call's fresh inputs, drawn again on the trusted side
     return Memory(mem_mb, math.ceil(gpu))
 
 
