@@ -36,7 +36,8 @@ Trust model
 
 The answer is untrusted Python running with the child's full privileges. Anything inside the answer's process can
 be read or rewritten by it: the harness's variables, ``torch`` itself, the bytes the process sends (no secret is ever
-sent there: no message key, no seed).
+sent there: no message key, no seed of a trial still to come; a timed call's input seed arrives with the reply that
+starts that call, and tells nothing its inputs do not).
 So the design never asks the answer's process for a verdict; it asks it only for raw data and makes that data
 useless to forge:
 
