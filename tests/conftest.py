@@ -136,6 +136,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group_of_file[item.path] = shared or group_of_file.get(item.path) or item.path.name
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group_of_file[item.path]))
+    # The demo's readers last: their worker runs other files while the demo, started at collection, runs beside.
+    items.sort(key=lambda item: group_of_file[item.path] == "demo_run")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
