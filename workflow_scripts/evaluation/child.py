@@ -164,11 +164,9 @@ class _Child:
         """The problem's input builder (``suite.problem_module.input_builder_source``: its ``get_inputs`` without any
         class), sent by the trusted side with the answer and compiled before the answer is imported. None: the timed
         calls keep the timing inputs' values."""
-        self.get_fresh_inputs = None
-        if source:
-            namespace: dict[str, Any] = {"__name__": "kb_problem_inputs"}
-            exec(compile(source, "<problem inputs>", "exec"), namespace)  # noqa: S102 - the problem's own code
-            self.get_fresh_inputs = namespace["get_inputs"]
+        from workflow_scripts.suite.problem_module import input_builder
+
+        self.get_fresh_inputs = input_builder(source) if source else None
 
     def fresh_inputs(self, seed: int) -> list[Any]:
         """Inputs drawn as the trusted side draws a secret trial's (``ReferenceSide.secret_inputs``: the seed, then

@@ -35,7 +35,7 @@ from typing import Any, Iterator
 from workflow_scripts.evaluation import environment, timing
 from workflow_scripts.evaluation.protocol import compare_outputs
 from workflow_scripts.evaluation.transport import Area, Slot, TransportError, aligned, tensor_bytes, torch_dtype
-from workflow_scripts.suite.problem_module import as_input, input_builder_source, load_problem
+from workflow_scripts.suite.problem_module import as_input, input_builder, input_builder_source, load_problem
 
 # Seeded reference outputs stay on the GPU while they take at most this share of its memory; beyond it they wait
 # on the host and are copied over for each comparison.
@@ -294,9 +294,7 @@ class ReferenceSide:
         does not run without them)."""
         try:
             source = input_builder_source(self.problem_path.read_text(encoding="utf-8"))
-            namespace: dict[str, Any] = {"__name__": "kb_problem_inputs"}
-            exec(compile(source, "<problem inputs>", "exec"), namespace)  # noqa: S102 - the problem's own code
-            self._fresh_get_inputs = namespace["get_inputs"]
+            self._fresh_get_inputs = input_builder(source)
             with self.seeding(self.timing_seed ^ 2):
                 drawn = self._draw(self._fresh_get_inputs)
         except Exception as e:  # noqa: BLE001 - the problem's own code, run without its classes

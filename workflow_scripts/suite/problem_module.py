@@ -50,11 +50,19 @@ _BUILDER_STATEMENTS = (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, as
 
 def input_builder_source(source: str) -> str:
     """The part of a problem file that builds its inputs: every import, module-level assignment and function
-    (``get_inputs`` and what it uses), without any class. An answer's process runs it to draw fresh timing inputs
-    (``evaluation.reference.ReferenceSide.fresh_inputs_source`` checks that it draws what the module itself draws):
-    no ``Model`` exists there to be found and called. Raises ``ValueError`` when the file defines no ``get_inputs``."""
+    (``get_inputs`` and what it uses), without any class. An answer's process runs it (``input_builder``) to draw
+    fresh timing inputs, once ``evaluation.reference.ReferenceSide._check_input_builder`` has seen it run alone and
+    draw the timing inputs' shapes and dtypes: no ``Model`` exists there to be found and called. Raises
+    ``ValueError`` when the file defines no ``get_inputs``."""
     tree = ast.parse(source)
     kept = [node for node in tree.body if isinstance(node, _BUILDER_STATEMENTS)]
     if not any(isinstance(n, ast.FunctionDef) and n.name == "get_inputs" for n in kept):
         raise ValueError("the problem defines no module-level get_inputs()")
     return ast.unparse(ast.Module(body=kept, type_ignores=[]))
+
+
+def input_builder(source: str) -> Any:
+    """``get_inputs`` of an input builder's source (``input_builder_source``), run in a namespace of its own."""
+    namespace: dict[str, Any] = {"__name__": "kb_problem_inputs"}
+    exec(compile(source, "<problem inputs>", "exec"), namespace)  # noqa: S102 - the problem's own code
+    return namespace["get_inputs"]
