@@ -161,6 +161,15 @@ def test_the_freezer_lists_a_tree_as_psutil_does_from_the_tree_alone() -> None:
         assert len(by_psutil) == 3
         assert set(freezer._tree_pids(proc.pid)) == by_psutil
         assert {p.pid for p in freezer._tree(proc.pid)} == by_psutil
+        # A process that ended between the listing and its stop costs nothing of the rest of the tree.
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        listed = freezer._tree_pids
+        try:
+            freezer._tree_pids = lambda root: [*listed(root), gone.pid]
+            assert {p.pid for p in freezer._tree(proc.pid)} == by_psutil
+        finally:
+            freezer._tree_pids = listed
     finally:
         for p in psutil.Process(proc.pid).children(recursive=True):
             p.kill()

@@ -76,11 +76,14 @@ def _tree(root_pid: int) -> list[psutil.Process]:
     stops the tree once per reference block). psutil's way where the kernel has no such file."""
     try:
         pids = _tree_pids(root_pid)
-        return [psutil.Process(pid) for pid in pids]
     except FileNotFoundError:
-        pass
-    except (OSError, psutil.Error):
-        return []
+        pids = None
+    if pids is not None:
+        processes = []
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):  # one that ended since it was listed: nothing to stop
+                processes.append(psutil.Process(pid))
+        return processes
     try:
         root = psutil.Process(root_pid)
         return [root] + root.children(recursive=True)
