@@ -58,7 +58,6 @@ class TimedChecks:
     checked_seeds: list[int] = field(default_factory=list)  # the checked calls' input seeds, for replay
     reported_ms: list[float] = field(default_factory=list)
     observed_ms: list[float] = field(default_factory=list)
-    _seed: int | None = None  # the current call's
 
     @classmethod
     def choose(cls, calls: int, output_bytes: int, comparable: bool, fresh: bool = False,
@@ -76,8 +75,7 @@ class TimedChecks:
 
     def next_seed(self) -> int | None:
         """The input seed of the next timed call (a fresh secret), or None where the inputs are fixed."""
-        self._seed = secrets.randbelow(2**32 - 1) if self.fresh else None
-        return self._seed
+        return secrets.randbelow(2**32 - 1) if self.fresh else None
 
     def take(self) -> bool:
         """Whether the call that just ended is checked (called once per timed call, in order)."""
@@ -88,13 +86,14 @@ class TimedChecks:
         self.reported_ms.append(reported_ms)
         self.observed_ms.append(observed_ms)
 
-    def judged(self, verdict: str, detail: str | None) -> None:
+    def judged(self, verdict: str, detail: str | None, seed: int | None = None) -> None:
+        """A chosen call's verdict; ``seed``: its fresh inputs' (recorded for replay)."""
         if verdict == "unchecked":
             self.unchecked += 1
             return
         self.checked += 1
-        if self._seed is not None:
-            self.checked_seeds.append(self._seed)
+        if seed is not None:
+            self.checked_seeds.append(seed)
         if verdict != "ok":
             self.failed(f"{verdict}: {detail}" if detail else verdict)
 

@@ -490,7 +490,7 @@ class AnswerSession:
                 if om.type == "bad_output":
                     checks.failed("a timed call returned other than plain tensors")
                 elif om.type == "output":
-                    checks.judged(*self._judge_timed(om, seed))
+                    checks.judged(*self._judge_timed(om, seed), seed)
                 else:
                     return om
                 self._add_phase("timing_checks_s", time.monotonic() - t_check)
