@@ -137,6 +137,8 @@ CHEATS = [
     Case("cheats/add_bump_launch_counter.py", ADD, (RR,), ("frame_inspection",)),
     Case("cheats/add_function_mode_deferred.py", ADD, (RR,), ("harness_tampered:state:torch_function_modes",)),
     Case("cheats/add_dispatch_mode_fake_equal.py", ADD, (RR,), ("harness_tampered:state:torch_dispatch_modes",)),
+    # Inside the absolute band (5 ms + 50% on CUDA, 250 ms + 50% on the CPU), outside the probe's relative one.
+    Case("cheats/add_work_after_report.py", ADD, (RR,), ("timing_unconfirmed",)),
 ]
 
 FAILURES = [

@@ -219,6 +219,21 @@ def test_reported_times_must_fit_the_observed_intervals(observed, reported, outp
     assert checks.unconfirmed("cuda") is unconfirmed
 
 
+@pytest.mark.parametrize("probe_ms, observed, unconfirmed", [
+    (None, 14.5, False),  # 4.5 ms of a 10 ms call hidden: inside the absolute band (5 ms + 50%)
+    (1.2, 14.5, True),    # the loop itself costs 1.2 ms: 3.3 ms beyond it > 1 ms + 15% of 10 ms
+    (1.2, 12.0, False),   # an honest call: 0.8 ms beyond the probe's excess
+    (30.0, 25.0, True),   # a probe slowed to 30 ms: the absolute band (10 ms) still bounds the excess
+])
+def test_the_overhead_probe_makes_the_bound_relative(probe_ms, observed, unconfirmed) -> None:
+    checks = TimedChecks(frozenset(), True, 0, probe_excess_ms=probe_ms)
+    for _ in range(5):
+        checks.observe(10.0, observed)
+    assert checks.unconfirmed("cuda") is unconfirmed
+    assert checks.excess_limit_ms("cuda") <= 10.0  # never looser than 5 ms + 50% of 10 ms
+    assert checks.to_dict("cuda")["probe_excess_ms"] == probe_ms
+
+
 def test_a_fresh_draw_inside_the_interval_is_allowed_for_per_gib_of_input() -> None:
     """With fresh inputs each observed interval also holds the call's draw: 4 GiB of inputs drawn in 10 ms fit the
     band; the same excess without a draw (fixed inputs) does not."""

@@ -4,7 +4,8 @@ trusted side through memory areas, and its outputs go back the same way, to be j
 
 ``AnswerRole`` sets up the monitors (``integrity.Guard``, ``integrity.LaunchCounter``) and the identity snapshot
 (``tamper.TamperCheck``) before the answer exists in the process, then loads the answer and serves the trusted side's
-commands, one method each: ``trial`` (a correctness call), ``time`` (a block of timed calls), ``post_timing`` (the
+commands, one method each: ``trial`` (a correctness call), ``time`` (a block of timed calls), ``probe`` (the same
+loop with a trusted stand-in, ``OverheadProbe``, for the trusted side's bound on reported times), ``post_timing`` (the
 timed inputs overwritten in place, one more call) and ``finish`` (the done message). Everything the role calls
 on torch and on its own objects was captured before the answer was imported; its methods are bound into its instance
 (``integrity.pin_methods``), and its attributes, its class and its module are part of the snapshot.
@@ -21,6 +22,7 @@ from typing import Any, Callable
 from workflow_scripts.evaluation.channel import exception_text, read_command
 from workflow_scripts.evaluation.integrity import HARNESS_MODULES, PACKAGE, Guard, LaunchCounter, pin_methods
 from workflow_scripts.evaluation.tamper import TamperCheck, code_getters
+from workflow_scripts.evaluation.transport import torch_dtype
 
 # Attributes of the launch counter that counting itself changes: not part of the snapshot.
 LAUNCH_COUNTING = ("count", "_programs", "empty_grid", "_bare")
@@ -37,6 +39,21 @@ class _TimingState:
     # The seed of the next timed call's fresh inputs (from the block's command, then from each reply): drawn into
     # ``inputs`` in place right before that call, outside its window.
     next_seed: int | None = None
+
+
+class OverheadProbe:
+    """A trusted stand-in for the answer in the timing loop (``protocol.PROBE_CALLS``): each call allocates outputs of
+    the reference's kinds, as an answer allocates its own, and launches nothing. The trusted side's observed
+    intervals around these calls, less their reported times, are what the loop itself costs: its bound for the
+    answer's calls starts there."""
+
+    def __init__(self, empty: Callable[..., Any], specs: list[tuple[tuple[int, ...], Any]], structure: str,
+                 device: Any) -> None:
+        self.empty, self.specs, self.structure, self.device = empty, specs, structure, device
+
+    def __call__(self, *inputs: Any) -> Any:
+        outs = [self.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.specs]
+        return outs[0] if self.structure == "tensor" and len(outs) == 1 else tuple(outs)
 
 
 class AnswerRole:
@@ -63,6 +80,7 @@ class AnswerRole:
         self.clone, self.equal_bits, self.storage = child.clone, child.bitwise_equal, child.untyped_storage
         self.type_of, self.Tensor, self.is_instance = child._type, child.Tensor, child._isinstance
         self.perf = child.clock.perf_counter
+        self.empty = torch.empty
         self.flags: list[str] = []
         self.timed = _TimingState()
         # The harness's own objects call their methods through their instance dicts (see integrity.pin_methods).
@@ -190,6 +208,8 @@ class AnswerRole:
                 self.trial(model, command)
             elif name == "time":
                 self.time(model, command)
+            elif name == "probe":
+                self.time(self.probe(command), command)
             elif name == "post_timing":
                 self.post_timing(model, command)
             elif name == "finish":
@@ -234,6 +254,11 @@ class AnswerRole:
             self.flag("inputs_mutated")
         self.check_tamper()
         self.sender.send({"type": "timing", "raw": raw.to_dict(), "launches_per_call": per_call, "flags": self.flags})
+
+    def probe(self, command: dict[str, Any]) -> OverheadProbe:
+        """The stand-in for a ``probe`` block (timed as ``time`` times a block of the answer's calls)."""
+        specs = [(tuple(int(n) for n in shape), torch_dtype(dtype)) for shape, dtype in command["outputs"]]
+        return OverheadProbe(self.empty, specs, str(command["structure"]), self.c.device)
 
     def draw_fresh_inputs(self) -> None:
         """Before a timed call: its inputs drawn afresh from the seed the trusted side sent for it, written into the

@@ -31,6 +31,14 @@ TIMED_CHECK_CALLS = 10
 # GiB of one call's inputs (an estimate from the H200's fill and copy rates, about 0.7 ms per GiB each, doubled).
 TIMING_EXCESS_LIMIT: dict[str, tuple[float, float, float, float]] = {
     "cuda": (5.0, 0.5, 0.5, 3.0), "cpu": (250.0, 0.5, 500.0, 4000.0)}
+# The relative bound: before its first timed block, under the same exclusive lease, the answer's process runs the
+# whole trial loop this many times with a trusted stand-in for the answer (``OverheadProbe``: it allocates outputs of
+# the reference's kinds and launches nothing), on the same inputs, fresh draws, scrubs and messages. The median excess
+# of those calls is what the loop itself costs there and then; the answer's calls may exceed it by no more than
+# TIMING_EXCESS_MARGIN: (milliseconds, share of the reported time), per device. Never looser than TIMING_EXCESS_LIMIT,
+# which also bounds what an answer could gain by slowing the probe's calls (it is not told which calls they are).
+PROBE_CALLS = 20
+TIMING_EXCESS_MARGIN: dict[str, tuple[float, float]] = {"cuda": (1.0, 0.15), "cpu": (50.0, 0.3)}
 # The reported time may exceed the observed interval by no more than this (ms, share): clocks of two processes.
 TIMING_DEFICIT_LIMIT = (0.05, 0.01)
 
@@ -56,6 +64,7 @@ class TimedChecks:
     mismatches: int = 0
     detail: str | None = None
     checked_seeds: list[int] = field(default_factory=list)  # the checked calls' input seeds, for replay
+    probe_excess_ms: float | None = None  # the trial loop's own excess, measured with ``OverheadProbe`` (PROBE_CALLS)
     reported_ms: list[float] = field(default_factory=list)
     observed_ms: list[float] = field(default_factory=list)
 
@@ -108,11 +117,18 @@ class TimedChecks:
         return statistics.median(o - r for o, r in zip(self.observed_ms, self.reported_ms))
 
     def excess_limit_ms(self, device: str) -> float:
+        """The relative bound (the probe's excess + TIMING_EXCESS_MARGIN) where the probe ran, never looser than the
+        absolute one (TIMING_EXCESS_LIMIT)."""
         if not self.reported_ms:
             return float("inf")
+        reported = statistics.median(self.reported_ms)
         abs_ms, share, per_output_gib, per_input_gib = TIMING_EXCESS_LIMIT[device]
-        return (abs_ms + share * statistics.median(self.reported_ms) + per_output_gib * self.output_bytes / (1 << 30)
-                + per_input_gib * self.input_bytes / (1 << 30))
+        absolute = (abs_ms + share * reported + per_output_gib * self.output_bytes / (1 << 30)
+                    + per_input_gib * self.input_bytes / (1 << 30))
+        if self.probe_excess_ms is None:
+            return absolute
+        margin_ms, margin_share = TIMING_EXCESS_MARGIN[device]
+        return min(absolute, max(0.0, self.probe_excess_ms) + margin_ms + margin_share * reported)
 
     def unconfirmed(self, device: str) -> bool:
         """The reported times do not fit the observed intervals: far shorter (beyond TIMING_EXCESS_LIMIT) or
@@ -128,6 +144,7 @@ class TimedChecks:
         return {"calls": self.calls, "checked": self.checked, "unchecked": self.unchecked,
                 "mismatches": self.mismatches, "comparable": self.comparable, "fresh_inputs": self.fresh,
                 "checked_seeds": self.checked_seeds, "detail": self.detail, "excess_ms_median": self.excess_ms(),
+                "probe_excess_ms": self.probe_excess_ms,
                 "excess_limit_ms": self.excess_limit_ms(device) if self.reported_ms else None,
                 "unconfirmed": self.unconfirmed(device),
                 "observed_ms": self.observed_ms, "reported_ms": self.reported_ms}

@@ -34,7 +34,8 @@ from typing import Any, Iterator
 
 from workflow_scripts.evaluation import environment, timing
 from workflow_scripts.evaluation.protocol import compare_outputs
-from workflow_scripts.evaluation.transport import Area, Slot, TransportError, aligned, tensor_bytes, torch_dtype
+from workflow_scripts.evaluation.transport import (Area, Slot, TransportError, aligned, dtype_name, tensor_bytes,
+                                                  torch_dtype)
 from workflow_scripts.suite.problem_module import as_input, input_builder, input_builder_source, load_problem
 
 # Seeded reference outputs stay on the GPU while they take at most this share of its memory; beyond it they wait
@@ -104,6 +105,10 @@ class ReferenceSide:
         # The reference's outputs on the timing inputs (timed calls' outputs are checked against them), or None
         # when its forward is stochastic (two forwards on the same inputs disagree: dropout in training mode).
         self.timing_trial: ReferenceTrial | None = None
+        # The kinds of the reference's outputs on the timing inputs ([shape, dtype name] each, and their structure):
+        # what the answer's process allocates in the timing loop's overhead probe (protocol.PROBE_CALLS).
+        self.output_specs: list[list[Any]] = []
+        self.output_structure = "tensor"
         # The problem's input builder (``input_builder_source``), sent to every answer's process to draw each timed
         # call's inputs afresh, once it is known to build what the module builds (``_check_input_builder``); None:
         # the timed calls keep the timing inputs (``fresh_reason`` says why).
@@ -272,6 +277,8 @@ class ReferenceSide:
         t0 = time.monotonic()
         inputs = self.timing_inputs
         trial = self._forward(inputs, "timing", self.timing_seed, "timing", self.timing_entries)
+        self.output_specs = [[list(o.shape), dtype_name(o.dtype)] for o in trial.outputs]
+        self.output_structure = trial.structure
         try:
             again = self._forward(inputs, "timing", self.timing_seed ^ 1, "timing", self.timing_entries)
             comparable = compare_outputs(trial.outputs, again.outputs, atol, rtol)[0] == "ok"

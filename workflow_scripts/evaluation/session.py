@@ -20,7 +20,8 @@ from workflow_scripts.evaluation import environment, freezer, gpu_lock, timing
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, Message, ProtocolError
 from workflow_scripts.evaluation.config import EvalConfig
 from workflow_scripts.evaluation.evidence import count, launch_counts, number, raw_times, text
-from workflow_scripts.evaluation.protocol import TimedChecks, call_limit_s, compare_outputs, timing_limit_s
+from workflow_scripts.evaluation.protocol import (PROBE_CALLS, TimedChecks, call_limit_s, compare_outputs,
+                                                 timing_limit_s)
 from workflow_scripts.evaluation.records import TrialRecord
 from workflow_scripts.evaluation.reference import ReferenceFailed, ReferenceSide, ReferenceTrial
 from workflow_scripts.evaluation.sandbox import ChildProcess
@@ -409,6 +410,9 @@ class AnswerSession:
         self.timed_checks = TimedChecks.choose(calls, ref.output_capacity(), ref.timing_trial is not None,
                                                fresh=ref.fresh_source is not None,
                                                input_bytes=tensor_bytes(ref.timing_inputs))
+        failed = self._probe_overhead(ans, reference_ms, floors[0])
+        if failed is not None:
+            return failed, timing.RawTimes(), None
         for i, block in enumerate(blocks):
             order = ("answer", "reference") if timing.answer_goes_first(i) else ("reference", "answer")
             for side in order if paired else ("answer",):
@@ -428,7 +432,8 @@ class AnswerSession:
                            block={"warmup": block.warmup, "trials": block.trials, "discard_first": block.discard_first})
                 calls = block.warmup + block.discard_first + block.trials
                 tm = self._timed_block(ans, block.discard_first + block.trials,
-                                       timing_limit_s(reference_ms, calls, floors[0]), reference_ms, seed)
+                                       timing_limit_s(reference_ms, calls, floors[0]), reference_ms, seed,
+                                       self.timed_checks)
                 self._merge(tm)
                 if tm.type in ("runtime_error", "cuda_error"):
                     return tm, timing.RawTimes(), None
@@ -447,8 +452,34 @@ class AnswerSession:
                                      "reference_block_trials": cfg.paired_reference_block}
         return tm, timing.merge_raw(answer_parts), per_call
 
+    def _probe_overhead(self, ans: ChildProcess, reference_ms: float, floor_s: float) -> Message | None:
+        """Before the answer's first timed block, in the same exclusive window: the same loop (inputs, fresh draws,
+        flush, scrubs, messages) run PROBE_CALLS times on the trusted stand-in ``child_answer.OverheadProbe``, observed
+        as the answer's calls are. Its median excess sets the relative bound on the answer's reported times
+        (``TimedChecks.excess_limit_ms``). Returns the message that ended the probe when it failed (the answer's
+        process failing it is the answer's timing failing), else None."""
+        ref, checks = self.reference, self.timed_checks
+        if not ref.output_specs:
+            return None
+        t0 = time.monotonic()
+        probe = TimedChecks.choose(0, checks.output_bytes, False, fresh=checks.fresh, input_bytes=checks.input_bytes)
+        seed = probe.next_seed()
+        self._send(ans, "probe", inputs={"area": "timing", "entries": ref.timing_entries}, seed=seed,
+                   block={"warmup": 1, "trials": PROBE_CALLS, "discard_first": 0}, outputs=ref.output_specs,
+                   structure=ref.output_structure)
+        m = self._timed_block(ans, PROBE_CALLS, timing_limit_s(reference_ms, PROBE_CALLS + 1, floor_s),
+                              reference_ms, seed, probe)
+        self._merge(m)
+        self._add_phase("timing_probe_s", time.monotonic() - t0)
+        if m.type in ("runtime_error", "cuda_error"):
+            return m
+        if m.type != "timing":
+            raise ProtocolError(f"unexpected {m.type} while probing the timing loop")
+        checks.probe_excess_ms = probe.excess_ms()
+        return None
+
     def _timed_block(self, ans: ChildProcess, trials: int, limit_s: float, reference_ms: float,
-                     seed: int | None) -> Message:
+                     seed: int | None, checks: TimedChecks) -> Message:
         """One block of the answer's timing (``trials`` timed calls, the discarded ones included) under the watchdog
         (``_watched``'s rules, for the whole block). Each timed call reports itself as it ends; this side notes when
         (the interval between the reply to one call and the next report holds that call's whole trial: the reported
@@ -461,7 +492,6 @@ class AnswerSession:
         if m.type != "calling":
             return m
         end = self._watch_end(limit_s)
-        checks = self.timed_checks
 
         def recv() -> Message:
             return self._recv_watched(ans, end, limit_s, reference_ms)
