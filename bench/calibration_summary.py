@@ -47,10 +47,30 @@ def summary(records: list[dict]) -> dict:
                 "signed_mean_pct": 100 * statistics.fmean(r["speedup"] - 1 for r in inside),
                 "signed_median_pct": 100 * statistics.median(r["speedup"] - 1 for r in inside),
                 "median_based_signed_mean_pct": 100 * statistics.fmean(r["median_speedup"] - 1 for r in inside)}
+    out["timed_intervals"] = interval_summary(list(rows.values()))
     worst = sorted(correct, key=lambda r: -abs(r["speedup"] - 1))[:5]
     out["outliers"] = {r["problem"]: {"speedup": round(r["speedup"], 4),
                                       "median_speedup": round(r["median_speedup"], 4),
                                       "paired_eager_ms": round(r["paired_eager_ms"], 4)} for r in worst}
+    return out
+
+
+def interval_summary(rows: list[dict]) -> dict:
+    """The timed calls' observed-minus-reported excess (median per answer), the overhead probe's, what is left of
+    the excess beyond the probe's (the relative bound's margin must hold it) and the share of each limit used."""
+    checks = [r.get("timed_checks") or {} for r in rows]
+    timed = [c for c in checks if c.get("excess_ms_median") is not None]
+    probed = [c for c in timed if c.get("probe_excess_ms") is not None]
+    out: dict = {"answers": len(timed), "probed": len(probed), "unconfirmed": sum(bool(c.get("unconfirmed"))
+                                                                                   for c in timed)}
+    for name, values in (("excess_ms", [c["excess_ms_median"] for c in timed]),
+                         ("probe_excess_ms", [c["probe_excess_ms"] for c in probed]),
+                         ("beyond_probe_ms", [c["excess_ms_median"] - c["probe_excess_ms"] for c in probed]),
+                         ("share_of_limit", [c["excess_ms_median"] / c["excess_limit_ms"] for c in timed
+                                             if c.get("excess_limit_ms")])):
+        if values:
+            out[name] = {"median": round(nearest_rank(values, 0.5), 3), "p90": round(nearest_rank(values, 0.9), 3),
+                         "max": round(max(values), 3), "min": round(min(values), 3)}
     return out
 
 
