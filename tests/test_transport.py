@@ -187,17 +187,6 @@ def test_the_host_keeps_as_many_seeded_trials_as_fit_its_share() -> None:
     assert reference.host_resident_trials(5, 0, True, 0) == 0  # nothing available: nothing sealed on the host
 
 
-
-def test_seeded_outputs_stay_on_the_device_as_far_as_its_share_holds_them() -> None:
-    gib = 1 << 30
-    h100_share = int(reference.DEVICE_OUTPUT_SHARE * 80 * gib)  # 24 GiB
-    assert reference.device_resident_outputs([8 * gib] * 5, h100_share) == 3  # L1/38: two wait on the host
-    assert reference.device_resident_outputs([8 * gib] * 5, int(reference.DEVICE_OUTPUT_SHARE * 141 * gib)) == 5
-    assert reference.device_resident_outputs([1 << 20] * 5, h100_share) == 5
-    assert reference.device_resident_outputs([30 * gib] * 5, h100_share) == 0  # none fits: all on the host
-    assert reference.device_resident_outputs([], h100_share) == 0
-
-
 SPILL_ANSWERS = {
     "same": "\nModelNew = Model\n",
     # Right on the first three calls, wrong from the fourth on: the fourth and fifth seeded trials wait on the device.

@@ -38,8 +38,8 @@ from workflow_scripts.evaluation.transport import (Area, Slot, TransportError, a
                                                   torch_dtype)
 from workflow_scripts.suite.problem_module import as_input, input_builder, input_builder_source, load_problem
 
-# Seeded reference outputs stay on the GPU while they take at most this share of its memory; the trials beyond it
-# wait on the host and are copied over for each comparison (``device_resident_outputs``).
+# Seeded reference outputs stay on the GPU while they take at most this share of its memory; beyond it they wait
+# on the host and are copied over for each comparison.
 DEVICE_OUTPUT_SHARE = 0.3
 # Seeded inputs at least this large per trial are built by helper processes in parallel (reference_inputs). A
 # helper's start (interpreter, torch) took about 5 s on the H200 beside the answer processes starting with it, while
@@ -227,10 +227,9 @@ class ReferenceSide:
             self.seeded.append(trial)
             del device_inputs
             phases["prepare_seeded_forward_s"] += clock() - t1
-        if self.device_kind == "cuda":
-            budget = int(DEVICE_OUTPUT_SHARE * torch.cuda.get_device_properties(0).total_memory)
-            kept = device_resident_outputs([tensor_bytes(t.outputs) for t in self.seeded], budget)
-            for t in self.seeded[kept:]:
+        total = sum(sum(o.numel() * o.element_size() for o in t.outputs) for t in self.seeded)
+        if self.device_kind == "cuda" and total > DEVICE_OUTPUT_SHARE * torch.cuda.get_device_properties(0).total_memory:
+            for t in self.seeded:
                 t.outputs = [o.cpu() for o in t.outputs]
             torch.cuda.empty_cache()
         if timing:
@@ -553,19 +552,6 @@ def host_resident_trials(trials: int, per_trial: int, timing: bool, available: i
     device."""
     budget = HOST_INPUT_SHARE * available - (per_trial if timing else 0)
     return int(min(trials, max(0, budget // max(per_trial, 1))))
-
-
-def device_resident_outputs(sizes: list[int], budget: int) -> int:
-    """How many of the seeded trials' outputs (``sizes`` in bytes, in trial order) stay on the device: the first
-    ones, while they add up to at most ``budget`` (DEVICE_OUTPUT_SHARE of its memory); the rest wait on the host.
-    All of them on the host instead took 40 GB more host memory for an 8 GB-output problem on an 80 GB card, and the
-    host's out-of-memory killer ended the trusted side (bench/README.md, s20)."""
-    kept, used = 0, 0
-    for size in sizes:
-        if used + size > budget:
-            break
-        kept, used = kept + 1, used + size
-    return kept
 
 
 def input_bytes_on_meta(problem: Any, device_kind: str, cast_integers: bool = False) -> int | None:
