@@ -32,6 +32,7 @@ CE = PROBLEMS / "4_CrossEntropyIntTargets.py"
 LINEAR = PROBLEMS / "5_LinearReLU.py"
 MIXED = PROBLEMS / "6_MixedDtypes.py"
 SOFTMAX = PROBLEMS / "7_WideSoftmax.py"
+VERY_WIDE_SOFTMAX = PROBLEMS / "8_VeryWideSoftmax.py"  # degenerate: zeros pass the tolerance
 
 
 def _cuda() -> bool:
@@ -71,6 +72,7 @@ HONEST = [
     Case("honest/cross_entropy_hybrid.py", CE, (Status.CORRECT,), static=True),
     Case("honest/linear_relu_hybrid.py", LINEAR, (Status.CORRECT,), static=True),
     Case("honest/mixed_dtypes_triton.py", MIXED, (Status.CORRECT,), static=True),
+    Case("honest/softmax_triton.py", VERY_WIDE_SOFTMAX, (Status.CORRECT,), static=True),
 ]
 
 RR = Status.REJECTED_RUNTIME
@@ -164,6 +166,8 @@ INFORMATIONAL = [
     Case("honest/add_set_default_device.py", ADD, (Status.CORRECT,), ("static:global_state_change",), static=True),
     Case("cheats/softmax_fp16_computed_dtype.py", SOFTMAX, (Status.CORRECT,), ("static:dynamic_attribute",),
          static=True),
+    # Issue 35: zeros on a degenerate problem, credited as KernelBench credits them, and labelled.
+    Case("cheats/softmax_zeros.py", VERY_WIDE_SOFTMAX, (Status.CORRECT,), ("output_ignores_input",)),
 ]
 
 # Cheats that cannot pay: credited correct, but only at the cost of their real work (issue 33's value-keyed cache:
@@ -257,6 +261,22 @@ def test_a_cache_keyed_on_input_values_is_timed_at_its_real_cost(results: dict[s
     checks = res.timing_raw["timed_checks"]
     assert checks["fresh_inputs"] and checks["checked"] >= 1 and checks["mismatches"] == 0, checks
     assert min(res.runtime_stats["trials"]) >= 45.0, res.runtime_stats
+
+
+def test_a_degenerate_problem_is_audited_and_an_answer_that_ignores_its_inputs_is_flagged(
+        results: dict[str, EvalResult]) -> None:
+    """Zeros pass the tolerance of the very wide softmax: the problem is audited degenerate in every evaluation of
+    it; the zeros answer is flagged, the honest softmax on the same problem is not, and the elementwise add is not
+    degenerate."""
+    zeros, honest = results["cheats/softmax_zeros.py"], results["honest/softmax_triton.py"]
+    for res in (zeros, honest):
+        audit = res.problem_audit
+        assert audit is not None and audit["zeros_pass"] and audit["degenerate"] and audit["trials"] == 5, audit
+        # the reference's outputs on two inputs differ, but by less than the tolerance: each passes for the other
+        assert audit["constant_pass"] and audit["reference_input_independent"], audit
+    assert "output_ignores_input" in zeros.flags and "output_ignores_input" not in honest.flags
+    add = results["honest/add_triton.py"].problem_audit
+    assert add is not None and not (add["zeros_pass"] or add["constant_pass"] or add["degenerate"]), add
 
 
 def test_enough_distinct_cheats() -> None:

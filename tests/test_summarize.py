@@ -96,7 +96,7 @@ def test_a_threshold_added_in_metrics_reaches_the_json_the_markdown_and_the_leve
                             "eager_fast_3", "compile_fast_1", "compile_fast_1.5", "compile_fast_2", "compile_fast_3",
                             "flags", "eager_fast_1_unflagged", "compile_fast_1_unflagged"]
     assert (level2["eager_fast_3"], level2["compile_fast_3"]) == (2, 1)  # 10.0 and 10.5 > 3 eager; 11.0 compile
-    header = sm.markdown_table(summary).splitlines()[0]
+    header = next(line for line in sm.markdown_table(summary).splitlines() if line.startswith("| model |"))
     assert "| eager fast_2 | eager fast_3 | compile fast_1 |" in header and "| compile fast_3 | flags |" in header
     sm.write_outputs(summary, tmp_path / "summary.json", hand_rows())
     levels = pd.read_parquet(tmp_path / "tables" / "levels.parquet")
@@ -225,7 +225,7 @@ def test_context_order_labels_runtime() -> None:
     })
     summary = sm.summarize(hand_rows(), reference="ref", resamples=10, context=context)
     assert list(summary) == ["title", "benchmark", "models", "paired_bootstrap_vs_ref", "paired_bootstrap_note",
-                             "level2_strategy", "level2_strategy_note"]
+                             "level2_strategy", "level2_strategy_note", "audit"]
     assert summary["benchmark"] == {"name": "demo", "problems": 12, "runtime": {"gpu": "none"}}
     assert list(summary["models"]) == ["ref", "m"]
     assert list(summary["models"]["m"]) == ["label", "levels", "mean_completion_tokens", "generation"]
@@ -299,10 +299,47 @@ def test_tables_and_markdown(tmp_path: Path) -> None:
     boot = pd.read_parquet(tmp_path / "tables" / "bootstrap.parquet")
     assert list(boot.metric) == list(sm.BOOTSTRAP_METRICS)
     text = (tmp_path / "t.md").read_text()
-    assert text.splitlines()[0].startswith("| model | label | n | compiled | correct |")
+    lines = text.splitlines()
+    # what was measured comes first, then the headline table
+    assert lines[0] == "# KernelBench" and lines[2].startswith("Measured on an unrecorded device; timing: not recorded")
+    assert "12 problems per model" in lines[2] and lines[3].startswith("Degenerate problems") and "0 of 12" in lines[3]
+    assert lines[5].startswith("| model | label | n | compiled | correct |")
     assert "| m |" in text and "reference" in text
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     assert tmp_path / "t.md" in written
+
+
+def test_the_audit_counts_without_degenerate_problems_and_leaves_the_calibration_out_of_the_bootstrap() -> None:
+    """Level-2 problems 1 and 2 audited degenerate (in one row each: the other model's rows may lack the audit):
+    the published counts do not move, the audit block counts without them; geometric means over correct answers;
+    the calibration model is not compared, and the markdown says what it is."""
+    rows = hand_rows()
+    rows["degenerate"] = pd.array([None] * len(rows), dtype="boolean")
+    marked = (rows.model == "m") & (rows.level == 2) & rows.problem_id.isin([1, 2])
+    rows.loc[marked, "degenerate"] = True
+    calibration = rows[rows.model == "ref"].assign(model="calibration", correct=True, compiled=True,
+                                                   speedup_eager=1.0, speedup_compile=1.0)
+    rows = pd.concat([rows, calibration], ignore_index=True)
+    plain = sm.summarize(hand_rows(), reference="ref", resamples=50)
+    summary = sm.summarize(rows, reference="ref", resamples=50, calibration=["calibration"])
+    assert summary["models"]["m"] == plain["models"]["m"]  # the published counts, from the same rows
+    audit = summary["audit"]
+    assert audit["degenerate_problems"] == ["L2/1 P2_1", "L2/2 P2_2"] and audit["calibration_models"] == ["calibration"]
+    without = audit["models"]["m"]["without_degenerate"]
+    assert without["2"]["n"] == 3 and without["2"]["correct"] == 2 and without["1"] == plain["models"]["m"]["levels"]["1"]
+    assert without["overall"]["n"] == 10 and without["2"]["flags"] == 1  # L2/2 (10.5 eager) left out, L2/3 kept
+    means = audit["models"]["m"]["geomean_speedup"]
+    assert means["2"]["eager_n"] == 4 and means["2"]["eager"] == pytest.approx((10.0 * 10.5 * 0.9 * 1.2) ** 0.25)
+    assert means["1"]["eager_n"] == 4  # the failed eager baseline (NaN) and the incorrect answer left out
+    assert audit["models"]["calibration"]["geomean_speedup"]["overall"] == {"eager": 1.0, "eager_n": 12,
+                                                                             "compile": 1.0, "compile_n": 12}
+    assert list(summary["paired_bootstrap_vs_ref"]) == ["m"]  # not the calibration
+    assert "calibration" in sm.summarize(rows, reference="ref", resamples=50)["paired_bootstrap_vs_ref"]
+    text = sm.markdown_table(summary)
+    assert "Calibration: calibration: the reference code submitted as its own answer" in text
+    assert "Degenerate problems (zeros, a constant or another input's output passes the tolerance): 2 of 12: " \
+           "L2/1 P2_1, L2/2 P2_2." in text
+    assert "| m | 10 | 7 (70.0%) |" in text
 
 
 # ---------------------------------------------------------------------------------------------------- published

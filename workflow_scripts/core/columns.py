@@ -130,6 +130,9 @@ def _rows_columns() -> dict[str, Column]:
         "device": Column("where the answer was evaluated: cpu or cuda"),
         "timing_mode": Column("how times were taken: cuda_events, or cpu_wall_interpreter (Triton interpreter "
                               "wall-clock, says nothing about GPU speed); null when not timed"),
+        "degenerate": Column("the problem as the evaluator audited it (evaluation/problem_audit.py): true where zeros, "
+                             "one constant per output or the reference's output on other inputs pass the tolerance "
+                             "(an answer that ignores its inputs is credited there); null where no evaluation ran"),
         "eager_status": Column("the baseline stage's eager run: ok or its failure"),
         "compile_status": Column("the baseline stage's torch.compile run: ok or its failure"),
         "require_triton": REQUIRE_TRITON,

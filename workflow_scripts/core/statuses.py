@@ -114,6 +114,8 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     Flag("global_state_changed", False, "the answer changed a cudnn setting (tunes its own PyTorch calls)"),
     Flag("python_threads_started", False, "the answer started Python threads"),
     Flag("output_wrong_device", False, "an output is on another device than the reference's"),
+    Flag("output_ignores_input", False, "the answer's outputs were the same on every correctness trial where the "
+         "reference's differed: credited only where the problem is degenerate (problem_audit)"),
     Flag("timing_error", False, "a timing trial failed after the correctness trials passed"),
     Flag("trusted_side_error", False, "judging the answer raised on the trusted side (the answer's crash, the reason "
                                       "in its error; its companions keep their verdicts)"),

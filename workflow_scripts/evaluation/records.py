@@ -47,6 +47,9 @@ class EvalResult:
     static: dict[str, Any] | None = None
     # The eager reference timed beside the answer (paired timing): stats, raw, block size, order.
     paired_reference: dict[str, Any] | None = None
+    # The problem, as the trusted side audited it from the reference's outputs (problem_audit.ProblemAudit): whether
+    # zeros, a constant or an input-independent output pass the tolerance. None where no reference side ran.
+    problem_audit: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from workflow_scripts.evaluation import environment, timing
+from workflow_scripts.evaluation.problem_audit import ProblemAudit, audit_outputs
 from workflow_scripts.evaluation.protocol import compare_outputs
 from workflow_scripts.evaluation.transport import (Area, Slot, TransportError, aligned, dtype_name, tensor_bytes,
                                                   torch_dtype)
@@ -105,6 +106,7 @@ class ReferenceSide:
         # The reference's outputs on the timing inputs (timed calls' outputs are checked against them), or None
         # when its forward is stochastic (two forwards on the same inputs disagree: dropout in training mode).
         self.timing_trial: ReferenceTrial | None = None
+        self.audit: ProblemAudit | None = None  # degenerate or not, from the seeded trials' outputs (problem_audit)
         # The kinds of the reference's outputs on the timing inputs ([shape, dtype name] each, and their structure):
         # what the answer's process allocates in the timing loop's overhead probe (protocol.PROBE_CALLS).
         self.output_specs: list[list[Any]] = []
@@ -227,6 +229,7 @@ class ReferenceSide:
             self.seeded.append(trial)
             del device_inputs
             phases["prepare_seeded_forward_s"] += clock() - t1
+        self.audit = audit_outputs([t.outputs for t in self.seeded], atol, rtol)
         total = sum(sum(o.numel() * o.element_size() for o in t.outputs) for t in self.seeded)
         if self.device_kind == "cuda" and total > DEVICE_OUTPUT_SHARE * torch.cuda.get_device_properties(0).total_memory:
             for t in self.seeded:

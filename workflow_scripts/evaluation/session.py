@@ -20,6 +20,7 @@ from workflow_scripts.evaluation import environment, freezer, gpu_lock, timing
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, Message, ProtocolError
 from workflow_scripts.evaluation.config import EvalConfig
 from workflow_scripts.evaluation.evidence import count, launch_counts, number, raw_times, text
+from workflow_scripts.evaluation.problem_audit import fingerprint, ignores_input
 from workflow_scripts.evaluation.protocol import (PROBE_CALLS, TimedChecks, call_limit_s, compare_outputs,
                                                  timing_limit_s)
 from workflow_scripts.evaluation.records import TrialRecord
@@ -84,6 +85,10 @@ class AnswerSession:
         self.gpu = gpu
         self.flags: list[str] = []
         self.trials: list[TrialRecord] = []
+        # The answer's and the reference's outputs on each correctness trial, fingerprinted (problem_audit): the same
+        # answer output on every trial where the reference's differ is ``output_ignores_input``.
+        self.answer_prints: list[bytes] = []
+        self.reference_prints: list[bytes] = []
         self.failure: Status | None = None
         self.pre_import_status: Status | None = None
         self.imported = False
@@ -259,6 +264,8 @@ class AnswerSession:
             if not self._answer_trial(ans, rt, idx, kind, seed):
                 break
         self.phases["correctness_s"] = time.monotonic() - t_corr
+        if ignores_input(self.answer_prints, self.reference_prints):
+            self.flag("output_ignores_input")
         return self.failure is None
 
     def _timeable(self, ans: ChildProcess) -> bool:
@@ -610,6 +617,9 @@ class AnswerSession:
             raise ProtocolError(f"output slots: {e}") from None
         ref_out = [o.to(device) for o in rt.outputs]
         verdict, diff, detail = compare_outputs(ref_out, new_out, self.cfg.atol, self.cfg.rtol)
+        if verdict == "ok" and rt.kind in ("seeded", "hidden", "post_timing"):
+            self.answer_prints.append(fingerprint(new_out))
+            self.reference_prints.append(fingerprint(ref_out))
         del new_out, ref_out
         new_dev = [m.get("device") for m in metas]
         if verdict == "ok" and rt.output_devices != new_dev:

@@ -112,6 +112,7 @@ def result_record(cfg: EvalConfig, status: Status, ev: AnswerSession | None, err
         tf32=tf32, fingerprint=fp, protocol=protocol, trials=[t.to_dict() for t in ev.trials] if ev else [],
         timing_raw=ev.timing_raw if ev else None, phases_s=phases, static=static.report,
         paired_reference=ev.paired_reference if (ev and correct) else None,
+        problem_audit=ev.reference.audit.to_dict() if ev and ev.reference.audit else None,
     )
 
 

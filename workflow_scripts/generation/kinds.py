@@ -32,6 +32,9 @@ class ModelKind:
     source: CompletionSource
     require_triton: bool  # whether an answer must launch a Triton kernel to be correct
     per_base_model: bool = False  # one rule per base model (completions_<rule>_<n>), not one per model
+    # Its answers are the reference code (true speedup 1): the summary names it as the calibration and leaves it out
+    # of the bootstrap's comparisons.
+    calibration: bool = False
 
     @property
     def reads_folder(self) -> bool:
@@ -43,7 +46,7 @@ KINDS: dict[str, ModelKind] = {kind.name: kind for kind in (
     ModelKind("cached", "completions_replay", CompletionSource.FOLDER, require_triton=True),
     # The calibration model: its answer is the reference code, so no Triton is required of it; timing it against
     # eager measures the harness's own noise and bias.
-    ModelKind("reference", "completions_replay", CompletionSource.PROBLEM, require_triton=False),
+    ModelKind("reference", "completions_replay", CompletionSource.PROBLEM, require_triton=False, calibration=True),
     # One vLLM engine serves a base model and every LoRA adapter on it: one rule per base model.
     ModelKind("vllm", "completions_vllm", CompletionSource.CACHE, require_triton=True, per_base_model=True),
     ModelKind("cli", "completions_cli", CompletionSource.CACHE, require_triton=True),
@@ -61,3 +64,9 @@ def kind_of(entry: Mapping[str, Any]) -> ModelKind:
 def models_for_rule(models: Mapping[str, Mapping[str, Any]], rule: str) -> list[str]:
     """The names of the configured models whose completions ``rule`` writes, in configuration order."""
     return [name for name, entry in models.items() if kind_of(entry).rule == rule]
+
+
+def calibration_models(models: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The configured models whose answers are the reference code (``ModelKind.calibration``), in order."""
+    return [name for name, entry in models.items()
+            if (kind := KINDS.get(str(entry.get("kind")))) is not None and kind.calibration]

@@ -89,6 +89,15 @@ def fast_counts(correct: np.ndarray, speedups: np.ndarray, grid: np.ndarray) -> 
     return values.size - np.searchsorted(values, grid, side="right")
 
 
+def geometric_mean_speedup(correct: np.ndarray, speedups: np.ndarray) -> tuple[float | None, int]:
+    """(geometric mean, count) of the known positive speedups of correct answers, as KernelBench's users report it;
+    None over no answer."""
+    with np.errstate(invalid="ignore"):
+        use = correct & np.isfinite(speedups) & (speedups > 0)
+    count = int(use.sum())
+    return (float(np.exp(np.log(speedups[use]).mean())) if count else None), count
+
+
 def flagged(correct: np.ndarray, speedup_eager: np.ndarray, speedup_compile: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         return correct & ((speedup_eager > FLAG_SPEEDUP) | (speedup_compile > FLAG_SPEEDUP))

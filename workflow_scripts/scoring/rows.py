@@ -72,6 +72,7 @@ def build_row(
         "error": evaluation.get("error"),
         "device": evaluation.get("device"),
         "timing_mode": evaluation.get("timing_mode"),
+        "degenerate": (evaluation.get("problem_audit") or {}).get("degenerate"),
         "eager_status": baseline.get("eager_status"),
         "compile_status": baseline.get("compile_status"),
         "require_triton": bool(answer.get("require_triton", True)),
@@ -101,7 +102,7 @@ def collect_rows(
                           evaluations[(model, *at)], baselines.get(at, {}), code_version)
             )
     frame = pd.DataFrame(rows, columns=COLUMNS)
-    return frame.astype({"completion_tokens": "Int64", "keeps_torch_op": "boolean"})
+    return frame.astype({"completion_tokens": "Int64", "keeps_torch_op": "boolean", "degenerate": "boolean"})
 
 
 def flag_table(rows: pd.DataFrame) -> pd.DataFrame:

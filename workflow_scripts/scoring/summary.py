@@ -421,12 +421,15 @@ def summarize(
     context: SummaryContext | None = None,
     samples: Mapping[str, Sequence[str]] | None = None,
     self_parity: Mapping[str, Mapping[str, Any]] | None = None,
+    calibration: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The summary object (published schema) from the per-problem rows.
 
     ``reference`` defaults to the first model in model order; ``compare`` defaults to every other model. ``samples``
     (run -> its sample models) adds the pass@k block (scoring/samples.py) beside the published fields;
     ``self_parity`` (model -> its report, generation/self_parity.py) adds each such model's ``self_parity``.
+    ``calibration``: the models that submit the reference as their own answer; left out of the default comparison.
+    The ``audit`` block (``audit_block``) comes last, beside the published fields.
     """
     context = context or SummaryContext()
     frame = normalize_rows(rows)
@@ -436,7 +439,7 @@ def summarize(
     if reference not in outcomes:
         raise ValueError(f"reference model {reference!r} is not in the rows (models: {order})")
     if compare is None:
-        compared = [m for m in order if m != reference]
+        compared = [m for m in order if m != reference and m not in set(calibration)]
     else:
         unknown = [m for m in compare if m not in outcomes]
         if unknown:
@@ -492,7 +495,55 @@ def summarize(
     summary["level2_strategy_note"] = split_note
     if samples:
         summary["samples"] = samples_block(outcomes, samples)
+    summary["audit"] = audit_block(outcomes, order, problem_keys(frame), degenerate_problems(rows), calibration)
     return summary
+
+
+AUDIT_NOTE = (
+    "Beside the published counts, which stay as they are: a problem is degenerate where the evaluator's audit found "
+    "that zeros, one constant per output or the reference's own output on other inputs pass the tolerance "
+    "(evaluation/problem_audit.py), so an answer that ignores its inputs is credited there; without_degenerate "
+    "counts every model over the other problems. geomean_speedup: the geometric mean of the speedups of correct "
+    "answers (n: how many). calibration_models: the reference code submitted as its own answer (true speedup 1: "
+    "its speedups show the timing noise), left out of the bootstrap's comparisons.")
+
+
+def problem_keys(frame: pd.DataFrame) -> list[tuple[int, int]]:
+    """The problems in the order of every model's outcome arrays (``normalize_rows``)."""
+    return sorted({(int(level), int(pid)) for level, pid in zip(frame["level"], frame["problem_id"])})
+
+
+def degenerate_problems(rows: pd.DataFrame) -> dict[tuple[int, int], str]:
+    """(level, problem_id) -> problem name of every problem audited degenerate in any of its rows (the rows'
+    ``degenerate`` column; none without it)."""
+    if "degenerate" not in rows.columns:
+        return {}
+    marked = rows[rows["degenerate"].astype("boolean").fillna(False).to_numpy(dtype=bool)]
+    return {(int(r.level), int(r.problem_id)): str(r.problem) for r in marked.itertuples()}
+
+
+def audit_block(outcomes: Mapping[str, Outcomes], order: Sequence[str], keys: list[tuple[int, int]],
+                degenerate: Mapping[tuple[int, int], str], calibration: Sequence[str]) -> dict[str, Any]:
+    """The counts without the degenerate problems and the geometric-mean speedups, per model and level."""
+    kept = np.array([key not in degenerate for key in keys], dtype=bool)
+    levels = _level_keys(next(iter(outcomes.values())).levels)
+    models: dict[str, Any] = {}
+    for name in order:
+        o = outcomes[name]
+        scopes = {"overall": np.ones(len(keys), dtype=bool)} | {str(lv): o.levels == lv for lv in levels}
+        means = {}
+        for scope, mask in scopes.items():
+            means[scope] = {}
+            for baseline in metrics.BASELINES:
+                mean, n = metrics.geometric_mean_speedup(o.correct & mask, o.speedups(baseline))
+                means[scope] |= {baseline: mean, f"{baseline}_n": n}
+        models[name] = {"without_degenerate": {scope: level_counts(o, mask & kept).to_dict()
+                                               for scope, mask in scopes.items()},
+                        "geomean_speedup": means}
+    return {"note": AUDIT_NOTE, "calibration_models": [m for m in order if m in set(calibration)],
+            "degenerate_problems": [f"L{lv}/{pid} {degenerate[(lv, pid)]}" for lv, pid in keys
+                                    if (lv, pid) in degenerate],
+            "models": models}
 
 
 def bootstrap_reference(summary: Mapping[str, Any]) -> str:
@@ -568,15 +619,63 @@ def _pp(x: float) -> str:
     return f"{x:+.1f}"
 
 
+# How the rows' times were taken, by the runtime's device (the evaluation's timing_mode).
+TIMING_WORDS = {"cuda": "CUDA events around each call, after an L2 flush",
+                "cpu": "wall clock in the Triton interpreter (says nothing about GPU speed)"}
+
+
+def markdown_header(summary: Mapping[str, Any]) -> list[str]:
+    """What was measured: the device, the timing, the protocol, the problems, the calibration models and the
+    degenerate problems (``audit``), before any number."""
+    bench = summary.get("benchmark") or {}
+    runtime = bench.get("runtime") or {}
+    device = runtime.get("gpu_name") or (f"CPU ({runtime['cpu_model']})" if runtime.get("cpu_model") else None)
+    n = next(iter(summary["models"].values()))["levels"]["overall"]["n"] if summary["models"] else 0
+    lines = [f"# {summary.get('title') or bench.get('name') or 'KernelBench'}", "",
+             f"Measured on {device or 'an unrecorded device'}; timing: "
+             f"{TIMING_WORDS.get(runtime.get('device'), 'not recorded')}; protocol: "
+             f"{bench.get('protocol') or 'not recorded'}; {n} problems per model, each in every denominator."]
+    audit = summary.get("audit") or {}
+    if audit.get("calibration_models"):
+        lines.append(f"Calibration: {', '.join(audit['calibration_models'])}: the reference code submitted as its "
+                     "own answer (true speedup 1: its speedups show the timing noise), left out of the bootstrap's "
+                     "comparisons.")
+    if audit:
+        degenerate = audit["degenerate_problems"]
+        listed = (": " + ", ".join(degenerate[:20]) + (", ..." if len(degenerate) > 20 else "")) if degenerate else ""
+        lines.append(f"Degenerate problems (zeros, a constant or another input's output passes the tolerance): "
+                     f"{len(degenerate)} of {n}{listed}.")
+    return lines + [""]
+
+
+def audit_table(summary: Mapping[str, Any]) -> list[str]:
+    """Per model: the headline counts without the degenerate problems and the geometric-mean speedups."""
+    audit = summary.get("audit")
+    if not audit:
+        return []
+    fast = [metrics.fast_field(baseline, metrics.HEADLINE_THRESHOLD[0]) for baseline in metrics.BASELINES]
+    header = ["model", "n without degenerate", "correct", *(f.replace("_fast_", " fast_") for f in fast),
+              *(f"geomean speedup {b} (n)" for b in metrics.BASELINES)]
+    lines = ["", "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for name, entry in audit["models"].items():
+        c, means = entry["without_degenerate"]["overall"], entry["geomean_speedup"]["overall"]
+        cells = [name, str(c["n"]), _pct(c["correct"], c["n"]), *(_pct(c[f], c["n"]) for f in fast)]
+        cells += [f"{means[b]:.3f} ({means[f'{b}_n']})" if means[b] is not None else "-" for b in metrics.BASELINES]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return lines
+
+
 def markdown_table(summary: Mapping[str, Any]) -> str:
-    """The headline table: overall counts (and % of all problems) per model, and the bootstrap delta on correct."""
+    """What was measured (``markdown_header``), the headline table: overall counts (and % of all problems) per
+    model, and the bootstrap delta on correct; then the same without the degenerate problems (``audit_table``)."""
     reference = bootstrap_reference(summary)
     boot = summary[f"paired_bootstrap_vs_{reference}"]
     fast = [(metrics.fast_field(baseline, key), f"{baseline} fast_{key}")
             for baseline in metrics.BASELINES for key, _ in metrics.THRESHOLDS]
     header = ["model", "label", "n", "compiled", "correct", *(title for _, title in fast), "flags",
               f"Δ correct vs {reference}, pp [95% CI]"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
+    lines = markdown_header(summary)
+    lines += ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
     for name, entry in summary["models"].items():
         c = entry["levels"]["overall"]
         n = c["n"]
@@ -589,6 +688,7 @@ def markdown_table(summary: Mapping[str, Any]) -> str:
         cells += [_pct(c[count], n) for count, _ in fast]
         cells += [str(c["flags"]), delta]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    lines += audit_table(summary)
     for name, entry in summary["models"].items():
         parity = entry.get("self_parity")
         if parity and parity.get("prompts"):

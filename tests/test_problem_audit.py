@@ -1,0 +1,52 @@
+"""The problem audit (workflow_scripts/evaluation/problem_audit.py): which problems a trivial answer passes, and the
+fingerprints that show an answer ignoring its inputs. Unit checks on tensors; tests/test_cheats.py runs the audit
+and the flag through the evaluator."""
+
+from __future__ import annotations
+
+import torch
+
+from workflow_scripts.evaluation.problem_audit import audit_outputs, fingerprint, ignores_input
+
+ATOL = RTOL = 1e-4
+
+
+def test_tiny_outputs_are_degenerate_and_ordinary_ones_are_not() -> None:
+    tiny = [[torch.rand(4, 1000) * 5e-5] for _ in range(3)]
+    audit = audit_outputs(tiny, ATOL, RTOL)
+    assert audit.zeros_pass and audit.constant_pass and audit.reference_input_independent and audit.degenerate
+    ordinary = [[torch.randn(4, 1000)] for _ in range(3)]
+    audit = audit_outputs(ordinary, ATOL, RTOL)
+    assert not (audit.zeros_pass or audit.constant_pass or audit.reference_input_independent or audit.degenerate)
+    assert audit.trials == 3 and audit.output_bytes == 4 * 1000 * 4
+
+
+def test_a_constant_that_is_not_zero_passes_where_the_outputs_barely_vary() -> None:
+    # Every output near 0.5 (a mean of many terms): zeros fail, the midrange passes.
+    near_half = [[0.5 + (torch.rand(64) - 0.5) * 1e-4] for _ in range(2)]
+    audit = audit_outputs(near_half, ATOL, RTOL)
+    assert not audit.zeros_pass and audit.constant_pass and audit.degenerate
+
+
+def test_integer_boolean_nan_and_empty_outputs() -> None:
+    assert audit_outputs([[torch.zeros(5, dtype=torch.int64)]] * 2, ATOL, RTOL).zeros_pass
+    ints = audit_outputs([[torch.tensor([3, 3, 3])]] * 2, ATOL, RTOL)
+    assert ints.constant_pass and not ints.zeros_pass
+    assert not audit_outputs([[torch.tensor([1, 2])]], ATOL, RTOL).constant_pass
+    assert audit_outputs([[torch.ones(4, dtype=torch.bool)]], ATOL, RTOL).constant_pass
+    nan = audit_outputs([[torch.tensor([float("nan"), 0.0])]], ATOL, RTOL)
+    assert not (nan.zeros_pass or nan.constant_pass)
+    assert audit_outputs([[torch.empty(0)]], ATOL, RTOL).zeros_pass
+    assert not audit_outputs([], ATOL, RTOL).degenerate  # nothing audited: nothing said
+
+
+def test_fingerprints_tell_outputs_on_different_inputs_apart() -> None:
+    a, b = torch.rand(3, 70000), torch.rand(3, 70000)
+    assert fingerprint([a]) == fingerprint([a.clone()]) and fingerprint([a]) != fingerprint([b])
+    assert fingerprint([torch.zeros(2, 3)]) != fingerprint([torch.zeros(3, 2)])  # the shape is part of it
+    assert fingerprint([a.t()]) == fingerprint([a.t().contiguous()])  # a layout is not a different output
+    zeros, refs = [fingerprint([torch.zeros(8)])] * 3, [fingerprint([torch.rand(8)]) for _ in range(3)]
+    assert ignores_input(zeros, refs)
+    assert not ignores_input(refs, refs)  # an honest answer
+    assert not ignores_input(zeros, zeros)  # the reference too is the same on every trial: nothing to tell
+    assert not ignores_input(zeros[:1], refs[:1])  # one trial says nothing
