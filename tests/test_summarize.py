@@ -17,6 +17,7 @@ from workflow_scripts.core.store import Store
 from workflow_scripts.scoring import metrics
 from workflow_scripts.scoring import summary as sm
 from workflow_scripts.scoring.context import parse_context
+from workflow_scripts.suite.known_issues import KNOWN_ISSUES
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO.parent / "shared" / "published" / "results.json"
@@ -340,6 +341,25 @@ def test_the_audit_counts_without_degenerate_problems_and_leaves_the_calibration
     assert "Degenerate problems (zeros, a constant or another input's output passes the tolerance): 2 of 12: " \
            "L2/1 P2_1, L2/2 P2_2." in text
     assert "| m | 10 | 7 (70.0%) |" in text
+
+
+def test_the_problems_reported_unsound_upstream_are_named_only_for_kernelbench_s_own_files() -> None:
+    rows = hand_rows()
+    rows.loc[(rows.level == 2) & (rows.problem_id == 1), "problem"] = "Gemm_Max_Subtract_GELU"  # L2/80's name
+    rows = pd.concat([rows, rows[(rows.level == 2) & (rows.problem_id == 1)].assign(
+        problem_id=80, problem="Gemm_Max_Subtract_GELU")], ignore_index=True)
+    rows.loc[rows.problem_id == 5, "problem"] = "MSELoss"  # L1/5 and L2/5: not KernelBench's L1/94
+    summary = sm.summarize(rows, reference="ref", resamples=20)
+    assert summary["audit"]["known_issues"] == [{"level": 2, "problem_id": 80, "problem": "Gemm_Max_Subtract_GELU",
+                                                 "kind": "constant_output",
+                                                 "source": "https://github.com/ScalingIntelligence/KernelBench/pull/108"}]
+    assert "Reported unsound upstream: L2/80 (constant_output, https://github.com/ScalingIntelligence/KernelBench/pull/108)." \
+        in sm.markdown_table(summary)
+
+
+def test_every_known_issue_names_a_problem_file_of_the_pinned_kernelbench(kb_dir: Path) -> None:
+    for issue in KNOWN_ISSUES:
+        assert (kb_dir / "KernelBench" / f"level{issue.level}" / f"{issue.problem_id}_{issue.problem}.py").is_file(), issue
 
 
 # ---------------------------------------------------------------------------------------------------- published

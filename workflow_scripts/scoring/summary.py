@@ -59,6 +59,7 @@ from workflow_scripts.core.io import write_parquet
 from workflow_scripts.scoring import metrics
 from workflow_scripts.scoring.context import ModelContext, SummaryContext
 from workflow_scripts.scoring.samples import samples_block
+from workflow_scripts.suite.known_issues import known_issues
 
 STRATEGY_FIELDS: tuple[str, ...] = ("answers_keeping_pytorch_op", "fast_unflagged_hybrid", "fast_unflagged_pure_triton")
 # Where levels.parquet names a published count otherwise: "flags" would shadow pandas' DataFrame.flags.
@@ -495,7 +496,10 @@ def summarize(
     summary["level2_strategy_note"] = split_note
     if samples:
         summary["samples"] = samples_block(outcomes, samples)
-    summary["audit"] = audit_block(outcomes, order, problem_keys(frame), degenerate_problems(rows), calibration)
+    names = {(int(lv), int(pid)): str(name) for lv, pid, name in zip(frame["level"], frame["problem_id"],
+                                                                     frame["problem"])}
+    summary["audit"] = audit_block(outcomes, order, problem_keys(frame), degenerate_problems(rows), calibration,
+                                   names)
     return summary
 
 
@@ -505,7 +509,8 @@ AUDIT_NOTE = (
     "(evaluation/problem_audit.py), so an answer that ignores its inputs is credited there; without_degenerate "
     "counts every model over the other problems. geomean_speedup: the geometric mean of the speedups of correct "
     "answers (n: how many). calibration_models: the reference code submitted as its own answer (true speedup 1: "
-    "its speedups show the timing noise), left out of the bootstrap's comparisons.")
+    "its speedups show the timing noise), left out of the bootstrap's comparisons. known_issues: the problems "
+    "reported unsound upstream (suite/known_issues.py), each with its source.")
 
 
 def problem_keys(frame: pd.DataFrame) -> list[tuple[int, int]]:
@@ -523,8 +528,10 @@ def degenerate_problems(rows: pd.DataFrame) -> dict[tuple[int, int], str]:
 
 
 def audit_block(outcomes: Mapping[str, Outcomes], order: Sequence[str], keys: list[tuple[int, int]],
-                degenerate: Mapping[tuple[int, int], str], calibration: Sequence[str]) -> dict[str, Any]:
-    """The counts without the degenerate problems and the geometric-mean speedups, per model and level."""
+                degenerate: Mapping[tuple[int, int], str], calibration: Sequence[str],
+                names: Mapping[tuple[int, int], str]) -> dict[str, Any]:
+    """The counts without the degenerate problems and the geometric-mean speedups, per model and level; the
+    problems reported unsound (suite/known_issues.py) among ``names`` ((level, problem_id) -> problem name)."""
     kept = np.array([key not in degenerate for key in keys], dtype=bool)
     levels = _level_keys(next(iter(outcomes.values())).levels)
     models: dict[str, Any] = {}
@@ -543,6 +550,7 @@ def audit_block(outcomes: Mapping[str, Outcomes], order: Sequence[str], keys: li
     return {"note": AUDIT_NOTE, "calibration_models": [m for m in order if m in set(calibration)],
             "degenerate_problems": [f"L{lv}/{pid} {degenerate[(lv, pid)]}" for lv, pid in keys
                                     if (lv, pid) in degenerate],
+            "known_issues": [k.to_dict() for k in known_issues((lv, pid, names[(lv, pid)]) for lv, pid in keys)],
             "models": models}
 
 
@@ -645,6 +653,10 @@ def markdown_header(summary: Mapping[str, Any]) -> list[str]:
         listed = (": " + ", ".join(degenerate[:20]) + (", ..." if len(degenerate) > 20 else "")) if degenerate else ""
         lines.append(f"Degenerate problems (zeros, a constant or another input's output passes the tolerance): "
                      f"{len(degenerate)} of {n}{listed}.")
+        if audit.get("known_issues"):
+            reported = ", ".join(f"L{k['level']}/{k['problem_id']} ({k['kind']}, {k['source']})"
+                                 for k in audit["known_issues"])
+            lines.append(f"Reported unsound upstream: {reported}.")
     return lines + [""]
 
 
