@@ -222,7 +222,8 @@ def summary_figures():
 def final_targets():
     if PROBLEMS is None:
         return [f"{SUITE}/.kernelbench_revision"]
-    return [LAYOUT.rows(), LAYOUT.summary_json(), LAYOUT.summary_markdown(), LAYOUT.table("levels")]
+    return [LAYOUT.rows(), LAYOUT.summary_json(), LAYOUT.summary_markdown(), LAYOUT.table("levels"),
+            LAYOUT.table("gpu_usage")]
 
 
 def results_root(wildcards, output):

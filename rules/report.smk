@@ -114,6 +114,32 @@ rule summary:
         " --store {params.store:q} > {log} 2>&1 && cat {output.markdown:q}"
 
 
+rule gpu_timeline:
+    # After the rows, so after every evaluation and baseline of the run: the timeline the jobs wrote, in one table,
+    # and each GPU's busy share.
+    input:
+        rows=LAYOUT.rows(),
+    output:
+        timeline=report(LAYOUT.table("gpu_timeline"), caption=CAPTIONS["gpu_timeline"], category="Tables",
+                        labels={"table": "GPU timeline", **REPORT_N}),
+        usage=report(LAYOUT.table("gpu_usage"), caption=CAPTIONS["gpu_usage"], category="Tables",
+                     labels={"table": "GPU usage", **REPORT_N}),
+    params:
+        settings=as_params({}),
+        locks=LAYOUT.locks(),
+        store=STORE,
+    log:
+        LAYOUT.log("gpu_timeline"),
+    resources:
+        mem_mb=2000,
+    conda:
+        "../envs/analysis.yaml"
+    shell:
+        "python -m workflow_scripts.stages.gpu_timeline --params {params.settings:q} --rows {input.rows:q}"
+        " --locks {params.locks:q} --timeline {output.timeline:q} --usage {output.usage:q}"
+        " --store {params.store:q} > {log} 2>&1"
+
+
 rule model_rows:
     # One model's branch on its own: `snakemake --cores all <results>/models/<model>.parquet` builds that model's
     # completions, answers, evaluations (and the shared baselines) and nothing of the other models.

@@ -13,7 +13,8 @@ import pytest
 from workflow_scripts.analysis.tables import analyze_answers, extract_answers
 from workflow_scripts.core import columns
 from workflow_scripts.core.io import write_parquet
-from workflow_scripts.scoring import metrics
+from workflow_scripts.evaluation import timeline
+from workflow_scripts.scoring import gpu_timeline, metrics
 from workflow_scripts.scoring import summary as sm
 from workflow_scripts.scoring.rows import COLUMNS, collect_rows, flag_table
 from workflow_scripts.suite.kernelbench import Problem, problems_dataframe
@@ -39,7 +40,22 @@ def built_tables() -> dict[str, pd.DataFrame]:
     both = pd.concat([rows, reference], ignore_index=True)
     summary = sm.summarize(both, reference="ref", resamples=20)
     return {"problems": PROBLEMS, "answers": answers, "static": static, "rows": rows, "flags": flag_table(rows),
-            "levels": sm.levels_table(summary, both), "bootstrap": sm.bootstrap_table(summary)}
+            "levels": sm.levels_table(summary, both), "bootstrap": sm.bootstrap_table(summary),
+            "gpu_timeline": TIMELINE, "gpu_usage": gpu_timeline.usage(TIMELINE)}
+
+
+def _timeline() -> pd.DataFrame:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        host = Path(d) / "node"
+        timeline.append(host, "lease_exclusive", "0", 10.0, 20.0, purpose="baseline")
+        timeline.append(host, "baseline_compile", "0", 10.0, 19.0, problem="1_Add", compile_time_s=5.0)
+        timeline.append(host, "timing_answer", "cpu", 30.0, 31.0, problem="1_Add", answer="/tmp/a/answer.py")
+        return gpu_timeline.load_spans(d)
+
+
+TIMELINE = _timeline()
 
 
 @pytest.mark.parametrize("table", sorted(columns.TABLES))

@@ -120,7 +120,23 @@ def test_summary_and_figures(demo: Path) -> None:
     assert summary["benchmark"]["runtime"]["device"] == "cpu"
     for name in ["fast_p_level1", "bootstrap_forest", "correct_compiled"]:
         assert (demo / RESULTS / f"figures/{name}.png").stat().st_size > 1000
-    assert "expert" in (demo / RESULTS / "summary.md").read_text()
+    markdown = (demo / RESULTS / "summary.md").read_text()
+    assert "expert" in markdown and markdown.startswith("# ") and "Calibration: calibration:" in markdown
+    assert "paired_bootstrap_vs_sft_like" in summary and "calibration" not in summary["paired_bootstrap_vs_sft_like"]
+    assert set(summary["audit"]["models"]) == set(demo_config()["models"])
+
+
+def test_the_run_s_timeline_holds_every_timed_answer_and_baseline(demo: Path, rows: pd.DataFrame) -> None:
+    """On the CPU no GPU is leased: the timed blocks and the baselines' runs are on the timeline with gpu "cpu",
+    every timed answer of the rows among them."""
+    spans = pd.read_parquet(demo / RESULTS / "tables" / "gpu_timeline.parquet")
+    timed = spans[spans["kind"].isin(["timing_answer", "timing_reference", "timing_probe"])]
+    assert set(timed["gpu"]) == {"cpu"} and set(spans["kind"]) >= {"timing_answer", "timing_reference",
+                                                                    "timing_probe", "baseline_eager"}
+    assert timed["problem"].nunique() == 13 and (spans["seconds"] >= 0).all()
+    usage = pd.read_parquet(demo / RESULTS / "tables" / "gpu_usage.parquet")
+    assert list(usage["gpu"]) == ["cpu"] and 0 < usage.loc[0, "busy_s"] <= usage.loc[0, "wall_s"]
+    assert usage.loc[0, "baselines"] == 13 and usage.loc[0, "answers_timed"] >= int(rows["correct"].sum()) - 5
 
 
 def test_a_problem_is_judged_once_for_all_models(demo: Path) -> None:

@@ -24,6 +24,7 @@ from workflow_scripts.core.records import HEADLINE_STATISTIC
 
 NO_UNIT = "none"
 MS = "ms"
+SECONDS = "s"
 RATIO = "ratio"
 COUNT = "count"
 TOKENS = "tokens"
@@ -217,6 +218,44 @@ TABLES: dict[str, Table] = {
         "fast_unflagged_hybrid": Column("eager_fast_1_unflagged answers that keep a PyTorch op", COUNT),
         "fast_unflagged_pure_triton": Column("eager_fast_1_unflagged answers that keep no PyTorch op", COUNT),
         "mean_completion_tokens": MEAN_COMPLETION_TOKENS,
+    }),
+    "gpu_timeline": Table("the run's GPU timeline: one row per interval a job spent on a GPU, from every host's "
+                          "<results>/.locks/<host>/timeline.jsonl (<results>/tables/gpu_timeline.parquet; "
+                          "evaluation/timeline.py)", {
+        "host": Column("the host the job ran on"),
+        "gpu": Column("the GPU's id as the host sees it (CUDA_VISIBLE_DEVICES), or cpu where no GPU is leased"),
+        "kind": Column("lease_shared, lease_exclusive, lease_wait (an upgrade to exclusive waiting), timing_answer, "
+                       "timing_reference, timing_probe (an evaluation's timed blocks), baseline_eager or "
+                       "baseline_compile (a baseline's runs)"),
+        "purpose": Column("for lease intervals, what held the GPU: evaluate, baseline or vllm; null otherwise"),
+        "problem": Column("the problem file's name without .py, for timed intervals; null for leases"),
+        "answer": Column("the answer file timed (its path in the job's folder: one per answer judged), for an "
+                         "evaluation's timed blocks; null otherwise"),
+        "start": Column("when the interval began, after the run's first interval", SECONDS),
+        "seconds": Column("how long it lasted", SECONDS),
+        "compile_time_s": Column("for baseline_compile, the part spent compiling and autotuning (the rest timed "
+                                 "it); null otherwise", SECONDS),
+        "pid": Column("the process that wrote the line"),
+    }),
+    "gpu_usage": Table("how busy each GPU was: one row per host x GPU of the timeline (<results>/tables/"
+                       "gpu_usage.parquet; scoring/gpu_timeline.py)", {
+        "host": Column("the host"),
+        "gpu": Column("the GPU's id, or cpu"),
+        "wall_s": Column("from the GPU's first interval to its last", SECONDS),
+        "busy_s": Column("seconds with timed work on it (timing_* and baseline_* intervals, overlaps once)", SECONDS),
+        "steady_from_s": Column("where the busy share starts: a minute after the first interval (0 for runs of "
+                                "a minute or less)", SECONDS),
+        "busy_share_steady": Column("busy seconds / wall seconds from steady_from_s on", FRACTION),
+        "exclusive_s": Column("seconds an evaluation held it exclusively (lease_exclusive)", SECONDS),
+        "exclusive_idle_s": Column("of those, seconds without timed work (an exclusive window's own overhead)",
+                                   SECONDS),
+        "lease_wait_s": Column("seconds evaluations waited to time on it (lease_wait, summed)", SECONDS),
+        "answers_timed": Column("answers with timed blocks on it", COUNT),
+        "seconds_per_answer": Column("median over those answers of their timed blocks' seconds (the answer's, "
+                                     "the paired reference's, the probe's)", SECONDS),
+        "baselines": Column("problems whose baselines ran on it", COUNT),
+        "seconds_per_baseline": Column("median over those problems of both baseline runs' seconds", SECONDS),
+        "compile_seconds_per_baseline": Column("median of the compile run's compiling and autotuning seconds", SECONDS),
     }),
     "bootstrap": Table("the paired bootstrap: one row per compared model x metric (<results>/tables/"
                        "bootstrap.parquet)", {

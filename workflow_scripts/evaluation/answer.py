@@ -353,7 +353,8 @@ def evaluate_answers(problem_path: Path, answer_paths: list[Path], config: EvalC
     if runnable:
         # Shared while checking correctness; exclusive only while an answer is timed (see gpu_lock).
         with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False,
-                                    expected_mem_gib=expected_gpu_gib(problem_path, cfg, len(runnable))) as lease:
+                                    expected_mem_gib=expected_gpu_gib(problem_path, cfg, len(runnable)),
+                                    purpose="evaluate") as lease:
             evaluator = ProblemEvaluator(Path(problem_path), cfg, lease)
             try:
                 evaluator.prepare(len(runnable))

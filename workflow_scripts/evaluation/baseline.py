@@ -27,7 +27,7 @@ from typing import Any
 
 from workflow_scripts.core.records import TIMING_MODES, headline_ms
 from workflow_scripts.core.hashing import sha256_file
-from workflow_scripts.evaluation import compile_cache, environment, gpu_lock, resources, timing
+from workflow_scripts.evaluation import compile_cache, environment, gpu_lock, resources, timeline, timing
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, ProtocolError
 from workflow_scripts.evaluation.config import BaselineConfig
 from workflow_scripts.evaluation.records import BaselineResult
@@ -88,11 +88,16 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
     phases: dict[str, float] = {}
     expected = resources.problem_gpu_gib("baseline", problem_path, {}) if cfg.device == "cuda" else None
     with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=True,
-                                expected_mem_gib=expected) as lease:
+                                expected_mem_gib=expected, purpose="baseline") as lease:
         gpu = lease.gpu if lease else None
-        eager_status, eager = ("skipped", {}) if not cfg.run_eager else _run_one(problem_path, cfg, gpu, "eager")
+        where = gpu if gpu is not None else cfg.device
+        with timeline.span(cfg.lock_dir, "baseline_eager", where, problem=problem_path.stem):
+            eager_status, eager = ("skipped", {}) if not cfg.run_eager else _run_one(problem_path, cfg, gpu, "eager")
         phases["eager_wall_s"] = eager.get("wall_s", 0.0)
+        t_compile = time.time()
         comp_status, comp = ("skipped", {}) if not cfg.run_compile else _run_one(problem_path, cfg, gpu, "compile")
+        timeline.append(cfg.lock_dir, "baseline_compile", where, t_compile, time.time(), problem=problem_path.stem,
+                        compile_time_s=comp.get("compile_time_s"))
         phases["compile_wall_s"] = comp.get("wall_s", 0.0)
     eager_stats = timing.stats((eager.get("raw") or {}).get("trials_ms") or []) if eager_status == "ok" else None
     comp_stats = timing.stats((comp.get("raw") or {}).get("trials_ms") or []) if comp_status == "ok" else None

@@ -22,6 +22,9 @@ Starvation: a stream of shared holders can keep an exclusive job waiting (flock 
 exclusive job first takes ``gpu<g>.gate`` exclusively while it waits on that GPU and shared jobs must briefly take
 the gate shared before locking, so new shared jobs queue behind a waiting timing job.
 
+Timeline: each lease writes how long it held its GPU in each mode, and how long an upgrade waited, to the lock
+folder's ``timeline.jsonl`` (``timeline``), beside what the jobs write of their timed work.
+
 Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, expected peak memory if given) next to the lock, removed
 on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live holders'
 expectations and its own fit ``ADMISSION_SHARE`` of the card (or the card has no other holder), checked and recorded
@@ -43,9 +46,11 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
+
+from workflow_scripts.evaluation import timeline
 
 DEFAULT_LOCK_DIR = Path("results/.locks")
 HOLDER_SLOTS = 64  # per GPU: more jobs than this on one GPU still run, they just go uncounted
@@ -67,9 +72,18 @@ class GpuLease:
     _info_path: Path | None = None
 
     _gate_fd: int = -1
+    purpose: str = "job"  # what holds it (evaluate, baseline, vllm): the timeline's lines say so
+    _since: float = field(default_factory=time.time)  # when the current mode began (the timeline's lease lines)
 
     def to_dict(self) -> dict[str, object]:
         return {"gpu": self.gpu, "mode": self.mode, "lock_path": str(self.lock_path), "waited_s": self.waited_s}
+
+    def _mark(self, kind: str, start: float | None = None) -> float:
+        """The interval from ``start`` (the current mode's start) to now, on the run's timeline; returns now."""
+        now = time.time()
+        timeline.append(self.lock_path.parent, kind, self.gpu, self._since if start is None else start, now,
+                        purpose=self.purpose)
+        return now
 
     def upgrade(self, timeout_s: float | None = None, poll_s: float = 0.2) -> float:
         """Shared -> exclusive on the same GPU (the job's processes are already bound to it), e.g. once an
@@ -79,6 +93,7 @@ class GpuLease:
         if self.mode == "exclusive":
             return 0.0
         t0 = time.monotonic()
+        wait_start = self._mark("lease_shared")
         gate_held = _try_lock(self._gate_fd, fcntl.LOCK_EX) if self._gate_fd >= 0 else False
         try:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -94,6 +109,7 @@ class GpuLease:
             if gate_held:
                 fcntl.flock(self._gate_fd, fcntl.LOCK_UN)
         self.mode = "exclusive"
+        self._since = self._mark("lease_wait", wait_start)
         waited = time.monotonic() - t0
         self.waited_s += waited
         return waited
@@ -106,6 +122,7 @@ class GpuLease:
         if self.mode == "shared":
             return 0.0
         t0 = time.monotonic()
+        self._since = self._mark("lease_exclusive")
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         while True:
             if self._gate_fd < 0 or _try_lock(self._gate_fd, fcntl.LOCK_SH):
@@ -251,6 +268,7 @@ def acquire_gpu(
     poll_s: float = 0.5,
     expected_mem_gib: float | None = None,
     capacity_gib: Callable[[str], float | None] | None = None,
+    purpose: str = "job",
 ) -> Iterator[GpuLease]:
     """Hold one GPU (exclusive for timing, shared for correctness-only) for the ``with`` block. ``gpus``: the
     candidates (e.g. ``[N]`` for ``--gpu-index N``); default: all visible GPUs. With ``expected_mem_gib`` and
@@ -314,8 +332,11 @@ def acquire_gpu(
             holder_fd = _take_holder_slot(lock_dir, chosen)
         lease = GpuLease(gpu=chosen, mode=mode, lock_path=lock_dir / f"gpu{_safe(chosen)}.lock",
                          waited_s=time.monotonic() - t0, _fd=fds[chosen], _gate_fd=gates[chosen],
-                         _info_path=_holder_file(lock_dir, chosen, os.getpid()))
-        yield lease
+                         _info_path=_holder_file(lock_dir, chosen, os.getpid()), purpose=purpose)
+        try:
+            yield lease
+        finally:
+            lease._mark(f"lease_{lease.mode}")
     finally:
         for fd in fds.values():
             with contextlib.suppress(OSError):
@@ -350,13 +371,15 @@ def hold_gpus(gpus: Sequence[str | int], lock_dir: Path | str, timeout_s: float 
     overlapping sets never wait on each other): a job that runs on them without timing, such as a vLLM engine, and
     beside which nothing may be timed or judged."""
     with contextlib.ExitStack() as stack:
-        yield [stack.enter_context(acquire_gpu(exclusive=True, gpus=[gpu], lock_dir=lock_dir, timeout_s=timeout_s))
+        yield [stack.enter_context(acquire_gpu(exclusive=True, gpus=[gpu], lock_dir=lock_dir, timeout_s=timeout_s,
+                                               purpose="vllm"))
                for gpu in sorted({str(g) for g in gpus})]
 
 
 @contextlib.contextmanager
 def lease_for_job(device: str, gpu_index: int | None, gpus: Sequence[str | int] | None, lock_dir: Path | str,
-                  exclusive: bool, expected_mem_gib: float | None = None) -> Iterator[GpuLease | None]:
+                  exclusive: bool, expected_mem_gib: float | None = None, purpose: str = "job"
+                  ) -> Iterator[GpuLease | None]:
     """The GPU lease of one evaluation or baseline job: none on the CPU; on CUDA the configured GPU (or any of the
     candidates), shared for correctness work or exclusive for timing, once its expected memory fits there."""
     if device != "cuda":
@@ -366,5 +389,5 @@ def lease_for_job(device: str, gpu_index: int | None, gpus: Sequence[str | int] 
 
     candidates = [str(gpu_index)] if gpu_index is not None else gpus
     with acquire_gpu(exclusive=exclusive, gpus=candidates, lock_dir=lock_dir, expected_mem_gib=expected_mem_gib,
-                     capacity_gib=gpu_memory_gib) as lease:
+                     capacity_gib=gpu_memory_gib, purpose=purpose) as lease:
         yield lease

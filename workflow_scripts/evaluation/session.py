@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.core.statuses import Status, is_integrity_flag
-from workflow_scripts.evaluation import environment, freezer, gpu_lock, timing
+from workflow_scripts.evaluation import environment, freezer, gpu_lock, timeline, timing
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, Message, ProtocolError
 from workflow_scripts.evaluation.config import EvalConfig
 from workflow_scripts.evaluation.evidence import count, launch_counts, number, raw_times, text
@@ -324,6 +324,11 @@ class AnswerSession:
         if tree is not None and not tree.complete:
             self.phases["answer_stop_incomplete"] = 1.0  # a process of its tree was still running after the wait
 
+    def _timeline(self, kind: str) -> contextlib.AbstractContextManager[None]:
+        """One timed block on the run's GPU timeline (``timeline``), named by problem and answer."""
+        return timeline.span(self.cfg.lock_dir, kind, self.lease.gpu if self.lease is not None else self.cfg.device,
+                             problem=self.reference.problem_path.stem, answer=str(self.answer_path))
+
     def _read_timing(self, raw: timing.RawTimes, per_call: list[int] | None, wall_s: float) -> None:
         """The answer's raw numbers (validated block by block: lists of finite numbers) judged here: the timed-call
         checks, the launches per call, the statistics, work left on other streams."""
@@ -417,7 +422,8 @@ class AnswerSession:
         self.timed_checks = TimedChecks.choose(calls, ref.output_capacity(), ref.timing_trial is not None,
                                                fresh=ref.fresh_source is not None,
                                                input_bytes=tensor_bytes(ref.timing_inputs))
-        failed = self._probe_overhead(ans, reference_ms, floors[0])
+        with self._timeline("timing_probe"):
+            failed = self._probe_overhead(ans, reference_ms, floors[0])
         if failed is not None:
             return failed, timing.RawTimes(), None
         for i, block in enumerate(blocks):
@@ -426,7 +432,7 @@ class AnswerSession:
                 if side == "reference":
                     t_ref = time.monotonic()
                     try:
-                        with self._answer_stopped(ans):  # nothing of the answer's runs beside the reference
+                        with self._answer_stopped(ans), self._timeline("timing_reference"):
                             reference_parts.append(ref.time_block(
                                 timing.reference_block(block, cfg.paired_reference_block), protocol.l2_flush_mib,
                                 cfg.cpu_threads))
@@ -438,9 +444,10 @@ class AnswerSession:
                 self._send(ans, "time", inputs={"area": "timing", "entries": ref.timing_entries}, seed=seed,
                            block={"warmup": block.warmup, "trials": block.trials, "discard_first": block.discard_first})
                 calls = block.warmup + block.discard_first + block.trials
-                tm = self._timed_block(ans, block.discard_first + block.trials,
-                                       timing_limit_s(reference_ms, calls, floors[0]), reference_ms, seed,
-                                       self.timed_checks)
+                with self._timeline("timing_answer"):
+                    tm = self._timed_block(ans, block.discard_first + block.trials,
+                                           timing_limit_s(reference_ms, calls, floors[0]), reference_ms, seed,
+                                           self.timed_checks)
                 self._merge(tm)
                 if tm.type in ("runtime_error", "cuda_error"):
                     return tm, timing.RawTimes(), None

@@ -1,0 +1,88 @@
+"""The run's GPU timeline (issue 34): the lines jobs append (evaluation/timeline.py, gpu_lock's leases) and the
+tables made from them (scoring/gpu_timeline.py). Unit checks; tests/test_pipeline_e2e.py reads the demo run's."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts.evaluation import gpu_lock, timeline
+from workflow_scripts.scoring.gpu_timeline import covered_seconds, load_spans, usage
+
+
+def lines(lock_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in timeline.timeline_path(lock_dir).read_text().splitlines()]
+
+
+def test_a_lease_writes_each_mode_it_held_and_the_wait_of_its_upgrade(tmp_path: Path) -> None:
+    with gpu_lock.acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="evaluate") as lease:
+        time.sleep(0.05)
+        lease.upgrade()
+        time.sleep(0.05)
+        lease.downgrade()
+    kinds = [(e["kind"], e["gpu"], e["purpose"]) for e in lines(tmp_path)]
+    assert kinds == [("lease_shared", "0", "evaluate"), ("lease_wait", "0", "evaluate"),
+                     ("lease_exclusive", "0", "evaluate"), ("lease_shared", "0", "evaluate")]
+    exclusive = lines(tmp_path)[2]
+    assert exclusive["end"] - exclusive["start"] >= 0.04
+    starts = [e["start"] for e in lines(tmp_path)]
+    assert starts == sorted(starts)
+
+
+def test_concurrent_writers_never_interleave_their_lines(tmp_path: Path) -> None:
+    def write(k: int) -> None:
+        for i in range(200):
+            timeline.append(tmp_path, "timing_answer", "0", 1.0, 2.0, answer=f"a{k}-{i}" + "x" * 300)
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(lines(tmp_path)) == 800  # every line parses: none was cut into another
+
+
+def test_covered_seconds_counts_overlaps_once_and_clips() -> None:
+    assert covered_seconds([(0, 2), (1, 3), (5, 6)]) == 4
+    assert covered_seconds([(0, 2), (1, 3), (5, 6)], 1.5, 5.5) == 2.0
+    assert covered_seconds([]) == 0
+
+
+def test_usage_from_a_hand_written_timeline(tmp_path: Path) -> None:
+    host = tmp_path / socket.gethostname()
+    t = 1000.0
+    # An evaluation: shared 0-70, waits 70-72, exclusive 72-82 with 8 s of timed blocks, shared again to 90;
+    # a baseline from 100 to 130 (compile run 110-130, 15 s of it compiling); another GPU idle but for a lease.
+    for kind, gpu, start, end, extra in [
+            ("lease_shared", "0", 0, 70, {"purpose": "evaluate"}), ("lease_wait", "0", 70, 72, {"purpose": "evaluate"}),
+            ("timing_probe", "0", 72, 73, {"problem": "p1", "answer": "a.py"}),
+            ("timing_answer", "0", 73, 77, {"problem": "p1", "answer": "a.py"}),
+            ("timing_reference", "0", 77, 80, {"problem": "p1", "answer": "a.py"}),
+            ("lease_exclusive", "0", 72, 82, {"purpose": "evaluate"}), ("lease_shared", "0", 82, 90, {}),
+            ("baseline_eager", "0", 100, 110, {"problem": "p1"}),
+            ("baseline_compile", "0", 110, 130, {"problem": "p1", "compile_time_s": 15.0}),
+            ("lease_exclusive", "1", 0, 5, {"purpose": "vllm"})]:
+        timeline.append(host, kind, gpu, t + start, t + end, **extra)
+    spans = load_spans(tmp_path)
+    assert len(spans) == 10 and spans["start"].min() == 0 and set(spans["host"]) == {socket.gethostname()}
+    table = usage(spans).set_index("gpu")
+    gpu0 = table.loc["0"]
+    assert gpu0["wall_s"] == 130 and gpu0["busy_s"] == 8 + 30 and gpu0["exclusive_idle_s"] == 2
+    assert gpu0["busy_share_steady"] == pytest.approx((8 + 30) / 70)  # from second 60 on
+    assert gpu0["seconds_per_answer"] == 8 and gpu0["answers_timed"] == 1 and gpu0["lease_wait_s"] == 2
+    assert gpu0["seconds_per_baseline"] == 30 and gpu0["compile_seconds_per_baseline"] == 15
+    assert table.loc["1", "busy_s"] == 0 and table.loc["1", "busy_share_steady"] == 0
+
+
+def test_a_line_that_is_not_an_interval_is_refused_with_its_place(tmp_path: Path) -> None:
+    host = tmp_path / "node1"
+    host.mkdir()
+    (host / timeline.TIMELINE_FILE).write_text('{"kind": "timing_answer", "start": 1, "end": 2}\n{"kind": "x"}\n')
+    with pytest.raises(ValueError, match=r"node1/timeline.jsonl:2: not a timeline interval"):
+        load_spans(tmp_path)
+    assert load_spans(tmp_path / "nothing").empty

@@ -1,0 +1,62 @@
+"""The GPU timeline of a run (issue 34): every job appends one JSON line per interval it spent on a GPU to
+``<lock dir>/timeline.jsonl``, the lock folder of its host (``gpu_lock.host_locks``), so every job of a run on that
+host writes to one file. Each line is written by one ``write`` on a file opened with ``O_APPEND``: lines of
+concurrent jobs never interleave (they stay far below the pipe-buffer size that bounds an atomic append).
+
+A line: ``{"kind", "gpu", "start", "end", "pid", ...}`` (epoch seconds; ``gpu`` is the leased GPU's id, or the
+device, ``cpu``, where no lease is taken), with the job's own fields (``purpose``, ``problem``, ``answer``,
+``compile_time_s``). The kinds:
+
+* ``lease_shared``, ``lease_exclusive``: how long a job held its GPU in each mode (``gpu_lock.GpuLease``);
+  ``lease_wait``: how long an upgrade to exclusive waited;
+* ``timing_answer``, ``timing_reference``, ``timing_probe``: an evaluation's timed blocks (the answer's, the
+  paired reference's, the overhead probe's), inside its exclusive lease;
+* ``baseline_eager``, ``baseline_compile``: a baseline job's two runs, each a process of its own (the compile
+  run's ``compile_time_s``: its compilation and autotuning, the rest is its timing).
+
+``scoring/gpu_timeline.py`` reads the lines back into the run's timeline table and its busy share.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+TIMELINE_FILE = "timeline.jsonl"
+TIMED_KINDS = ("timing_answer", "timing_reference", "timing_probe", "baseline_eager", "baseline_compile")
+LEASE_KINDS = ("lease_shared", "lease_exclusive", "lease_wait")
+
+
+def timeline_path(lock_dir: Path | str) -> Path:
+    return Path(lock_dir) / TIMELINE_FILE
+
+
+def append(lock_dir: Path | str | None, kind: str, gpu: str | None, start: float, end: float, **fields: Any) -> None:
+    """One interval, appended as one line; nothing where there is no lock folder. A full disk costs the timeline
+    a line, never the job."""
+    if lock_dir is None:
+        return
+    line = json.dumps({"kind": kind, "gpu": gpu, "start": round(start, 6), "end": round(end, 6), "pid": os.getpid(),
+                       **fields}, default=str) + "\n"
+    with contextlib.suppress(OSError):
+        Path(lock_dir).mkdir(parents=True, exist_ok=True)
+        fd = os.open(timeline_path(lock_dir), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def span(lock_dir: Path | str | None, kind: str, gpu: str | None, **fields: Any) -> Iterator[None]:
+    """The ``with`` block as one interval of ``kind``, written when it ends (also when it raises)."""
+    start = time.time()
+    try:
+        yield
+    finally:
+        append(lock_dir, kind, gpu, start, time.time(), **fields)

@@ -1,0 +1,100 @@
+"""The run's GPU timeline and how busy each GPU was (issue 34), from the lines every job appended to its host's
+``timeline.jsonl`` (``evaluation/timeline.py``): ``spans`` is one row per interval, ``usage`` one row per host and
+GPU. Busy means timed work (``timeline.TIMED_KINDS``: an answer's, the paired reference's and the probe's timed
+blocks, and the baselines' runs, whose compilation and autotuning hold the GPU too: ``compile_time_s`` says how
+much); the share is taken after the first minute, which holds the run's start (environment, prompts, the first
+processes) rather than the steady state the study runs in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from workflow_scripts.core.columns import column_names
+from workflow_scripts.evaluation.timeline import TIMED_KINDS, TIMELINE_FILE
+
+STEADY_AFTER_S = 60.0  # the busy share leaves out the run's first minute
+
+
+def load_spans(locks: Path | str) -> pd.DataFrame:
+    """Every line of every host's timeline under the run's lock folder (``<results>/.locks/<host>/``), ordered by
+    start; ``start`` in seconds since the run's first interval. A line that is not an interval is refused with its
+    file and line number."""
+    records: list[dict[str, Any]] = []
+    for path in sorted(Path(locks).glob(f"*/{TIMELINE_FILE}")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                item = json.loads(line)
+                start, end = float(item["start"]), float(item["end"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}:{number}: not a timeline interval ({e})") from None
+            records.append({"host": path.parent.name, "gpu": str(item.get("gpu")), "kind": str(item["kind"]),
+                            "purpose": item.get("purpose"), "problem": item.get("problem"),
+                            "answer": item.get("answer"), "start": start, "seconds": max(0.0, end - start),
+                            "compile_time_s": item.get("compile_time_s"), "pid": item.get("pid")})
+    frame = pd.DataFrame.from_records(records, columns=column_names("gpu_timeline"))
+    if not frame.empty:
+        frame["start"] = frame["start"] - frame["start"].min()
+        frame = frame.sort_values(["start", "kind"], kind="stable").reset_index(drop=True)
+    return frame.astype({"host": "string", "gpu": "string", "kind": "string", "purpose": "string",
+                         "problem": "string", "answer": "string", "start": "float64", "seconds": "float64",
+                         "compile_time_s": "Float64", "pid": "Int64"})
+
+
+def covered_seconds(intervals: list[tuple[float, float]], low: float = float("-inf"),
+                    high: float = float("inf")) -> float:
+    """Seconds of [low, high] that at least one interval covers (overlaps counted once)."""
+    total, reach = 0.0, low
+    for start, end in sorted(intervals):
+        start, end = max(start, reach), min(end, high)
+        if end > start:
+            total += end - start
+            reach = end
+    return total
+
+
+def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.DataFrame:
+    """One row per host and GPU: its wall, its busy share after ``steady_after_s``, its exclusive time without timed
+    work, and the seconds per answer and per baseline."""
+    rows = []
+    for (host, gpu), own in spans.groupby(["host", "gpu"], sort=True):
+        first, last = float(own["start"].min()), float((own["start"] + own["seconds"]).max())
+        timed = own[own["kind"].isin(TIMED_KINDS)]
+        busy = [(s, s + d) for s, d in zip(timed["start"], timed["seconds"])]
+        exclusive = own[own["kind"] == "lease_exclusive"]
+        steady_from = first + steady_after_s if last - first > steady_after_s else first
+        exclusive_s = covered_seconds([(s, s + d) for s, d in zip(exclusive["start"], exclusive["seconds"])])
+        per_answer = timed[timed["kind"].str.startswith("timing_")].groupby(["problem", "answer"])["seconds"].sum()
+        baselines = timed[timed["kind"].str.startswith("baseline_")]
+        per_baseline = baselines.groupby("problem")["seconds"].sum()
+        compile_s = baselines.groupby("problem")["compile_time_s"].sum(min_count=1).dropna()
+        rows.append({
+            "host": host, "gpu": gpu, "wall_s": last - first,
+            "busy_s": covered_seconds(busy), "steady_from_s": steady_from - first,
+            "busy_share_steady": (covered_seconds(busy, steady_from, last) / (last - steady_from)
+                                  if last > steady_from else None),
+            "exclusive_s": exclusive_s,
+            "exclusive_idle_s": _exclusive_idle(exclusive, timed),
+            "lease_wait_s": float(own.loc[own["kind"] == "lease_wait", "seconds"].sum()),
+            "answers_timed": int(per_answer.size),
+            "seconds_per_answer": float(per_answer.median()) if per_answer.size else None,
+            "baselines": int(per_baseline.size),
+            "seconds_per_baseline": float(per_baseline.median()) if per_baseline.size else None,
+            "compile_seconds_per_baseline": float(compile_s.median()) if compile_s.size else None,
+        })
+    frame = pd.DataFrame.from_records(rows, columns=column_names("gpu_usage"))
+    return frame.astype({"host": "string", "gpu": "string", "answers_timed": "Int64", "baselines": "Int64",
+                         "busy_share_steady": "Float64", "seconds_per_answer": "Float64",
+                         "seconds_per_baseline": "Float64", "compile_seconds_per_baseline": "Float64"})
+
+
+def _exclusive_idle(exclusive: pd.DataFrame, timed: pd.DataFrame) -> float:
+    """Seconds a job held the GPU exclusively without timing on it (an evaluation's exclusive lease around its
+    timed blocks; a baseline's lease is exclusive from its start, its runs are its timed work)."""
+    held = [(s, s + d) for s, d in zip(exclusive["start"], exclusive["seconds"])]
+    inside = [(max(s, hs), min(s + d, he)) for s, d in zip(timed["start"], timed["seconds"]) for hs, he in held
+              if min(s + d, he) > max(s, hs)]
+    return max(0.0, covered_seconds(held) - covered_seconds(inside))
