@@ -103,6 +103,7 @@ class GpuLease:
                 if timeout_s is not None and time.monotonic() - t0 > timeout_s:
                     # Fall back to shared so the caller still holds the GPU it runs on.
                     fcntl.flock(self._fd, fcntl.LOCK_SH)
+                    self._since = self._mark("lease_wait", wait_start)  # shared again from now on
                     raise GpuLockTimeout(f"GPU {self.gpu}: no exclusive lock after {timeout_s:.0f}s")
                 time.sleep(poll_s)
         finally:
