@@ -98,7 +98,7 @@ rule summary:
         settings=lambda wildcards: as_params({
             "models": config["models"], "model_order": MODELS, "summary": config["summary"],
             "evaluation": EVAL, "suite": config["suite"], "prompt": config["prompt"],
-            "baselines": config["baselines"],
+            "baselines": config["baselines"], "calibration": calibration_models(config["models"]),
         }),
         results=results_root,
         store=STORE,

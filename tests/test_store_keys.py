@@ -33,6 +33,7 @@ COVERED = {
     "collect": {"core", "scoring"},
     "model_rows": {"core", "scoring"},
     "summary": {"core", "scoring"},
+    "gpu_timeline": {"core", "scoring"},
     "model_names": {"core"},
     "verify_store": {"core"},
     "repair_store": {"core"},

@@ -17,7 +17,7 @@ from workflow_scripts.core.store import Store
 from workflow_scripts.scoring import metrics
 from workflow_scripts.scoring import summary as sm
 from workflow_scripts.scoring.context import parse_context
-from workflow_scripts.suite.known_issues import KNOWN_ISSUES
+from workflow_scripts.scoring.known_issues import KNOWN_ISSUES
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO.parent / "shared" / "published" / "results.json"

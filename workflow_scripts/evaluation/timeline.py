@@ -14,7 +14,8 @@ device, ``cpu``, where no lease is taken), with the job's own fields (``purpose`
 * ``baseline_eager``, ``baseline_compile``: a baseline job's two runs, each a process of its own (the compile
   run's ``compile_time_s``: its compilation and autotuning, the rest is its timing).
 
-``scoring/gpu_timeline.py`` reads the lines back into the run's timeline table and its busy share.
+The file's name and the timed kinds are in ``core/records.py`` (the reader shares them). ``scoring/gpu_timeline.py``
+reads the lines back into the run's timeline table and its busy share.
 """
 
 from __future__ import annotations
@@ -27,9 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-TIMELINE_FILE = "timeline.jsonl"
-TIMED_KINDS = ("timing_answer", "timing_reference", "timing_probe", "baseline_eager", "baseline_compile")
-LEASE_KINDS = ("lease_shared", "lease_exclusive", "lease_wait")
+from workflow_scripts.core.records import TIMELINE_FILE
 
 
 def timeline_path(lock_dir: Path | str) -> Path:

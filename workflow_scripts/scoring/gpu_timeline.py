@@ -1,6 +1,6 @@
 """The run's GPU timeline and how busy each GPU was (issue 34), from the lines every job appended to its host's
 ``timeline.jsonl`` (``evaluation/timeline.py``): ``spans`` is one row per interval, ``usage`` one row per host and
-GPU. Busy means timed work (``timeline.TIMED_KINDS``: an answer's, the paired reference's and the probe's timed
+GPU. Busy means timed work (``core.records.TIMED_KINDS``: an answer's, the paired reference's and the probe's timed
 blocks, and the baselines' runs, whose compilation and autotuning hold the GPU too: ``compile_time_s`` says how
 much); the share is taken after the first minute, which holds the run's start (environment, prompts, the first
 processes) rather than the steady state the study runs in."""
@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from workflow_scripts.core.columns import column_names
-from workflow_scripts.evaluation.timeline import TIMED_KINDS, TIMELINE_FILE
+from workflow_scripts.core.records import TIMED_KINDS, TIMELINE_FILE
 
 STEADY_AFTER_S = 60.0  # the busy share leaves out the run's first minute
 

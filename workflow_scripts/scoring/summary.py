@@ -59,7 +59,7 @@ from workflow_scripts.core.io import write_parquet
 from workflow_scripts.scoring import metrics
 from workflow_scripts.scoring.context import ModelContext, SummaryContext
 from workflow_scripts.scoring.samples import samples_block
-from workflow_scripts.suite.known_issues import known_issues
+from workflow_scripts.scoring.known_issues import known_issues
 
 STRATEGY_FIELDS: tuple[str, ...] = ("answers_keeping_pytorch_op", "fast_unflagged_hybrid", "fast_unflagged_pure_triton")
 # Where levels.parquet names a published count otherwise: "flags" would shadow pandas' DataFrame.flags.
@@ -510,7 +510,7 @@ AUDIT_NOTE = (
     "counts every model over the other problems. geomean_speedup: the geometric mean of the speedups of correct "
     "answers (n: how many). calibration_models: the reference code submitted as its own answer (true speedup 1: "
     "its speedups show the timing noise), left out of the bootstrap's comparisons. known_issues: the problems "
-    "reported unsound upstream (suite/known_issues.py), each with its source.")
+    "reported unsound upstream (scoring/known_issues.py), each with its source.")
 
 
 def problem_keys(frame: pd.DataFrame) -> list[tuple[int, int]]:
@@ -531,7 +531,7 @@ def audit_block(outcomes: Mapping[str, Outcomes], order: Sequence[str], keys: li
                 degenerate: Mapping[tuple[int, int], str], calibration: Sequence[str],
                 names: Mapping[tuple[int, int], str]) -> dict[str, Any]:
     """The counts without the degenerate problems and the geometric-mean speedups, per model and level; the
-    problems reported unsound (suite/known_issues.py) among ``names`` ((level, problem_id) -> problem name)."""
+    problems reported unsound (scoring/known_issues.py) among ``names`` ((level, problem_id) -> problem name)."""
     kept = np.array([key not in degenerate for key in keys], dtype=bool)
     levels = _level_keys(next(iter(outcomes.values())).levels)
     models: dict[str, Any] = {}

@@ -12,7 +12,7 @@ from workflow_scripts.core.hashing import sha256_file
 from workflow_scripts.core.io import write_parquet
 from workflow_scripts.core.params import parse_stage_args, stage_parser
 from workflow_scripts.core.store import Store, code_version
-from workflow_scripts.evaluation.timeline import TIMELINE_FILE
+from workflow_scripts.core.records import TIMELINE_FILE
 from workflow_scripts.scoring.gpu_timeline import STEADY_AFTER_S, load_spans, usage
 
 STAGE = "gpu_timeline"

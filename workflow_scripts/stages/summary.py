@@ -19,7 +19,6 @@ from workflow_scripts.core.io import atomic_write_text, write_parquet
 from workflow_scripts.core.layout import ResultsLayout
 from workflow_scripts.core.params import parse_stage_args, stage_parser
 from workflow_scripts.core.store import Store, code_version
-from workflow_scripts.generation.kinds import calibration_models
 from workflow_scripts.scoring.context import build_context, parse_context
 from workflow_scripts.scoring.figures import make_figures
 from workflow_scripts.scoring.summary import (
@@ -31,7 +30,7 @@ STAGE = "summary"
 
 @dataclass(frozen=True)
 class Params:
-    """The config blocks the summary reports (models: name -> entry; label, generation and kind are read)."""
+    """The config blocks the summary reports (models: name -> entry; only label and generation are read)."""
 
     models: dict[str, dict[str, Any]]
     model_order: list[str]
@@ -40,6 +39,9 @@ class Params:
     suite: dict[str, Any] = field(default_factory=dict)
     prompt: dict[str, Any] = field(default_factory=dict)
     baselines: dict[str, Any] = field(default_factory=dict)
+    # The calibration models (generation/kinds.py ModelKind.calibration), named by the rule: this stage's key does
+    # not follow the generation package.
+    calibration: list[str] = field(default_factory=list)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             resamples=params.summary["resamples"], seed=params.summary["seed"],
             context=parse_context(build_context(settings, environment)), samples=params.summary.get("samples"),
             self_parity=parity,
-            calibration=calibration_models({m: params.models[m] for m in params.model_order}),
+            calibration=params.calibration,
         )
         atomic_write_text(out["json"], dumps_summary(summary))
         atomic_write_text(out["markdown"], markdown_table(summary))
