@@ -25,7 +25,7 @@ def test_a_lease_writes_each_mode_it_held_and_the_wait_of_its_upgrade(tmp_path: 
         lease.upgrade()
         time.sleep(0.05)
         lease.downgrade()
-    kinds = [(e["kind"], e["gpu"], e["purpose"]) for e in lines(tmp_path)]
+    kinds = [(e["activity"], e["gpu"], e["purpose"]) for e in lines(tmp_path)]
     assert kinds == [("lease_shared", "0", "evaluate"), ("lease_wait", "0", "evaluate"),
                      ("lease_exclusive", "0", "evaluate"), ("lease_shared", "0", "evaluate")]
     exclusive = lines(tmp_path)[2]
@@ -58,7 +58,7 @@ def test_usage_from_a_hand_written_timeline(tmp_path: Path) -> None:
     t = 1000.0
     # An evaluation: shared 0-70, waits 70-72, exclusive 72-82 with 8 s of timed blocks, shared again to 90;
     # a baseline from 100 to 130 (compile run 110-130, 15 s of it compiling); another GPU idle but for a lease.
-    for kind, gpu, start, end, extra in [
+    for activity, gpu, start, end, extra in [
             ("lease_shared", "0", 0, 70, {"purpose": "evaluate"}), ("lease_wait", "0", 70, 72, {"purpose": "evaluate"}),
             ("timing_probe", "0", 72, 73, {"problem": "p1", "answer": "a.py"}),
             ("timing_answer", "0", 73, 77, {"problem": "p1", "answer": "a.py"}),
@@ -67,7 +67,7 @@ def test_usage_from_a_hand_written_timeline(tmp_path: Path) -> None:
             ("baseline_eager", "0", 100, 110, {"problem": "p1"}),
             ("baseline_compile", "0", 110, 130, {"problem": "p1", "compile_time_s": 15.0}),
             ("lease_exclusive", "1", 0, 5, {"purpose": "vllm"})]:
-        timeline.append(host, kind, gpu, t + start, t + end, **extra)
+        timeline.append(host, activity, gpu, t + start, t + end, **extra)
     spans = load_spans(tmp_path)
     assert len(spans) == 10 and spans["start"].min() == 0 and set(spans["host"]) == {socket.gethostname()}
     table = usage(spans).set_index("gpu")
@@ -82,7 +82,7 @@ def test_usage_from_a_hand_written_timeline(tmp_path: Path) -> None:
 def test_a_line_that_is_not_an_interval_is_refused_with_its_place(tmp_path: Path) -> None:
     host = tmp_path / "node1"
     host.mkdir()
-    (host / timeline.TIMELINE_FILE).write_text('{"kind": "timing_answer", "start": 1, "end": 2}\n{"kind": "x"}\n')
+    (host / timeline.TIMELINE_FILE).write_text('{"activity": "timing_answer", "start": 1, "end": 2}\n{"activity": "x"}\n')
     with pytest.raises(ValueError, match=r"node1/timeline.jsonl:2: not a timeline interval"):
         load_spans(tmp_path)
     assert load_spans(tmp_path / "nothing").empty

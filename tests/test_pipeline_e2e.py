@@ -130,8 +130,8 @@ def test_the_run_s_timeline_holds_every_timed_answer_and_baseline(demo: Path, ro
     """On the CPU no GPU is leased: the timed blocks and the baselines' runs are on the timeline with gpu "cpu",
     every timed answer of the rows among them."""
     spans = pd.read_parquet(demo / RESULTS / "tables" / "gpu_timeline.parquet")
-    timed = spans[spans["kind"].isin(["timing_answer", "timing_reference", "timing_probe"])]
-    assert set(timed["gpu"]) == {"cpu"} and set(spans["kind"]) >= {"timing_answer", "timing_reference",
+    timed = spans[spans["activity"].isin(["timing_answer", "timing_reference", "timing_probe"])]
+    assert set(timed["gpu"]) == {"cpu"} and set(spans["activity"]) >= {"timing_answer", "timing_reference",
                                                                     "timing_probe", "baseline_eager"}
     assert timed["problem"].nunique() == 13 and (spans["seconds"] >= 0).all()
     usage = pd.read_parquet(demo / RESULTS / "tables" / "gpu_usage.parquet")
@@ -369,7 +369,7 @@ def test_adding_a_model_runs_only_its_own_jobs_and_the_tables(demo: Path) -> Non
     problems = len(list((ROOT / "demo/suite/KernelBench").glob("level*/*.py")))
     assert planned.pop("evaluate") == problems, dry.stdout  # the new model's, and no other model's
     assert set(planned) == {"model_names", "completions_replay", "extract", "static_analysis", "collect", "summary",
-                            "total", "all"}, dry.stdout
+                            "gpu_timeline", "total", "all"}, dry.stdout
 
 
 def test_changing_only_the_bootstrap_reruns_only_the_summary(demo: Path) -> None:

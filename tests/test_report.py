@@ -49,6 +49,8 @@ CAPTION_SUBJECTS = {
     "bootstrap.rst": "Paired bootstrap",
     "flags.rst": "Review flags and rejections",
     "evaluations.rst": "The per-problem rows",
+    "gpu_timeline.rst": "The GPU timeline",
+    "gpu_usage.rst": "How busy each GPU was",
 }
 CPU_TIMING = ("CPU wall-clock of Triton", "interpreter", "say nothing about GPU speed")
 

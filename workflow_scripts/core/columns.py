@@ -224,7 +224,7 @@ TABLES: dict[str, Table] = {
                           "evaluation/timeline.py)", {
         "host": Column("the host the job ran on"),
         "gpu": Column("the GPU's id as the host sees it (CUDA_VISIBLE_DEVICES), or cpu where no GPU is leased"),
-        "kind": Column("lease_shared, lease_exclusive, lease_wait (an upgrade to exclusive waiting), timing_answer, "
+        "activity": Column("lease_shared, lease_exclusive, lease_wait (an upgrade to exclusive waiting), timing_answer, "
                        "timing_reference, timing_probe (an evaluation's timed blocks), baseline_eager or "
                        "baseline_compile (a baseline's runs)"),
         "purpose": Column("for lease intervals, what held the GPU: evaluate, baseline or vllm; null otherwise"),

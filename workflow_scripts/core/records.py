@@ -25,7 +25,7 @@ def headline_ms(stats: Mapping[str, Any] | None) -> float | None:
 TIMING_MODES: dict[str, str] = {"cuda": "cuda_events", "cpu": "cpu_wall_interpreter"}
 
 # The GPU timeline's lines (written by evaluation/timeline.py, read by scoring/gpu_timeline.py): the file in each
-# host's lock folder, the kinds of interval that are timed work on the GPU, and the kinds that are leases. Here, so
+# host's lock folder, the activities that are timed work on the GPU, and those that are leases. Here, so
 # that the reader does not depend on the evaluator's code.
 TIMELINE_FILE = "timeline.jsonl"
 TIMED_KINDS = ("timing_answer", "timing_reference", "timing_probe", "baseline_eager", "baseline_compile")

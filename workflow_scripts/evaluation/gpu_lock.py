@@ -78,10 +78,10 @@ class GpuLease:
     def to_dict(self) -> dict[str, object]:
         return {"gpu": self.gpu, "mode": self.mode, "lock_path": str(self.lock_path), "waited_s": self.waited_s}
 
-    def _mark(self, kind: str, start: float | None = None) -> float:
+    def _mark(self, activity: str, start: float | None = None) -> float:
         """The interval from ``start`` (the current mode's start) to now, on the run's timeline; returns now."""
         now = time.time()
-        timeline.append(self.lock_path.parent, kind, self.gpu, self._since if start is None else start, now,
+        timeline.append(self.lock_path.parent, activity, self.gpu, self._since if start is None else start, now,
                         purpose=self.purpose)
         return now
 

@@ -3,9 +3,9 @@
 host writes to one file. Each line is written by one ``write`` on a file opened with ``O_APPEND``: lines of
 concurrent jobs never interleave (they stay far below the pipe-buffer size that bounds an atomic append).
 
-A line: ``{"kind", "gpu", "start", "end", "pid", ...}`` (epoch seconds; ``gpu`` is the leased GPU's id, or the
+A line: ``{"activity", "gpu", "start", "end", "pid", ...}`` (epoch seconds; ``gpu`` is the leased GPU's id, or the
 device, ``cpu``, where no lease is taken), with the job's own fields (``purpose``, ``problem``, ``answer``,
-``compile_time_s``). The kinds:
+``compile_time_s``). The activities:
 
 * ``lease_shared``, ``lease_exclusive``: how long a job held its GPU in each mode (``gpu_lock.GpuLease``);
   ``lease_wait``: how long an upgrade to exclusive waited;
@@ -14,7 +14,7 @@ device, ``cpu``, where no lease is taken), with the job's own fields (``purpose`
 * ``baseline_eager``, ``baseline_compile``: a baseline job's two runs, each a process of its own (the compile
   run's ``compile_time_s``: its compilation and autotuning, the rest is its timing).
 
-The file's name and the timed kinds are in ``core/records.py`` (the reader shares them). ``scoring/gpu_timeline.py``
+The file's name and the timed activities are in ``core/records.py`` (the reader shares them). ``scoring/gpu_timeline.py``
 reads the lines back into the run's timeline table and its busy share.
 """
 
@@ -35,12 +35,12 @@ def timeline_path(lock_dir: Path | str) -> Path:
     return Path(lock_dir) / TIMELINE_FILE
 
 
-def append(lock_dir: Path | str | None, kind: str, gpu: str | None, start: float, end: float, **fields: Any) -> None:
+def append(lock_dir: Path | str | None, activity: str, gpu: str | None, start: float, end: float, **fields: Any) -> None:
     """One interval, appended as one line; nothing where there is no lock folder. A full disk costs the timeline
     a line, never the job."""
     if lock_dir is None:
         return
-    line = json.dumps({"kind": kind, "gpu": gpu, "start": round(start, 6), "end": round(end, 6), "pid": os.getpid(),
+    line = json.dumps({"activity": activity, "gpu": gpu, "start": round(start, 6), "end": round(end, 6), "pid": os.getpid(),
                        **fields}, default=str) + "\n"
     with contextlib.suppress(OSError):
         Path(lock_dir).mkdir(parents=True, exist_ok=True)
@@ -52,10 +52,10 @@ def append(lock_dir: Path | str | None, kind: str, gpu: str | None, start: float
 
 
 @contextlib.contextmanager
-def span(lock_dir: Path | str | None, kind: str, gpu: str | None, **fields: Any) -> Iterator[None]:
-    """The ``with`` block as one interval of ``kind``, written when it ends (also when it raises)."""
+def span(lock_dir: Path | str | None, activity: str, gpu: str | None, **fields: Any) -> Iterator[None]:
+    """The ``with`` block as one interval of ``activity``, written when it ends (also when it raises)."""
     start = time.time()
     try:
         yield
     finally:
-        append(lock_dir, kind, gpu, start, time.time(), **fields)
+        append(lock_dir, activity, gpu, start, time.time(), **fields)

@@ -31,15 +31,15 @@ def load_spans(locks: Path | str) -> pd.DataFrame:
                 start, end = float(item["start"]), float(item["end"])
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"{path}:{number}: not a timeline interval ({e})") from None
-            records.append({"host": path.parent.name, "gpu": str(item.get("gpu")), "kind": str(item["kind"]),
+            records.append({"host": path.parent.name, "gpu": str(item.get("gpu")), "activity": str(item["activity"]),
                             "purpose": item.get("purpose"), "problem": item.get("problem"),
                             "answer": item.get("answer"), "start": start, "seconds": max(0.0, end - start),
                             "compile_time_s": item.get("compile_time_s"), "pid": item.get("pid")})
     frame = pd.DataFrame.from_records(records, columns=column_names("gpu_timeline"))
     if not frame.empty:
         frame["start"] = frame["start"] - frame["start"].min()
-        frame = frame.sort_values(["start", "kind"], kind="stable").reset_index(drop=True)
-    return frame.astype({"host": "string", "gpu": "string", "kind": "string", "purpose": "string",
+        frame = frame.sort_values(["start", "activity"], kind="stable").reset_index(drop=True)
+    return frame.astype({"host": "string", "gpu": "string", "activity": "string", "purpose": "string",
                          "problem": "string", "answer": "string", "start": "float64", "seconds": "float64",
                          "compile_time_s": "Float64", "pid": "Int64"})
 
@@ -62,13 +62,13 @@ def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.Dat
     rows = []
     for (host, gpu), own in spans.groupby(["host", "gpu"], sort=True):
         first, last = float(own["start"].min()), float((own["start"] + own["seconds"]).max())
-        timed = own[own["kind"].isin(TIMED_KINDS)]
+        timed = own[own["activity"].isin(TIMED_KINDS)]
         busy = [(s, s + d) for s, d in zip(timed["start"], timed["seconds"])]
-        exclusive = own[own["kind"] == "lease_exclusive"]
+        exclusive = own[own["activity"] == "lease_exclusive"]
         steady_from = first + steady_after_s if last - first > steady_after_s else first
         exclusive_s = covered_seconds([(s, s + d) for s, d in zip(exclusive["start"], exclusive["seconds"])])
-        per_answer = timed[timed["kind"].str.startswith("timing_")].groupby(["problem", "answer"])["seconds"].sum()
-        baselines = timed[timed["kind"].str.startswith("baseline_")]
+        per_answer = timed[timed["activity"].str.startswith("timing_")].groupby(["problem", "answer"])["seconds"].sum()
+        baselines = timed[timed["activity"].str.startswith("baseline_")]
         per_baseline = baselines.groupby("problem")["seconds"].sum()
         compile_s = baselines.groupby("problem")["compile_time_s"].sum(min_count=1).dropna()
         rows.append({
@@ -78,7 +78,7 @@ def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.Dat
                                   if last > steady_from else None),
             "exclusive_s": exclusive_s,
             "exclusive_idle_s": _exclusive_idle(exclusive, timed),
-            "lease_wait_s": float(own.loc[own["kind"] == "lease_wait", "seconds"].sum()),
+            "lease_wait_s": float(own.loc[own["activity"] == "lease_wait", "seconds"].sum()),
             "answers_timed": int(per_answer.size),
             "seconds_per_answer": float(per_answer.median()) if per_answer.size else None,
             "baselines": int(per_baseline.size),
