@@ -28,6 +28,15 @@ def test_a_constant_that_is_not_zero_passes_where_the_outputs_barely_vary() -> N
     assert not audit.zeros_pass and audit.constant_pass and audit.degenerate
 
 
+def test_the_constant_is_one_for_every_trial() -> None:
+    # A scalar loss per trial: each value is its own midrange, but no one constant passes on every trial (the
+    # demo's cross-entropy, audited degenerate before this test); a loss whose trials agree within the tolerance does.
+    losses = [[torch.tensor(2.30 + 0.01 * k)] for k in range(5)]
+    assert not audit_outputs(losses, ATOL, RTOL).constant_pass
+    closed_form = [[torch.tensor(2.0 + 1e-5 * k)] for k in range(5)]  # L1/94's MSE over 8 GB: a closed form passes
+    assert audit_outputs(closed_form, ATOL, RTOL).constant_pass
+
+
 def test_integer_boolean_nan_and_empty_outputs() -> None:
     assert audit_outputs([[torch.zeros(5, dtype=torch.int64)]] * 2, ATOL, RTOL).zeros_pass
     ints = audit_outputs([[torch.tensor([3, 3, 3])]] * 2, ATOL, RTOL)

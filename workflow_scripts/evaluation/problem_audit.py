@@ -24,7 +24,7 @@ FINGERPRINT_SAMPLES = 1024
 @dataclass(frozen=True)
 class ProblemAudit:
     zeros_pass: bool  # zeros (one per output) within the tolerance of the reference on every seeded trial
-    constant_pass: bool  # one constant per output (its midrange) within the tolerance on every seeded trial
+    constant_pass: bool  # one constant per output, the same on every seeded trial, within the tolerance
     reference_input_independent: bool  # the reference's outputs on every seeded trial pass against the first's
     trials: int  # seeded trials audited
     output_bytes: int  # one trial's reference outputs
@@ -42,30 +42,31 @@ def audit_outputs(trial_outputs: list[list[Any]], atol: float, rtol: float) -> P
     from workflow_scripts.evaluation.protocol import compare_outputs
 
     first = trial_outputs[0] if trial_outputs else []
+    by_output = list(zip(*trial_outputs)) if trial_outputs else []  # output i on every trial
     return ProblemAudit(
-        zeros_pass=bool(trial_outputs) and all(_constant_passes(o, atol, rtol, zero=True)
-                                               for outs in trial_outputs for o in outs),
-        constant_pass=bool(trial_outputs) and all(_constant_passes(o, atol, rtol, zero=False)
-                                                  for outs in trial_outputs for o in outs),
+        zeros_pass=bool(by_output) and all(_constant_passes(outs, atol, rtol, zero=True) for outs in by_output),
+        constant_pass=bool(by_output) and all(_constant_passes(outs, atol, rtol, zero=False) for outs in by_output),
         reference_input_independent=len(trial_outputs) > 1 and all(
             compare_outputs(first, outs, atol, rtol)[0] == "ok" for outs in trial_outputs[1:]),
         trials=len(trial_outputs),
         output_bytes=sum(o.numel() * o.element_size() for o in first))
 
 
-def _constant_passes(out: Any, atol: float, rtol: float, *, zero: bool) -> bool:
-    """Whether one constant (zero, or the output's midrange: the constant nearest to every element at once) passes
-    KernelBench's check ``|reference - c| <= atol + rtol * |c|`` everywhere; for integer and boolean outputs, whether
-    every element equals it. A NaN in the reference passes nothing."""
+def _constant_passes(outputs: tuple[Any, ...], atol: float, rtol: float, *, zero: bool) -> bool:
+    """Whether one constant, the same on every trial (zero, or the midrange of the output over all trials: the
+    constant nearest to every element at once), passes KernelBench's check ``|reference - c| <= atol + rtol * |c|``
+    everywhere; for integer and boolean outputs, whether every element equals it. ``outputs``: one output of the
+    reference on each trial. A NaN in the reference passes nothing."""
     import torch
 
-    if out.numel() == 0:
+    if all(out.numel() == 0 for out in outputs):
         return True
-    if out.dtype.is_complex:
+    if any(out.dtype.is_complex for out in outputs):
         return False  # not audited: no order to take a midrange in
-    flat = out.reshape(-1)
-    low, high = (x.item() for x in torch.aminmax(flat.to(torch.uint8) if flat.dtype == torch.bool else flat))
-    if not out.dtype.is_floating_point:
+    bounds = [torch.aminmax(flat.to(torch.uint8) if flat.dtype == torch.bool else flat)
+              for flat in (out.reshape(-1) for out in outputs) if flat.numel()]
+    low, high = min(b.min.item() for b in bounds), max(b.max.item() for b in bounds)
+    if not outputs[0].dtype.is_floating_point:
         return low == high and (low == 0 or not zero)
     if low != low or high != high:
         return False
