@@ -114,6 +114,11 @@ rule summary:
         " --store {params.store:q} > {log} 2>&1 && cat {output.markdown:q}"
 
 
+# Each run marks its start (not a dry run, nor a run with nothing to do): the timeline's tables are that run's.
+onstart:
+    mark_run_start(LAYOUT.locks())
+
+
 rule gpu_timeline:
     # After the rows, so after every evaluation and baseline of the run: the timeline the jobs wrote, in one table,
     # and each GPU's busy share.

@@ -79,6 +79,18 @@ def test_usage_from_a_hand_written_timeline(tmp_path: Path) -> None:
     assert table.loc["1", "busy_s"] == 0 and table.loc["1", "busy_share_steady"] == 0
 
 
+def test_the_tables_are_the_latest_run_s(tmp_path: Path) -> None:
+    host = tmp_path / "node1"
+    timeline.append(host, "timing_answer", "0", 100.0, 101.0, problem="p", answer="earlier")
+    assert len(load_spans(tmp_path)) == 1  # no run marked: every line
+    timeline.mark_run_start(tmp_path)
+    timeline.append(host, "timing_answer", "0", time.time(), time.time() + 1.0, problem="p", answer="latest")
+    assert list(load_spans(tmp_path)["answer"]) == ["latest"]
+    (tmp_path / "run_start.json").write_text("{}")
+    with pytest.raises(ValueError, match="run_start.json: not a run start"):
+        load_spans(tmp_path)
+
+
 def test_a_line_that_is_not_an_interval_is_refused_with_its_place(tmp_path: Path) -> None:
     host = tmp_path / "node1"
     host.mkdir()

@@ -28,6 +28,9 @@ TIMING_MODES: dict[str, str] = {"cuda": "cuda_events", "cpu": "cpu_wall_interpre
 # host's lock folder, the activities that are timed work on the GPU, and those that are leases. Here, so
 # that the reader does not depend on the evaluator's code.
 TIMELINE_FILE = "timeline.jsonl"
+# In the lock folder (above the hosts' folders): when the latest run of a results folder started (Snakemake's onstart):
+# the timeline's tables are that run's (the lines of earlier runs stay in the files).
+RUN_START_FILE = "run_start.json"
 TIMED_KINDS = ("timing_answer", "timing_reference", "timing_probe", "baseline_eager", "baseline_compile")
 LEASE_KINDS = ("lease_shared", "lease_exclusive", "lease_wait")
 

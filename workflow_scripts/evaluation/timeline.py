@@ -14,6 +14,7 @@ device, ``cpu``, where no lease is taken), with the job's own fields (``purpose`
 * ``baseline_eager``, ``baseline_compile``: a baseline job's two runs, each a process of its own (the compile
   run's ``compile_time_s``: its compilation and autotuning, the rest is its timing).
 
+Each run of the workflow marks its start (``mark_run_start``); the tables are made of the intervals since.
 The file's name and the timed activities are in ``core/records.py`` (the reader shares them). ``scoring/gpu_timeline.py``
 reads the lines back into the run's timeline table and its busy share.
 """
@@ -28,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.core.records import TIMELINE_FILE
+from workflow_scripts.core.records import RUN_START_FILE, TIMELINE_FILE
 
 
 def timeline_path(lock_dir: Path | str) -> Path:
@@ -59,3 +60,13 @@ def span(lock_dir: Path | str | None, activity: str, gpu: str | None, **fields: 
         yield
     finally:
         append(lock_dir, activity, gpu, start, time.time(), **fields)
+
+
+def mark_run_start(locks: Path | str) -> None:
+    """The start of a run of the workflow (Snakemake's ``onstart``: not for a dry run, nor when nothing is to be done),
+    in the results folder's lock folder: the timeline's tables keep only the intervals after it."""
+    path = Path(locks) / RUN_START_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + f".{os.getpid()}")
+    partial.write_text(json.dumps({"start": time.time(), "pid": os.getpid()}))
+    partial.replace(path)

@@ -14,15 +14,27 @@ from typing import Any
 import pandas as pd
 
 from workflow_scripts.core.columns import column_names
-from workflow_scripts.core.records import TIMED_KINDS, TIMELINE_FILE
+from workflow_scripts.core.records import RUN_START_FILE, TIMED_KINDS, TIMELINE_FILE
 
 STEADY_AFTER_S = 60.0  # the busy share leaves out the run's first minute
 
 
+def run_start(locks: Path | str) -> float | None:
+    """When the latest run of the results folder started (``timeline.mark_run_start``); None before any."""
+    path = Path(locks) / RUN_START_FILE
+    if not path.is_file():
+        return None
+    try:
+        return float(json.loads(path.read_text())["start"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a run start ({e})") from None
+
+
 def load_spans(locks: Path | str) -> pd.DataFrame:
-    """Every line of every host's timeline under the run's lock folder (``<results>/.locks/<host>/``), ordered by
-    start; ``start`` in seconds since the run's first interval. A line that is not an interval is refused with its
-    file and line number."""
+    """The latest run's lines (from its ``run_start`` on; every line without one) of every host's timeline under
+    the run's lock folder (``<results>/.locks/<host>/``), ordered by start; ``start`` in seconds since the run's first
+    interval. A line that is not an interval is refused with its file and line number."""
+    since = run_start(locks)
     records: list[dict[str, Any]] = []
     for path in sorted(Path(locks).glob(f"*/{TIMELINE_FILE}")):
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -31,6 +43,8 @@ def load_spans(locks: Path | str) -> pd.DataFrame:
                 start, end = float(item["start"]), float(item["end"])
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"{path}:{number}: not a timeline interval ({e})") from None
+            if since is not None and start < since:
+                continue  # an earlier run's
             records.append({"host": path.parent.name, "gpu": str(item.get("gpu")), "activity": str(item["activity"]),
                             "purpose": item.get("purpose"), "problem": item.get("problem"),
                             "answer": item.get("answer"), "start": start, "seconds": max(0.0, end - start),

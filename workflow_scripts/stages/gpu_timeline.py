@@ -1,7 +1,7 @@
 """Rule gpu_timeline: the run's GPU timeline (<results>/tables/gpu_timeline.parquet, one row per interval a job
 spent on a GPU) and how busy each GPU was (<results>/tables/gpu_usage.parquet), from the lines every job appended to
-its host's <results>/.locks/<host>/timeline.jsonl (evaluation/timeline.py). Runs after the rows, so after every
-evaluation and baseline of the run; a run that judged nothing new reads the same lines and reuses its tables."""
+its host's <results>/.locks/<host>/timeline.jsonl (evaluation/timeline.py), from the latest run's start on (the
+workflow's onstart marks it). Runs after the rows, so after every evaluation and baseline of the run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from workflow_scripts.core.hashing import sha256_file
 from workflow_scripts.core.io import write_parquet
 from workflow_scripts.core.params import parse_stage_args, stage_parser
 from workflow_scripts.core.store import Store, code_version
-from workflow_scripts.core.records import TIMELINE_FILE
+from workflow_scripts.core.records import RUN_START_FILE, TIMELINE_FILE
 from workflow_scripts.scoring.gpu_timeline import STEADY_AFTER_S, load_spans, usage
 
 STAGE = "gpu_timeline"
@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     inputs = {"rows": store.check_result(args.rows)}
     inputs.update({f"timeline:{path.parent.name}": sha256_file(path)
                    for path in sorted(args.locks.glob(f"*/{TIMELINE_FILE}"))})
+    if (args.locks / RUN_START_FILE).is_file():
+        inputs["run_start"] = sha256_file(args.locks / RUN_START_FILE)
 
     def compute(out: dict[str, Path]) -> None:
         spans = load_spans(args.locks)
