@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.core.io import atomic_write_text
 from workflow_scripts.core.records import RUN_START_FILE, TIMELINE_FILE
 
 
@@ -65,8 +66,4 @@ def span(lock_dir: Path | str | None, activity: str, gpu: str | None, **fields: 
 def mark_run_start(locks: Path | str) -> None:
     """The start of a run of the workflow (Snakemake's ``onstart``: not for a dry run, nor when nothing is to be done),
     in the results folder's lock folder: the timeline's tables keep only the intervals after it."""
-    path = Path(locks) / RUN_START_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + f".{os.getpid()}")
-    partial.write_text(json.dumps({"start": time.time(), "pid": os.getpid()}))
-    partial.replace(path)
+    atomic_write_text(Path(locks) / RUN_START_FILE, json.dumps({"start": time.time(), "pid": os.getpid()}))

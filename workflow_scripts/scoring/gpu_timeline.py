@@ -77,10 +77,8 @@ def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.Dat
     for (host, gpu), own in spans.groupby(["host", "gpu"], sort=True):
         first, last = float(own["start"].min()), float((own["start"] + own["seconds"]).max())
         timed = own[own["activity"].isin(TIMED_KINDS)]
-        busy = [(s, s + d) for s, d in zip(timed["start"], timed["seconds"])]
-        exclusive = own[own["activity"] == "lease_exclusive"]
+        busy, held = _intervals(timed), _intervals(own[own["activity"] == "lease_exclusive"])
         steady_from = first + steady_after_s if last - first > steady_after_s else first
-        exclusive_s = covered_seconds([(s, s + d) for s, d in zip(exclusive["start"], exclusive["seconds"])])
         per_answer = timed[timed["activity"].str.startswith("timing_")].groupby(["problem", "answer"])["seconds"].sum()
         baselines = timed[timed["activity"].str.startswith("baseline_")]
         per_baseline = baselines.groupby("problem")["seconds"].sum()
@@ -90,8 +88,9 @@ def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.Dat
             "busy_s": covered_seconds(busy), "steady_from_s": steady_from - first,
             "busy_share_steady": (covered_seconds(busy, steady_from, last) / (last - steady_from)
                                   if last > steady_from else None),
-            "exclusive_s": exclusive_s,
-            "exclusive_idle_s": _exclusive_idle(exclusive, timed),
+            "exclusive_s": covered_seconds(held),
+            # Held exclusively without timed work: |held - busy| = |held + busy| - |busy|.
+            "exclusive_idle_s": covered_seconds(held + busy) - covered_seconds(busy),
             "lease_wait_s": float(own.loc[own["activity"] == "lease_wait", "seconds"].sum()),
             "answers_timed": int(per_answer.size),
             "seconds_per_answer": float(per_answer.median()) if per_answer.size else None,
@@ -105,10 +104,5 @@ def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.Dat
                          "seconds_per_baseline": "Float64", "compile_seconds_per_baseline": "Float64"})
 
 
-def _exclusive_idle(exclusive: pd.DataFrame, timed: pd.DataFrame) -> float:
-    """Seconds a job held the GPU exclusively without timing on it (an evaluation's exclusive lease around its
-    timed blocks; a baseline's lease is exclusive from its start, its runs are its timed work)."""
-    held = [(s, s + d) for s, d in zip(exclusive["start"], exclusive["seconds"])]
-    inside = [(max(s, hs), min(s + d, he)) for s, d in zip(timed["start"], timed["seconds"]) for hs, he in held
-              if min(s + d, he) > max(s, hs)]
-    return max(0.0, covered_seconds(held) - covered_seconds(inside))
+def _intervals(spans: pd.DataFrame) -> list[tuple[float, float]]:
+    return [(start, start + seconds) for start, seconds in zip(spans["start"], spans["seconds"])]

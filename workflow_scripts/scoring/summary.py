@@ -498,8 +498,7 @@ def summarize(
         summary["samples"] = samples_block(outcomes, samples)
     names = {(int(lv), int(pid)): str(name) for lv, pid, name in zip(frame["level"], frame["problem_id"],
                                                                      frame["problem"])}
-    summary["audit"] = audit_block(outcomes, order, problem_keys(frame), degenerate_problems(rows), calibration,
-                                   names)
+    summary["audit"] = audit_block(outcomes, order, names, degenerate_problems(rows), calibration)
     return summary
 
 
@@ -513,11 +512,6 @@ AUDIT_NOTE = (
     "reported unsound upstream (scoring/known_issues.py), each with its source.")
 
 
-def problem_keys(frame: pd.DataFrame) -> list[tuple[int, int]]:
-    """The problems in the order of every model's outcome arrays (``normalize_rows``)."""
-    return sorted({(int(level), int(pid)) for level, pid in zip(frame["level"], frame["problem_id"])})
-
-
 def degenerate_problems(rows: pd.DataFrame) -> dict[tuple[int, int], str]:
     """(level, problem_id) -> problem name of every problem audited degenerate in any of its rows (the rows'
     ``degenerate`` column; none without it)."""
@@ -527,11 +521,12 @@ def degenerate_problems(rows: pd.DataFrame) -> dict[tuple[int, int], str]:
     return {(int(r.level), int(r.problem_id)): str(r.problem) for r in marked.itertuples()}
 
 
-def audit_block(outcomes: Mapping[str, Outcomes], order: Sequence[str], keys: list[tuple[int, int]],
-                degenerate: Mapping[tuple[int, int], str], calibration: Sequence[str],
-                names: Mapping[tuple[int, int], str]) -> dict[str, Any]:
+def audit_block(outcomes: Mapping[str, Outcomes], order: Sequence[str], names: Mapping[tuple[int, int], str],
+                degenerate: Mapping[tuple[int, int], str], calibration: Sequence[str]) -> dict[str, Any]:
     """The counts without the degenerate problems and the geometric-mean speedups, per model and level; the
-    problems reported unsound (scoring/known_issues.py) among ``names`` ((level, problem_id) -> problem name)."""
+    problems reported unsound (scoring/known_issues.py) among ``names`` ((level, problem_id) -> problem name of
+    every problem)."""
+    keys = sorted(names)  # the order of every model's outcome arrays (normalize_rows)
     kept = np.array([key not in degenerate for key in keys], dtype=bool)
     levels = _level_keys(next(iter(outcomes.values())).levels)
     models: dict[str, Any] = {}
@@ -660,6 +655,10 @@ def markdown_header(summary: Mapping[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _markdown_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
 def audit_table(summary: Mapping[str, Any]) -> list[str]:
     """Per model: the headline counts without the degenerate problems and the geometric-mean speedups."""
     audit = summary.get("audit")
@@ -673,7 +672,7 @@ def audit_table(summary: Mapping[str, Any]) -> list[str]:
         c, means = entry["without_degenerate"]["overall"], entry["geomean_speedup"]["overall"]
         cells = [name, str(c["n"]), _pct(c["correct"], c["n"]), *(_pct(c[f], c["n"]) for f in fast)]
         cells += [f"{means[b]:.3f} ({means[f'{b}_n']})" if means[b] is not None else "-" for b in metrics.BASELINES]
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        lines.append(_markdown_row(cells))
     return lines
 
 
@@ -699,7 +698,7 @@ def markdown_table(summary: Mapping[str, Any]) -> str:
         cells = [name, str(entry.get("label") or ""), str(n), _pct(c["compiled"], n), _pct(c["correct"], n)]
         cells += [_pct(c[count], n) for count, _ in fast]
         cells += [str(c["flags"]), delta]
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        lines.append(_markdown_row(cells))
     lines += audit_table(summary)
     for name, entry in summary["models"].items():
         parity = entry.get("self_parity")
