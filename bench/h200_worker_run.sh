@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (the device tool, nvidia-h200) for bench/gpu_problem_worker.py. Usage:
 #   bash bench/h200_worker_run.sh "big spin"            # benches to run (also: cost), in order, each under its own timeout
-#   env: RESUME (a gpu_problem_worker.jsonl to continue), PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_ARGS, BIG_TIMEOUT, TP_PROBLEMS, TP_TIMEOUT, TP_ARGS, SCALING_PROBLEMS, SCALING_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS, COPIES, COPIES_PROBLEMS, COPIES_TIMEOUT, OLD_CODE, COST_ROUNDS, COST_PROBLEMS, COST_TIMEOUT
+#   env: RESUME (a gpu_problem_worker.jsonl to continue), PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_ARGS, BIG_TIMEOUT, BALLAST_GIB (GPU memory another process holds during big: an H200 as an 80 GB card), TP_PROBLEMS, TP_TIMEOUT, TP_ARGS, SCALING_PROBLEMS, SCALING_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS, COPIES, COPIES_PROBLEMS, COPIES_TIMEOUT, OLD_CODE, COST_ROUNDS, COST_PROBLEMS, COST_TIMEOUT
 # Carry: .kb (KernelBench problems, and KernelBench's harness source in .kb/kbsrc), .kbwheels (pydantic and its
 # dependencies for KernelBench's eval.py; psutil and nvidia-ml-py for the evaluator: requirements/gpu-host.txt).
 set -uo pipefail
@@ -30,7 +30,15 @@ TP_PROBLEMS=${TP_PROBLEMS:-"L1_1 L1_40 L1_95 L2_12 L2_71 L2_99 L1_88 L2_40 L2_76
 for bench in $1; do
   SECONDS=0
   case $bench in
-    big) timeout ${BIG_TIMEOUT:-330} $B big --suite .kb --problems ${BIG_PROBLEMS:-L1_19 L1_23 L1_47} ${BIG_ARGS:-} --out "$OUT" >> "$OUT/big.log" 2>&1 ;;
+    big) if [ -n "${BALLAST_GIB:-}" ]; then  # a smaller card: this much of the GPU held by another process
+           rm -f /tmp/ballast_ready
+           python3 -c "import torch, time; x = torch.empty(int($BALLAST_GIB * 2**30), dtype=torch.uint8, device='cuda'); open('/tmp/ballast_ready', 'w').close(); time.sleep(3600)" &
+           BALLAST_PID=$!
+           for _ in $(seq 60); do [ -f /tmp/ballast_ready ] && break; sleep 1; done
+           nvidia-smi --query-gpu=memory.used,memory.total --format=csv >> "$OUT/big.log"
+         fi
+         timeout ${BIG_TIMEOUT:-330} $B big --suite .kb --problems ${BIG_PROBLEMS:-L1_19 L1_23 L1_47} ${BIG_ARGS:-} --out "$OUT" >> "$OUT/big.log" 2>&1
+         [ -n "${BALLAST_PID:-}" ] && kill $BALLAST_PID ;;
     spin) timeout 150 $B spin --suite .kb --problems L2_71 L1_12 --out "$OUT" >> "$OUT/spin.log" 2>&1 ;;
     throughput) timeout ${TP_TIMEOUT:-330} $B throughput ${TP_ARGS:-} --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems $TP_PROBLEMS --out "$OUT" >> "$OUT/throughput.log" 2>&1 ;;
     # All GPUs, then one (bench/gpu_problem_worker.py run_scaling). Whole problems go to the GPUs, so the last one

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from workflow_scripts.evaluation.problem_audit import audit_outputs, fingerprint, ignores_input
+from workflow_scripts.evaluation.problem_audit import (FINGERPRINT_SAMPLES, audit_outputs, fingerprint, ignores_input,
+                                                       sample_positions)
 
 ATOL = RTOL = 1e-4
 
@@ -59,3 +60,17 @@ def test_fingerprints_tell_outputs_on_different_inputs_apart() -> None:
     assert not ignores_input(refs, refs)  # an honest answer
     assert not ignores_input(zeros, zeros)  # the reference too is the same on every trial: nothing to tell
     assert not ignores_input(zeros[:1], refs[:1])  # one trial says nothing
+
+
+def test_samples_reach_the_last_element_of_outputs_past_float32_precision() -> None:
+    """A float32 linspace rounds the last position of a 2**26 - 1 element output up past its end (the device
+    assert that ended L1/40's evaluation on an H200): the positions are integers, the first and last included."""
+    n = 2**26 - 1
+    positions = sample_positions(n)
+    assert positions[0] == 0 and positions[-1] == n - 1 and len(positions) == FINGERPRINT_SAMPLES
+    assert bool((positions[1:] > positions[:-1]).all())
+    big = torch.zeros(n, dtype=torch.uint8)
+    big[-1] = 7
+    assert fingerprint([big]) != fingerprint([torch.zeros(n, dtype=torch.uint8)])  # the last element is sampled
+    assert sample_positions(1).tolist() == [0] and sample_positions(0).numel() == 0
+    assert sample_positions(5).tolist() == [0, 1, 2, 3, 4]

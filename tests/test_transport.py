@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workflow_scripts.evaluation import reference
+from workflow_scripts.evaluation import memory_plan, reference
 from workflow_scripts.evaluation.protocol import kernelbench_trial_seeds
 from workflow_scripts.evaluation.transport import Area, Slot, TransportError
 
@@ -179,12 +179,12 @@ def test_a_helper_that_cannot_start_leaves_none_running(monkeypatch: pytest.Monk
 
 def test_the_host_keeps_as_many_seeded_trials_as_fit_its_share() -> None:
     gib = 1 << 30
-    assert reference.host_resident_trials(5, 6 * gib, True, 120 * gib) == 5  # L1/19 on a 128 GiB host: all sealed
-    assert reference.host_resident_trials(5, 8 * gib, True, 120 * gib) == 5  # L1/47
-    assert reference.host_resident_trials(5, 16 * gib, True, 120 * gib) == 2  # L1/45: three wait on the device
-    assert reference.host_resident_trials(5, 16 * gib, False, 120 * gib) == 3  # no timing area beside them
-    assert reference.host_resident_trials(5, 16 * gib, True, 20 * gib) == 0
-    assert reference.host_resident_trials(5, 0, True, 0) == 0  # nothing available: nothing sealed on the host
+    assert memory_plan.host_input_trials(5, 6 * gib, True, 120 * gib) == 5  # L1/19 on a 128 GiB host: all sealed
+    assert memory_plan.host_input_trials(5, 8 * gib, True, 120 * gib) == 5  # L1/47
+    assert memory_plan.host_input_trials(5, 16 * gib, True, 120 * gib) == 2  # L1/45: three wait on the device
+    assert memory_plan.host_input_trials(5, 16 * gib, False, 120 * gib) == 3  # no timing area beside them
+    assert memory_plan.host_input_trials(5, 16 * gib, True, 20 * gib) == 0
+    assert memory_plan.host_input_trials(5, 0, True, 0) == 0  # nothing available: nothing sealed on the host
 
 
 SPILL_ANSWERS = {
@@ -201,7 +201,7 @@ SPILL_ANSWERS = {
 
 def test_seeded_trials_beyond_the_host_share_wait_on_the_device_with_the_same_verdicts(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Where five sealed input copies would not fit the host (L1/45), trials beyond HOST_INPUT_SHARE keep their
+    """Where five sealed input copies would not fit the host (L1/45), trials beyond memory_plan.HOST_INPUT_SHARE keep their
     inputs on the trusted side's device and each answer gets them through its own input area when the trial starts:
     every verdict is what the all-sealed run gives, a later trial's outputs are really judged, and an answer that
     changes its inputs changes nothing another answer reads."""
@@ -226,7 +226,7 @@ def test_seeded_trials_beyond_the_host_share_wait_on_the_device_with_the_same_ve
                        [t.device_inputs is not None for t in self.seeded]))
 
     monkeypatch.setattr(os, "cpu_count", lambda: 8)  # the meta probe runs on small machines too
-    monkeypatch.setattr(reference, "host_resident_trials", lambda trials, *_: 2)
+    monkeypatch.setattr(memory_plan, "host_input_trials", lambda trials, *_: 2)
     monkeypatch.setattr(reference.ReferenceSide, "prepare", keeping_prepare)
     spilled = answer.evaluate_answers(DEMO_PROBLEM, paths, cfg)
     assert [(r.status, r.flags) for r in spilled] == sealed
@@ -234,3 +234,89 @@ def test_seeded_trials_beyond_the_host_share_wait_on_the_device_with_the_same_ve
     assert [t["verdict"] for t in late.trials] == ["ok", "ok", "ok", "value_mismatch"]  # the fourth trial failed
     assert placed == [(["seeded0", "seeded1"], [False, False, True, True, True])]
     assert "prepare_device_inputs_s" in spilled[0].phases_s
+
+
+def _placements(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Each prepared reference side's seeded output placements, recorded as ``prepare`` ends."""
+    placed: list[list[str]] = []
+    prepare = reference.ReferenceSide.prepare
+
+    def keeping_prepare(self: reference.ReferenceSide, *args: object, **kwargs: object) -> None:
+        prepare(self, *args, **kwargs)
+        placed.append([t.placement for t in self.seeded])
+
+    monkeypatch.setattr(reference.ReferenceSide, "prepare", keeping_prepare)
+    return placed
+
+
+def test_seeded_outputs_the_memory_plan_keeps_nowhere_are_recomputed_with_the_same_verdicts(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where neither the device nor the host holds every seeded trial's reference outputs (L1/38 on an 80 GB card),
+    the trials the plan keeps nowhere are recomputed for each answer: every verdict is the all-kept run's, a
+    recomputed trial's outputs are really judged (the fourth trial fails the late-wrong answer), and an answer that
+    changes its inputs changes nothing a recomputation reads."""
+    from workflow_scripts.evaluation import answer
+
+    paths = []
+    for name, code in SPILL_ANSWERS.items():
+        paths.append(tmp_path / f"{name}.py")
+        paths[-1].write_text(DEMO_PROBLEM.read_text() + code)
+    paths.append(paths[0])
+    cfg = answer.EvalConfig(device=os.environ.get("KB_TEST_DEVICE", "cpu"), time_answer=False, run_static=False,
+                            require_triton=False, hidden_trials=0, post_timing_check=False)
+    placed = _placements(monkeypatch)
+    kept = answer.evaluate_answers(DEMO_PROBLEM, paths, cfg)
+    assert [r.status for r in kept] == ["correct", "mismatch", "rejected_runtime", "correct"]
+    assert placed == [["device"] * 5]  # a small problem: every trial's outputs kept where the reference ran
+
+    monkeypatch.setattr(memory_plan, "plan_outputs", lambda _sizes, trials, *_: memory_plan.OutputPlan(trials, 1, 1))
+    recomputed = answer.evaluate_answers(DEMO_PROBLEM, paths, cfg)
+    assert [(r.status, r.flags) for r in recomputed] == [(r.status, r.flags) for r in kept]
+    assert placed[1] == ["device", "host", "recompute", "recompute", "recompute"]
+    late = recomputed[1]
+    assert [t["verdict"] for t in late.trials] == ["ok", "ok", "ok", "value_mismatch"]  # a recomputed trial failed
+    assert recomputed[1].problem_audit == kept[1].problem_audit  # the audit taken as the trials went
+
+
+COUNTING_PROBLEM = '''import torch
+import torch.nn as nn
+
+CALLS = [0]
+
+
+class Model(nn.Module):
+    """Each forward scales by how many forwards its process has run: the same outputs only in the same order."""
+
+    def forward(self, x):
+        CALLS[0] += 1
+        return x * CALLS[0]
+
+
+def get_inputs():
+    return [torch.rand(64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_reference_that_does_not_reproduce_its_outputs_is_not_recomputed_into_a_verdict(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A recomputed trial is checked against a sample of the reference's first outputs on it: a reference whose
+    outputs depend on its own history judges its own code correct while every output is kept, and leaves the answer
+    unjudged (reference_error, saying why) when an output had to be recomputed."""
+    from workflow_scripts.evaluation import answer
+
+    problem = tmp_path / "counting.py"
+    problem.write_text(COUNTING_PROBLEM)
+    own = tmp_path / "own.py"
+    own.write_text(COUNTING_PROBLEM + "\nModelNew = Model\n")
+    cfg = answer.EvalConfig(device="cpu", time_answer=False, run_static=False, require_triton=False,
+                            hidden_trials=0, post_timing_check=False)
+    assert answer.evaluate_answer(problem, own, cfg).status == "correct"
+    monkeypatch.setattr(memory_plan, "plan_outputs", lambda _sizes, trials, *_: memory_plan.OutputPlan(trials, 2, 0))
+    result = answer.evaluate_answer(problem, own, cfg)
+    assert result.status == "reference_error"
+    assert "does not reproduce its own outputs" in (result.error or "")
+    assert [t["verdict"] for t in result.trials] == ["ok", "ok"]  # judged up to the first recomputed trial

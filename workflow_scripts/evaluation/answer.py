@@ -54,7 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from workflow_scripts.core.statuses import Status
-from workflow_scripts.evaluation import gpu_lock, resources, sandbox, triton_stub_cache
+from workflow_scripts.evaluation import gpu_lock, memory_plan, resources, sandbox, triton_stub_cache
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, ProtocolError
 from workflow_scripts.evaluation.config import EvalConfig
 from workflow_scripts.evaluation.confinement import Cover, covers, problem_sources
@@ -128,7 +128,7 @@ class ProblemEvaluator:
                                       timing_seed=cfg.timing_seed, cast_integers=cfg.integer_inputs == "cast")
             self.phases["prepare_reference_init_s"] = time.monotonic() - t_init  # its model built on the device
             reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer,
-                              atol=cfg.atol, rtol=cfg.rtol)
+                              atol=cfg.atol, rtol=cfg.rtol, answer_processes=min(answers, cfg.prestart_count() + 1))
             self.reference = reference  # only a fully prepared side judges answers
             self.phases.update(reference.prepare_phases)
         except ReferenceFailed as e:
@@ -239,10 +239,9 @@ class ProblemEvaluator:
         return self._children_for(self.reference.input_bytes + self.reference.output_capacity())
 
     def _children_for(self, area_bytes: int) -> int:
-        """The configured count of children, bounded so that their areas (``area_bytes`` each: secret inputs and
-        outputs, page-locked on the GPU) take at most a quarter of the host's available memory."""
-        budget = available_memory() // 4
-        return max(1, min(self.cfg.prestart_count(), budget // max(area_bytes, 1)))
+        """The configured count of children, as many as the host's memory gives areas of ``area_bytes``
+        (``memory_plan.answer_slots``)."""
+        return memory_plan.answer_slots(self.cfg.prestart_count(), area_bytes, available_memory())
 
     def _keep_triton_template(self, slot: AnswerSlot) -> None:
         """Triton's cache as the first child built it, taken once it is ready and before its answer is loaded: a

@@ -27,7 +27,7 @@ folder's ``timeline.jsonl`` (``timeline``), beside what the jobs write of their 
 
 Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, expected peak memory if given) next to the lock, removed
 on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live holders'
-expectations and its own fit ``ADMISSION_SHARE`` of the card (or the card has no other holder), checked and recorded
+expectations and its own fit ``DEVICE_SHARE`` of the card (or the card has no other holder), checked and recorded
 under ``select.lock``: evaluations started by hand side by side wait for room instead of failing out of memory
 (Snakemake's ``gpu_mem_gb`` resource does the same for a pipeline run). On CPU no lock is taken (``acquire_gpu`` is not called).
 
@@ -51,11 +51,10 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from workflow_scripts.evaluation import timeline
+from workflow_scripts.evaluation.memory_plan import DEVICE_SHARE
 
 DEFAULT_LOCK_DIR = Path("results/.locks")
 HOLDER_SLOTS = 64  # per GPU: more jobs than this on one GPU still run, they just go uncounted
-# Of a card's memory, what memory admission hands out: the rest is for what no estimate sees (the driver, fragmentation).
-ADMISSION_SHARE = 0.95
 
 
 class GpuLockTimeout(TimeoutError):
@@ -251,13 +250,13 @@ def promised_gib(lock_dir: Path, gpu: str) -> tuple[float, int]:
 def _admits(lock_dir: Path, gpu: str, need_gib: float | None, capacity_gib: Callable[[str], float | None] | None
             ) -> bool:
     """Memory admission: the GPU takes a job that says what it expects to use while its other holders' expectations
-    and this one fit ADMISSION_SHARE of its memory, or when it has no other holder (a problem larger than the card
+    and this one fit DEVICE_SHARE of its memory, or when it has no other holder (a problem larger than the card
     runs alone)."""
     capacity = capacity_gib(gpu) if need_gib is not None and capacity_gib is not None else None
     if capacity is None:
         return True
     promised, holders = promised_gib(lock_dir, gpu)
-    return holders == 0 or promised + float(need_gib or 0.0) <= ADMISSION_SHARE * capacity
+    return holders == 0 or promised + float(need_gib or 0.0) <= DEVICE_SHARE * capacity
 
 
 @contextlib.contextmanager

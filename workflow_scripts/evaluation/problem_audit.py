@@ -39,53 +39,132 @@ class ProblemAudit:
 
 def audit_outputs(trial_outputs: list[list[Any]], atol: float, rtol: float) -> ProblemAudit:
     """The audit of a problem from its reference's outputs on the seeded trials (one list of tensors per trial)."""
-    from workflow_scripts.evaluation.protocol import compare_outputs
-
-    first = trial_outputs[0] if trial_outputs else []
-    by_output = list(zip(*trial_outputs)) if trial_outputs else []  # output i on every trial
-    return ProblemAudit(
-        zeros_pass=bool(by_output) and all(_constant_passes(outs, atol, rtol, zero=True) for outs in by_output),
-        constant_pass=bool(by_output) and all(_constant_passes(outs, atol, rtol, zero=False) for outs in by_output),
-        reference_input_independent=len(trial_outputs) > 1 and all(
-            compare_outputs(first, outs, atol, rtol)[0] == "ok" for outs in trial_outputs[1:]),
-        trials=len(trial_outputs),
-        output_bytes=sum(o.numel() * o.element_size() for o in first))
+    audit = OutputAudit(atol, rtol)
+    for outputs in trial_outputs:
+        audit.add(outputs)
+    return audit.result()
 
 
-def _constant_passes(outputs: tuple[Any, ...], atol: float, rtol: float, *, zero: bool) -> bool:
-    """Whether one constant, the same on every trial (zero, or the midrange of the output over all trials: the
-    constant nearest to every element at once), passes KernelBench's check ``|reference - c| <= atol + rtol * |c|``
-    everywhere; for integer and boolean outputs, whether every element equals it. ``outputs``: one output of the
-    reference on each trial. A NaN in the reference passes nothing."""
+class OutputAudit:
+    """The audit taken one seeded trial at a time (``add``), so a trial's outputs need not outlive its turn: a
+    multi-GB problem's trusted side keeps some trials' outputs nowhere (memory_plan). Only the first trial's outputs
+    are held, for the input-independence check, and per output its range over the trials."""
+
+    def __init__(self, atol: float, rtol: float) -> None:
+        self.atol, self.rtol = atol, rtol
+        self.first: list[Any] | None = None
+        self.trials = 0
+        self.independent = True  # every later trial's outputs pass against the first's
+        self.ranges: list[_Range] = []
+
+    def add(self, outputs: list[Any]) -> None:
+        from workflow_scripts.evaluation.protocol import compare_outputs
+
+        if self.first is None:
+            self.first = list(outputs)
+            self.ranges = [_Range(out) for out in outputs]
+        else:
+            device = outputs[0].device if outputs else None
+            first = [f.to(device) for f in self.first]
+            self.independent = self.independent and compare_outputs(first, outputs, self.atol, self.rtol)[0] == "ok"
+            del first
+            if len(outputs) != len(self.ranges):
+                self.ranges.append(_Range(None))  # outputs that change in number: no constant answers them
+            for r, out in zip(self.ranges, outputs):
+                r.add(out)
+        self.trials += 1
+
+    def result(self) -> ProblemAudit:
+        audited = self.trials > 0 and bool(self.ranges)
+        return ProblemAudit(
+            zeros_pass=audited and all(r.constant_passes(self.atol, self.rtol, zero=True) for r in self.ranges),
+            constant_pass=audited and all(r.constant_passes(self.atol, self.rtol, zero=False) for r in self.ranges),
+            reference_input_independent=self.trials > 1 and self.independent,
+            trials=self.trials,
+            output_bytes=sum(o.numel() * o.element_size() for o in self.first or []))
+
+
+class _Range:
+    """One output's values over the seeded trials, as far as a constant answer needs them: their least and
+    greatest element, its dtype, and whether every trial's is empty."""
+
+    def __init__(self, out: Any) -> None:
+        self.usable = out is not None and not out.dtype.is_complex  # complex: no order to take a midrange in
+        self.dtype = None if out is None else out.dtype
+        self.empty = True
+        self.nan = False
+        self.low: float | None = None
+        self.high: float | None = None
+        if out is not None:
+            self.add(out)
+
+    def add(self, out: Any) -> None:
+        import torch
+
+        if out.dtype != self.dtype or out.dtype.is_complex:
+            self.usable = False
+            return
+        flat = out.reshape(-1)
+        if not flat.numel():
+            return
+        self.empty = False
+        bounds = torch.aminmax(flat.to(torch.uint8) if flat.dtype == torch.bool else flat)
+        low, high = bounds.min.item(), bounds.max.item()
+        if low != low or high != high:
+            self.nan = True
+            return
+        self.low = low if self.low is None else min(self.low, low)
+        self.high = high if self.high is None else max(self.high, high)
+
+    def constant_passes(self, atol: float, rtol: float, *, zero: bool) -> bool:
+        """Whether one constant, the same on every trial (zero, or the midrange of the output over all trials: the
+        constant nearest to every element at once), passes KernelBench's check ``|reference - c| <= atol + rtol *
+        |c|`` everywhere; for integer and boolean outputs, whether every element equals it. A NaN in the reference
+        passes nothing."""
+        if not self.usable or self.nan:
+            return False
+        if self.empty:
+            return True
+        low, high = self.low, self.high
+        assert low is not None and high is not None and self.dtype is not None
+        if not self.dtype.is_floating_point:
+            return low == high and (low == 0 or not zero)
+        c = 0.0 if zero else (low + high) / 2
+        return max(high - c, c - low) <= atol + rtol * abs(c)
+
+
+def sample_positions(n: int, device: Any = "cpu") -> Any:
+    """FINGERPRINT_SAMPLES (at most ``n``) evenly spaced flat positions of ``n`` elements, the first and the last
+    included, in integer arithmetic: a float32 ``linspace`` rounds position ``n - 1`` up past the end from 2**24
+    elements on (an index-out-of-bounds device assert on L1/40's 67M-element output on an H200)."""
     import torch
 
-    if all(out.numel() == 0 for out in outputs):
-        return True
-    if any(out.dtype.is_complex for out in outputs):
-        return False  # not audited: no order to take a midrange in
-    bounds = [torch.aminmax(flat.to(torch.uint8) if flat.dtype == torch.bool else flat)
-              for flat in (out.reshape(-1) for out in outputs) if flat.numel()]
-    low, high = min(b.min.item() for b in bounds), max(b.max.item() for b in bounds)
-    if not outputs[0].dtype.is_floating_point:
-        return low == high and (low == 0 or not zero)
-    if low != low or high != high:
-        return False
-    c = 0.0 if zero else (low + high) / 2
-    return max(high - c, c - low) <= atol + rtol * abs(c)
+    k = min(n, FINGERPRINT_SAMPLES)
+    return torch.arange(k, dtype=torch.int64, device=device) * max(n - 1, 0) // max(k - 1, 1)
 
 
-def fingerprint(outputs: list[Any]) -> bytes:
-    """Shapes, dtypes and FINGERPRINT_SAMPLES evenly spaced elements of each output: equal for equal outputs, and
-    for two honest outputs on different inputs all but never."""
+def output_samples(outputs: list[Any]) -> list[Any]:
+    """FINGERPRINT_SAMPLES evenly spaced elements of each output, copied to the host: what a fingerprint hashes, and
+    what a recomputed reference output is checked against (memory_plan)."""
     import torch
 
-    parts: list[bytes] = []
+    samples = []
     for out in outputs:
         flat = out.detach().reshape(-1)
         n = flat.numel()
-        positions = torch.linspace(0, max(n - 1, 0), min(n, FINGERPRINT_SAMPLES), device=flat.device).long()
+        samples.append(flat[sample_positions(n, flat.device)].cpu().contiguous())
+    return samples
+
+
+def fingerprint(outputs: list[Any]) -> bytes:
+    """Shapes, dtypes and ``output_samples`` of each output: equal for equal outputs, and for two honest outputs on
+    different inputs all but never."""
+    import torch
+
+    parts: list[bytes] = []
+    for out, sample in zip(outputs, output_samples(outputs)):
         parts.append(repr((tuple(out.shape), str(out.dtype))).encode())
-        parts.append(flat[positions].cpu().contiguous().view(torch.uint8).numpy().tobytes() if n else b"")
+        parts.append(sample.view(torch.uint8).numpy().tobytes() if sample.numel() else b"")
     return b"\0".join(parts)
 
 

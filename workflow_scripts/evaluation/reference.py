@@ -3,11 +3,11 @@ answer's.
 
 It loads the problem's ``Model`` (KernelBench's code, trusted), builds the five seeded correctness inputs once,
 exactly as KernelBench does (seed, ``get_inputs()`` on the CPU, floating tensors cast to float32), computes the
-reference outputs once, and keeps them (on the device when they fit the budget, else on the host) for every answer
-to the problem. The inputs go to the answers through sealed memory areas (``transport``); where five sealed copies
-would not fit the host (the 16 GiB level-1 problem 45 on a 128 GiB host), the trials beyond ``HOST_INPUT_SHARE`` of
-its memory keep their inputs on the device instead, and each answer gets them through its own input area when the
-trial starts (``trial_inputs``). Secret-seed inputs
+reference outputs once, and keeps them for every answer to the problem where ``memory_plan`` finds room: on the
+device, else on the host, else recomputed for each answer (``reference_outputs``). The inputs go to the answers
+through sealed memory areas (``transport``); where five sealed copies would not fit the host (the 16 GiB level-1
+problem 45 on a 128 GiB host), the trials beyond ``memory_plan.HOST_INPUT_SHARE`` of its memory keep their inputs on
+the device instead, and each answer gets them through its own input area when the trial starts (``trial_inputs``). Secret-seed inputs
 (hidden and post-timing trials, drawn per answer; timing, drawn per problem) need only the distribution, so they
 are built on the device. Answers' outputs are judged here, on the device, with ``protocol.compare_outputs``.
 
@@ -32,29 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from workflow_scripts.evaluation import environment, timing
-from workflow_scripts.evaluation.problem_audit import ProblemAudit, audit_outputs
+from workflow_scripts.evaluation import environment, memory_plan, timing
+from workflow_scripts.evaluation.memory_plan import LARGE_OUTPUT_BYTES, PARALLEL_INPUTS_MIN_BYTES
+from workflow_scripts.evaluation.problem_audit import OutputAudit, ProblemAudit, output_samples
 from workflow_scripts.evaluation.protocol import compare_outputs
 from workflow_scripts.evaluation.transport import (Area, Slot, TransportError, aligned, dtype_name, tensor_bytes,
                                                   torch_dtype)
 from workflow_scripts.suite.problem_module import as_input, input_builder, input_builder_source, load_problem
 
-# Seeded reference outputs stay on the GPU while they take at most this share of its memory; beyond it they wait
-# on the host and are copied over for each comparison.
-DEVICE_OUTPUT_SHARE = 0.3
-# Seeded inputs at least this large per trial are built by helper processes in parallel (reference_inputs). A
-# helper's start (interpreter, torch) took about 5 s on the H200 beside the answer processes starting with it, while
-# get_inputs() builds about 0.5-0.7 GB/s on one core: at 256 MiB per trial the helpers took 5.7 s for what this
-# process builds in about 2 s (bench/archive/NOTES.md, eleventh session); from 1 GiB they win.
-PARALLEL_INPUTS_MIN_BYTES = 1 << 30
-# Outputs at least this large: the reference's timing outputs wait on the host. Inputs or outputs at least this
-# large: the memory this side cached for a secret trial or for judging an answer is given back to the device after
-# it (release_cached_memory), so the answer's process finds room for its multi-GB inputs and outputs.
-LARGE_OUTPUT_BYTES = 1 << 30
-# The sealed input areas (the timing inputs' and the seeded trials') may take this share of the host's available
-# memory; the seeded trials beyond it keep their inputs on the device (on the CPU, where the device is the host, in
-# this process: no saving there, the same path).
-HOST_INPUT_SHARE = 0.5
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 # torch's random generators are the process's: a seed and the draws it governs (the model's weights, get_inputs(), a
 # stochastic forward and the state it leaves) must not interleave with another thread's. Several problems judged
@@ -81,9 +66,13 @@ class ReferenceTrial:
     forward_ms: float | None
     rng: dict[str, str | None]
     output_devices: list[str] = field(default_factory=list)
-    # A seeded trial's inputs kept on this side's device (HOST_INPUT_SHARE), written into each answer's own input
-    # area when its trial starts (ReferenceSide.trial_inputs).
+    # A seeded trial's inputs kept on this side's device (memory_plan.host_input_trials), written into each answer's
+    # own input area when its trial starts (ReferenceSide.trial_inputs).
     device_inputs: list[Any] | None = None
+    # Where the outputs wait (memory_plan.PLACEMENTS). "recompute": ``outputs`` are shapes and dtypes only (the meta
+    # device), and ``sample`` (output_samples of the first forward's) checks the outputs recomputed for each answer.
+    placement: str = "device"
+    sample: list[Any] | None = None
 
 
 class ReferenceSide:
@@ -107,6 +96,12 @@ class ReferenceSide:
         # when its forward is stochastic (two forwards on the same inputs disagree: dropout in training mode).
         self.timing_trial: ReferenceTrial | None = None
         self.audit: ProblemAudit | None = None  # degenerate or not, from the seeded trials' outputs (problem_audit)
+        # Where the seeded trials' outputs wait (memory_plan), planned at the first seeded forward; the tolerance
+        # recomputed outputs are checked with.
+        self.output_plan: memory_plan.OutputPlan | None = None
+        self.atol = self.rtol = 1e-4
+        self.answer_processes = 1  # answer processes the job wants alive at once (their areas share the host)
+        self.param_bytes = 0
         # The kinds of the reference's outputs on the timing inputs ([shape, dtype name] each, and their structure):
         # what the answer's process allocates in the timing loop's overhead probe (protocol.PROBE_CALLS).
         self.output_specs: list[list[Any]] = []
@@ -138,6 +133,7 @@ class ReferenceSide:
             with torch.no_grad(), self.seeding(seed):
                 model = self.problem.Model(*[self._process(x) for x in init_inputs])
                 self.model = model.to(device=self.device, dtype=torch.float32)
+            self.param_bytes = tensor_bytes(list(self.model.parameters()) + list(self.model.buffers()))
         except TransportError as e:
             raise ReferenceFailed(f"the problem's init inputs: {e}") from None
         except Exception as e:  # noqa: BLE001 - the problem's own code
@@ -167,24 +163,39 @@ class ReferenceSide:
             self.torch.cuda.synchronize()
 
     # -- building inputs and reference outputs -------------------------------------------------------------------
-    def prepare(self, trial_seeds: list[int], timing: bool, atol: float = 1e-4, rtol: float = 1e-4) -> None:
+    def prepare(self, trial_seeds: list[int], timing: bool, atol: float = 1e-4, rtol: float = 1e-4,
+                answer_processes: int = 1) -> None:
         """The seeded trials (KernelBench's inputs, on the CPU, one sealed area each, or on the device beyond the
-        host's share: ``host_resident_trials``) and, if ``timing``, the timing inputs (one sealed area shared by every
-        answer) with the reference's outputs on them (``timing_trial``: what a timed call's output is checked
-        against, within ``atol``/``rtol``). Where helper processes build the seeded inputs, the timing inputs and the
-        device-resident trials' inputs are built while they run; the reference's forwards keep KernelBench's order
-        (the seeded trials first: a forward may change the model's state)."""
-        torch = self.torch
+        host's share: ``memory_plan.host_input_trials``), their reference outputs placed by
+        ``memory_plan.plan_outputs`` once the first forward is measured, and, if ``timing``, the timing inputs (one
+        sealed area shared by every answer) with the reference's outputs on them (``timing_trial``: what a timed
+        call's output is checked against, within ``atol``/``rtol``). Where helper processes build the seeded inputs,
+        the timing inputs and the device-resident trials' inputs are built while they run; the reference's forwards
+        keep KernelBench's order (the seeded trials first: a forward may change the model's state).
+        ``answer_processes``: how many answer processes the job wants alive at once."""
+        self.atol, self.rtol, self.answer_processes = atol, rtol, answer_processes
+        self.prepare_phases["prepare_timing_s"] = self.prepare_phases["prepare_device_inputs_s"] = 0.0
+        on_host = len(trial_seeds) if self.trial_input_bytes is None else memory_plan.host_input_trials(
+            len(trial_seeds), self.trial_input_bytes, timing, available_memory())
+        on_device, built = self._build_seeded_inputs(trial_seeds, on_host, timing)
+        self._seeded_forwards(trial_seeds, on_device, built, timing)
+        if timing:
+            if "timing" not in self.areas:
+                self._build_timing_inputs()
+            self._timing_forwards(atol, rtol)
+            self._check_input_builder()
+
+    def _build_seeded_inputs(self, trial_seeds: list[int], on_host: int, timing: bool
+                             ) -> tuple[dict[int, list[Any]], list[tuple[Area, list[dict[str, Any]]]] | None]:
+        """Multi-GB problems' seeded inputs built ahead: the first ``on_host`` trials' by helper processes into
+        their sealed areas (``built``, None without helpers: built one at a time by ``_seeded_forwards``), the rest
+        here on the device (``on_device``, by trial), and meanwhile the timing inputs."""
         clock, phases = time.monotonic, self.prepare_phases
-        phases["prepare_timing_s"] = phases["prepare_device_inputs_s"] = 0.0
         t0 = clock()
-        per_trial = self.trial_input_bytes
-        on_host = len(trial_seeds) if per_trial is None else host_resident_trials(len(trial_seeds), per_trial, timing,
-                                                                                  available_memory())
         builders = None
         on_device: dict[int, list[Any]] = {}
         try:
-            builders = self._start_builders(trial_seeds[:on_host], per_trial, timing,
+            builders = self._start_builders(trial_seeds[:on_host], self.trial_input_bytes, timing,
                                             beside=on_host < len(trial_seeds))
             phases["prepare_parallel_start_s"] = clock() - t0
             if timing and builders is not None:
@@ -199,47 +210,137 @@ class ReferenceSide:
         finally:
             if builders is not None:
                 builders.stop()
+        return on_device, built
+
+    def _seeded_forwards(self, trial_seeds: list[int], on_device: dict[int, list[Any]],
+                         built: list[tuple[Area, list[dict[str, Any]]]] | None, timing: bool) -> None:
+        """Each seeded trial in order: its inputs sealed (or kept on the device), the reference's forward on them,
+        its outputs audited and placed where the memory plan (made at the first forward) puts them."""
+        clock, phases = time.monotonic, self.prepare_phases
         phases["prepare_seeded_inputs_s"] = phases["prepare_seeded_forward_s"] = 0.0
+        audit = OutputAudit(self.atol, self.rtol)
         for i, seed in enumerate(trial_seeds):
             t0 = clock()
-            area: Area | None = None
-            entries: list[dict[str, Any]] = []
-            if i in on_device:
-                kept = on_device.pop(i)
-                device_inputs = [self._copy(x) for x in kept]  # a forward may change its inputs: not the kept ones
-                self.input_bytes = max(self.input_bytes, tensor_bytes(kept))
-            elif built is not None:
-                area, entries = built[i]
-                device_inputs = area.read(entries, self.device)
-            else:
-                inputs = self._seeded_inputs(seed, "cpu")
-                area = Area(f"seeded{i}", max(tensor_bytes(inputs), 1))
-                entries = self._write(area, inputs)
-                area.seal()
-                device_inputs = [self._process(x) for x in inputs]
-                del inputs
-            if area is not None:
-                self.areas[area.name] = area
-                self.input_bytes = max(self.input_bytes, area.size)
+            kept = on_device.pop(i, None)
+            area, entries, device_inputs = self._seeded_trial_inputs(i, seed, kept, built)
             t1 = clock()
             phases["prepare_seeded_inputs_s"] += t1 - t0
+            base = self._memory_mark()
             trial = self._forward(device_inputs, "seeded", seed, area.name if area else None, entries)
-            if area is None:
-                trial.device_inputs = kept
-            self.seeded.append(trial)
             del device_inputs
+            trial.device_inputs = kept
+            if self.output_plan is None:
+                self.output_plan = self._plan_outputs(trial, base, len(trial_seeds), timing,
+                                                      device_inputs=len(on_device) + (kept is not None))
+            audit.add(trial.outputs)
+            self._place(trial, self.output_plan.place(i))
+            if i == 0:
+                audit.first = trial.outputs  # kept wherever the plan keeps them (the plan always keeps the first's)
+            self.seeded.append(trial)
             phases["prepare_seeded_forward_s"] += clock() - t1
-        self.audit = audit_outputs([t.outputs for t in self.seeded], atol, rtol)
-        total = sum(sum(o.numel() * o.element_size() for o in t.outputs) for t in self.seeded)
-        if self.device_kind == "cuda" and total > DEVICE_OUTPUT_SHARE * torch.cuda.get_device_properties(0).total_memory:
-            for t in self.seeded:
-                t.outputs = [o.cpu() for o in t.outputs]
-            torch.cuda.empty_cache()
-        if timing:
-            if "timing" not in self.areas:
-                self._build_timing_inputs()
-            self._timing_forwards(atol, rtol)
-            self._check_input_builder()
+        self.audit = audit.result()
+        del audit
+        if self.device_kind == "cuda":
+            self.torch.cuda.empty_cache()
+        if self.output_plan is not None:  # where the seeded outputs wait, in every answer's phases_s
+            phases.update(seeded_outputs_on_device=float(self.output_plan.on_device),
+                          seeded_outputs_on_host=float(self.output_plan.on_host),
+                          seeded_outputs_recomputed=float(self.output_plan.recomputed))
+
+    def _seeded_trial_inputs(self, i: int, seed: int, kept: list[Any] | None,
+                             built: list[tuple[Area, list[dict[str, Any]]]] | None
+                             ) -> tuple[Area | None, list[dict[str, Any]], list[Any]]:
+        """Seeded trial ``i``'s area (None where its inputs wait on the device: ``kept``), the area's entries, and
+        the inputs the reference's forward runs on, on this side's device."""
+        if kept is not None:
+            self.input_bytes = max(self.input_bytes, tensor_bytes(kept))
+            return None, [], [self._copy(x) for x in kept]  # a forward may change its inputs: not the kept ones
+        if built is not None:
+            area, entries = built[i]
+            device_inputs = area.read(entries, self.device)
+        else:
+            inputs = self._seeded_inputs(seed, "cpu")
+            area = Area(f"seeded{i}", max(tensor_bytes(inputs), 1))
+            entries = self._write(area, inputs)
+            area.seal()
+            device_inputs = [self._process(x) for x in inputs]
+            del inputs
+        self.areas[area.name] = area
+        self.input_bytes = max(self.input_bytes, area.size)
+        return area, entries, device_inputs
+
+    def _memory_mark(self) -> int:
+        """The device memory this side holds now, its peak counter reset: what a forward's peak is measured from
+        (0 on the CPU, which has no counter)."""
+        if self.device_kind != "cuda":
+            return 0
+        self.torch.cuda.synchronize()
+        self.torch.cuda.reset_peak_memory_stats()
+        return int(self.torch.cuda.memory_allocated())
+
+    def _plan_outputs(self, first: ReferenceTrial, base: int, trials: int, timing: bool,
+                      device_inputs: int) -> memory_plan.OutputPlan:
+        """The seeded outputs' plan, from the first seeded forward (its outputs, and its peak beyond its inputs on
+        the device: ``base`` is ``_memory_mark`` before it), the card (``_card_bytes``), the host's memory available
+        now, and the answer processes that will hold areas at once: a batch (``memory_plan.answer_slots``, at most
+        ``answer_processes``) and the next, started while the batch's last answer is checked."""
+        outputs = tensor_bytes(first.outputs)
+        extra = int(self.torch.cuda.max_memory_allocated()) - base if self.device_kind == "cuda" else outputs
+        sizes = memory_plan.TrialBytes(inputs=self.input_bytes, outputs=outputs, params=self.param_bytes,
+                                       forward_extra=max(extra, outputs))
+        available = available_memory()
+        batch = memory_plan.answer_slots(self.answer_processes, sizes.inputs + outputs, available)
+        slots = min(self.answer_processes, 2 * batch)
+        # The timing inputs' area, when it is built after the seeded forwards (no input-building helpers).
+        pending = sizes.inputs if timing and "timing" not in self.areas else 0
+        return memory_plan.plan_outputs(sizes, trials, timing, self._card_bytes(), available - pending, slots,
+                                        device_inputs)
+
+    def _card_bytes(self) -> int | None:
+        """The GPU's memory as this process finds it (what other processes hold there now is not this job's: an
+        evaluation beside it, a vLLM server); None on the CPU."""
+        if self.device_kind != "cuda":
+            return None
+        free, total = self.torch.cuda.mem_get_info()
+        return min(int(total), int(free) + int(self.torch.cuda.memory_reserved()))
+
+    def _place(self, trial: ReferenceTrial, placement: str) -> None:
+        """A seeded trial's outputs where the plan puts them: kept on the device, moved to the host, or reduced to
+        their shapes and a sample (recomputed when judged: ``reference_outputs``)."""
+        trial.placement = placement
+        if placement == "host" and self.device_kind == "cuda":
+            trial.outputs = [o.cpu() for o in trial.outputs]
+        elif placement == "recompute":
+            trial.sample = output_samples(trial.outputs)
+            trial.outputs = [self.torch.empty(o.shape, dtype=o.dtype, device="meta") for o in trial.outputs]
+
+    def reference_outputs(self, trial: ReferenceTrial, device: Any) -> list[Any]:
+        """The reference's outputs on ``trial``, on ``device``: the kept ones, or, for a trial the memory plan keeps
+        nowhere, the reference's forward again on its inputs under its seed, checked against the first forward's
+        sample (a reference that does not reproduce them cannot judge: ``ReferenceFailed``)."""
+        if trial.placement != "recompute":
+            return [o.to(device) for o in trial.outputs]
+        torch = self.torch
+        if trial.device_inputs is not None:
+            inputs = [self._copy(x) for x in trial.device_inputs]
+        else:
+            inputs = self.areas[str(trial.area)].read(trial.entries, self.device)
+        try:
+            with torch.no_grad(), self.seeding(trial.seed):
+                out = self.model(*inputs)
+                self._sync()
+        except Exception as e:  # noqa: BLE001
+            raise ReferenceFailed(_describe(e, f"the reference recomputing seeded trial {trial.seed}")) from None
+        del inputs
+        again = self._trial(trial.kind, trial.seed, str(trial.area), trial.entries, out, None, {}).outputs
+        del out
+        verdict, diff, _ = compare_outputs(trial.sample or [], output_samples(again), self.atol, self.rtol)
+        if verdict != "ok":
+            raise ReferenceFailed(f"the reference's outputs on seeded trial {trial.seed}, recomputed because the "
+                                  f"memory plan keeps them nowhere, differ from its first forward's ({verdict}, max "
+                                  f"abs diff {diff} on {len(trial.sample or [])} sampled outputs): it does not "
+                                  "reproduce its own outputs, so they cannot be recomputed")
+        return [o.to(device) for o in again]
 
     def _seeded_inputs(self, seed: int, device: Any) -> list[Any]:
         """A seeded trial's inputs as KernelBench builds them (seed, ``get_inputs()`` on the CPU, processed), moved
@@ -547,14 +648,6 @@ class _InputBuilders:
         if not self.done:
             for area in self.areas:
                 area.close()
-
-
-def host_resident_trials(trials: int, per_trial: int, timing: bool, available: int) -> int:
-    """How many of a problem's seeded trials keep their inputs in sealed host areas: as many as fit
-    ``HOST_INPUT_SHARE`` of the ``available`` host bytes beside the timing inputs' area. The rest wait on the
-    device."""
-    budget = HOST_INPUT_SHARE * available - (per_trial if timing else 0)
-    return int(min(trials, max(0, budget // max(per_trial, 1))))
 
 
 def input_bytes_on_meta(problem: Any, device_kind: str, cast_integers: bool = False) -> int | None:

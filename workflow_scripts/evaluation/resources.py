@@ -20,29 +20,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from workflow_scripts.evaluation.reference import PARALLEL_INPUTS_MIN_BYTES
+from workflow_scripts.evaluation.memory_plan import (CHILD_PROCESS_BYTES, CUDA_CONTEXT_BYTES, GIB,
+                                                    LARGE_OUTPUT_BYTES, PARALLEL_INPUTS_MIN_BYTES)
 
-GIB = 1 << 30
 # The host memory every evaluate and baseline job declared before the estimate: no job gets less (small problems).
 FLOOR_MEM_MB = 8000
 FALLBACK_MEM_MB = 8000
 # The evaluating process itself (Python, torch, the CUDA runtime, pandas for the tables) and, for a baseline, the
 # stage process that drives its children.
 TRUSTED_PROCESS_GIB = 2.0
-# An answer's (or baseline's) child process beyond the areas it maps: Python, torch, CUDA's host side, Triton's
-# driver. Measured ~1-2 GiB (docs/evaluation.md); each is capped at evaluation's memory_limit_gib (default 16) of
-# its own, a bound against runaway answers, not what an answer normally takes, so the typical value is declared.
-CHILD_PROCESS_GIB = 1.5
+# An answer's (or baseline's) child process beyond the areas it maps (memory_plan). Each is capped at evaluation's
+# memory_limit_gib (default 16) of its own, a bound against runaway answers, not what an answer normally takes, so
+# the typical value is declared.
+CHILD_PROCESS_GIB = CHILD_PROCESS_BYTES / GIB
 # torch.compile(mode="max-autotune") in the baseline's compile child: Inductor's code generation and autotuning.
 COMPILE_GIB = 2.0
-# Per process on the GPU: a CUDA context, the caching allocator's slack and the L2 flush buffer (256 MiB).
-CUDA_CONTEXT_GIB = 1.0
+CUDA_CONTEXT_GIB = CUDA_CONTEXT_BYTES / GIB  # per process on the GPU (memory_plan)
 # One forward's working set beyond 3 x inputs + 2 x outputs + parameters: the intermediates the sizes cannot see.
 # Over the 200 level-1/2 problems measured on an H200 (the reference's peak GPU memory), peak <= 3 x inputs +
 # 2 x outputs + parameters + 3.8 GiB (level 2 problem 65, a convolution whose intermediate dwarfs its input).
 INTERMEDIATES_GIB = 4.0
-# Reference timing outputs at least this large wait on the host (reference.LARGE_OUTPUT_BYTES).
-LARGE_OUTPUT_GIB = 1.0
+LARGE_OUTPUT_GIB = LARGE_OUTPUT_BYTES / GIB  # reference timing outputs this large wait on the host
 
 
 @dataclass(frozen=True)
@@ -114,8 +112,8 @@ def evaluate_memory(sizes: Sizes | None, evaluation: Mapping[str, Any], answers:
     if cuda:
         gpu += (1 + slots) * CUDA_CONTEXT_GIB  # the trusted side and every live answer process hold a context
         gpu += p  # the reference model
-        # The seeded reference outputs stay on the GPU (moved to the host only beyond 30% of the GPU's memory, which
-        # the scheduler cannot know: counted here, the larger GPU's case).
+        # The seeded reference outputs, on the GPU where memory_plan finds room beside the answer (else on the host or
+        # recomputed), which the scheduler cannot know: counted here, the case of a card that holds them all.
         gpu += trials * o
         gpu += i if timed else 0  # the timing inputs, built on the device and kept for every answer's paired timing
         gpu += min(o, LARGE_OUTPUT_GIB) if timed else 0  # the timing outputs, on the GPU while under 1 GiB

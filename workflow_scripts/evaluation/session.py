@@ -544,9 +544,7 @@ class AnswerSession:
 
     def _judge_timed(self, om: Message, seed: int | None) -> tuple[str, str | None]:
         """(verdict, detail) of a checked timed call's outputs, against the reference's on the call's fresh inputs
-        (``seed``) or on the timing inputs. Judged on this side's device, or on the host when the device has no room
-        left (the answer's process may hold most of it): a full device never crashes the job."""
-        torch = self.reference.torch
+        (``seed``) or on the timing inputs (``_judge_anywhere``)."""
         if seed is None:
             trial = self.reference.timing_trial
         else:
@@ -555,12 +553,22 @@ class AnswerSession:
             except ReferenceFailed as e:
                 return "unchecked", str(e)[:300]
         assert trial is not None
-        try:
-            verdict, _, detail = self._judge(trial, om)
-        except torch.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            verdict, _, detail = self._judge(trial, om, torch.device("cpu"))
+        verdict, _, detail = self._judge_anywhere(trial, om)
         return verdict, detail
+
+    def _judge_anywhere(self, rt: ReferenceTrial, om: Message) -> tuple[str, float | None, str | None]:
+        """``_judge`` on this side's device, or on the host when the device has no room left (the answer's process
+        may hold most of it): a full device never crashes the job. A reference that cannot recompute its outputs
+        leaves the answer unjudged (``reference_error``)."""
+        torch = self.reference.torch
+        try:
+            try:
+                return self._judge(rt, om)
+            except torch.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                return self._judge(rt, om, torch.device("cpu"))
+        except ReferenceFailed as e:
+            raise ReferenceUnusable(str(e)) from None
 
     def reference_ms(self) -> float | None:
         """The slowest forward of the reference so far (what the watchdog scales with)."""
@@ -622,7 +630,7 @@ class AnswerSession:
             new_out = self.reference.answer_outputs(metas, self.slot.output, device)
         except TransportError as e:
             raise ProtocolError(f"output slots: {e}") from None
-        ref_out = [o.to(device) for o in rt.outputs]
+        ref_out = self.reference.reference_outputs(rt, device)  # kept, or recomputed (memory_plan)
         verdict, diff, detail = compare_outputs(ref_out, new_out, self.cfg.atol, self.cfg.rtol)
         if verdict == "ok" and rt.kind in ("seeded", "hidden", "post_timing"):
             self.answer_prints.append(fingerprint(new_out))
@@ -643,7 +651,7 @@ class AnswerSession:
         if am.type == "output":
             rec.launches = count(am.header.get("launches"))
             rec.forward_ms = number(am.header.get("forward_ms"))
-            rec.verdict, rec.max_abs_diff, rec.detail = self._judge(rt, am)
+            rec.verdict, rec.max_abs_diff, rec.detail = self._judge_anywhere(rt, am)
             if rec.verdict != "ok" and rec.detail:
                 self.error = self.error or f"trial {idx} ({kind}): {rec.detail}"
         elif am.type == "bad_output":
