@@ -146,7 +146,6 @@ def sample_positions(n: int, device: Any = "cpu") -> Any:
 def output_samples(outputs: list[Any]) -> list[Any]:
     """FINGERPRINT_SAMPLES evenly spaced elements of each output, copied to the host: what a fingerprint hashes, and
     what a recomputed reference output is checked against (memory_plan)."""
-    import torch
 
     samples = []
     for out in outputs:
