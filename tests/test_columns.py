@@ -14,7 +14,7 @@ from workflow_scripts.analysis.tables import analyze_answers, extract_answers
 from workflow_scripts.core import columns
 from workflow_scripts.core.io import write_parquet
 from workflow_scripts.evaluation import timeline
-from workflow_scripts.scoring import gpu_timeline, metrics
+from workflow_scripts.scoring import gpu_timeline
 from workflow_scripts.scoring import summary as sm
 from workflow_scripts.scoring.rows import COLUMNS, collect_rows, flag_table
 from workflow_scripts.suite.kernelbench import Problem, problems_dataframe
@@ -117,8 +117,7 @@ def test_every_parquet_writer_call_names_a_defined_table() -> None:
 
 
 def test_the_levels_table_describes_the_published_counts_under_its_own_names() -> None:
-    names = set(columns.column_names("levels", fast_counts=metrics.fast_fields(),
-                                     unflagged_fast_counts=metrics.unflagged_fields()))
+    names = set(sm.levels_columns())
     assert {sm.table_name(f) for f in sm.level_fields()} | set(sm.STRATEGY_FIELDS) <= names
     assert "flags" not in names and "flagged" in names
 
@@ -132,6 +131,7 @@ def test_a_column_family_describes_each_member_and_refuses_strangers() -> None:
     assert levels.column("compile_fast_1.5_unflagged").description == "compile_fast_1.5 without the flagged answers"
     assert levels.column("eager_fast_x") is None and levels.column("fast_1") is None
     with pytest.raises(ValueError, match="not members of the column family 'fast_counts'"):
-        columns.column_names("levels", fast_counts=["eager_fast_1", "colour"], unflagged_fast_counts=[])
+        columns.column_names("levels", fast_counts=["eager_fast_1", "colour"], unflagged_fast_counts=[],
+                             significant_fast_counts=[], speed_verdicts=[])
     with pytest.raises(ValueError, match="column families"):
         columns.column_names("levels")

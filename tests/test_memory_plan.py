@@ -37,12 +37,21 @@ def test_small_problems_keep_every_output_on_the_device() -> None:
 def test_the_first_trial_is_always_kept_and_device_inputs_take_their_room() -> None:
     assert plan_outputs(L1_38, 5, True, H100, 0, slots=1) == OutputPlan(5, 0, 1)
     assert plan_outputs(L1_38, 5, True, None, 0, slots=1) == OutputPlan(5, 1, 0)
-    # L1/45 (16 GiB inputs, 142 MB outputs): the three trials whose inputs wait on the device leave an H200 room
-    # for every output and an H100 none
+    # L1/45 (16 GiB inputs, 142 MB outputs): five trials' outputs take under 1 GiB, kept where the reference ran
     l1_45 = TrialBytes(inputs=16 * GIB, outputs=142 << 20, params=0, forward_extra=142 << 20)
-    assert plan_outputs(l1_45, 5, True, H200, 0, slots=1, device_inputs=3).on_device == 5
-    assert plan_outputs(l1_45, 5, True, H100, 0, slots=1, device_inputs=0).on_device == 5
-    assert plan_outputs(l1_45, 5, True, H100, 0, slots=1, device_inputs=3) == OutputPlan(5, 0, 1)
+    assert plan_outputs(l1_45, 5, True, H100, 0, slots=1, device_inputs=3) == OutputPlan(5, 5, 0)
+    # With 2 GiB outputs: the three trials whose inputs wait on the device (48 GiB) still leave an H200 room for
+    # every output; an H100 has room for one output without them and none with them
+    wide = TrialBytes(inputs=16 * GIB, outputs=2 * GIB, params=0, forward_extra=2 * GIB)
+    assert plan_outputs(wide, 5, True, H200, 0, slots=1, device_inputs=3).on_device == 5
+    assert plan_outputs(wide, 5, True, H100, 0, slots=1, device_inputs=0).on_device == 1
+    assert plan_outputs(wide, 5, True, H100, 0, slots=1, device_inputs=3) == OutputPlan(5, 0, 1)
+
+
+def test_small_outputs_stay_where_the_reference_ran_whatever_the_host_has_left() -> None:
+    small = TrialBytes(inputs=1 << 20, outputs=1 << 20, params=0, forward_extra=1 << 20)
+    assert plan_outputs(small, 5, True, None, 3 * GIB, slots=16) == OutputPlan(5, 5, 0)
+    assert plan_outputs(small, 5, True, H100, 0, slots=16) == OutputPlan(5, 5, 0)
 
 
 def test_answer_slots_share_a_quarter_of_the_host() -> None:

@@ -226,7 +226,7 @@ def test_context_order_labels_runtime() -> None:
     })
     summary = sm.summarize(hand_rows(), reference="ref", resamples=10, context=context)
     assert list(summary) == ["title", "benchmark", "models", "paired_bootstrap_vs_ref", "paired_bootstrap_note",
-                             "level2_strategy", "level2_strategy_note", "audit"]
+                             "level2_strategy", "level2_strategy_note", "audit", "speed_verdicts"]
     assert summary["benchmark"] == {"name": "demo", "problems": 12, "runtime": {"gpu": "none"}}
     assert list(summary["models"]) == ["ref", "m"]
     assert list(summary["models"]["m"]) == ["label", "levels", "mean_completion_tokens", "generation"]
@@ -619,3 +619,44 @@ def test_summary_stage_refuses_rows_of_other_models(tmp_path: Path) -> None:
     done = stage(["m", "ref"])
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((tmp_path / "results" / "summary.json").read_text())["models"]["m"]["levels"]["1"]["n"] == 7
+
+
+def test_speed_verdicts_beside_the_published_counts() -> None:
+    """The calibration model's intervals set the noise band once there are enough of them; each model's correct
+    answers get a verdict and eager_fast_p_significant, in the JSON, the levels table and the markdown; the
+    published counts do not move."""
+    rows = hand_rows()
+    plain = sm.summarize(rows, reference="ref", resamples=50)
+    rows["speedup_eager_low"] = rows["speedup_eager"] * 0.99
+    rows["speedup_eager_high"] = rows["speedup_eager"] * 1.01
+    rows["timing_mode"] = "cuda_events"
+    calibration = rows[rows.model == "ref"].assign(model="calibration", correct=True, compiled=True,
+                                                   speedup_compile=1.0)
+    calibration["speedup_eager"] = [1.0 + 0.001 * k for k in range(-6, 6)]  # |speedup - 1| up to 0.6%
+    calibration["speedup_eager_low"] = calibration["speedup_eager"] - 0.002
+    calibration["speedup_eager_high"] = calibration["speedup_eager"] + 0.002
+    rows = pd.concat([rows, calibration], ignore_index=True)
+    summary = sm.summarize(rows, reference="ref", resamples=50, calibration=["calibration"])
+    assert summary["models"]["m"] == plain["models"]["m"]
+    block = summary["speed_verdicts"]
+    # 12 calibration answers: too few to measure the band, so the timing mode's default
+    assert (block["source"], block["band"], block["calibration_answers"]) == ("default", 0.025, 12)
+    m = block["models"]["m"]["overall"]
+    # m's correct answers with a known eager speedup: 1.0 same; 1.5, 2.0, 2.0000001, 10.0, 10.5, 1.2 faster;
+    # 0.9 slower (0.891-0.909 is below 1/1.025)
+    assert (m["eager_faster"], m["eager_slower"], m["eager_same"], m["eager_ambiguous"]) == (6, 1, 1, 0)
+    assert m["eager_fast_1_significant"] == 6 and m["eager_fast_2_significant"] == 2  # 10.0, 10.5: 2 x 0.99 < 2.05
+    assert block["models"]["calibration"]["overall"]["eager_same"] == 12
+    assert block["models"]["calibration"]["overall"]["eager_faster"] == 0
+    measured = sm.summarize(pd.concat([rows, calibration.assign(model="calibration2")], ignore_index=True),
+                            reference="ref", resamples=50, calibration=["calibration", "calibration2"])
+    assert measured["speed_verdicts"]["source"] == "calibration"  # 24 answers: measured on this environment
+    # the margin holding 98% of the 24 intervals: their farther ends reach 0.992 (|log| 0.0080) and 1.007
+    assert measured["speed_verdicts"]["band"] == pytest.approx(0.0080, abs=0.0003)
+    assert measured["speed_verdicts"]["models"]["calibration"]["overall"]["eager_same"] >= 11
+    levels = sm.levels_table(summary, rows)
+    overall = levels[(levels.model == "m") & (levels.level == "overall")].iloc[0]
+    assert overall["eager_faster"] == 6 and overall["eager_fast_1_significant"] == 6
+    text = sm.markdown_table(summary)
+    assert "Speed verdicts against the eager reference timed beside each answer (noise band 2.5%, default" in text
+    assert "| m | 6 | 1 | 1 | 0 | 6 |" in text

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -301,22 +303,48 @@ def get_init_inputs():
 '''
 
 
+def _own_answer_judge(tmp_path: Path, source: str) -> Callable[[], Any]:
+    """A problem from ``source`` and its own Model as the answer, judged on the CPU without timing each call."""
+    from workflow_scripts.evaluation import answer
+
+    problem = tmp_path / "problem.py"
+    problem.write_text(source)
+    own = tmp_path / "own.py"
+    own.write_text(source + "\nModelNew = Model\n")
+    cfg = answer.EvalConfig(device="cpu", time_answer=False, run_static=False, require_triton=False,
+                            hidden_trials=0, post_timing_check=False)
+    return lambda: answer.evaluate_answer(problem, own, cfg)
+
+
 def test_a_reference_that_does_not_reproduce_its_outputs_is_not_recomputed_into_a_verdict(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A recomputed trial is checked against a sample of the reference's first outputs on it: a reference whose
     outputs depend on its own history judges its own code correct while every output is kept, and leaves the answer
     unjudged (reference_error, saying why) when an output had to be recomputed."""
-    from workflow_scripts.evaluation import answer
-
-    problem = tmp_path / "counting.py"
-    problem.write_text(COUNTING_PROBLEM)
-    own = tmp_path / "own.py"
-    own.write_text(COUNTING_PROBLEM + "\nModelNew = Model\n")
-    cfg = answer.EvalConfig(device="cpu", time_answer=False, run_static=False, require_triton=False,
-                            hidden_trials=0, post_timing_check=False)
-    assert answer.evaluate_answer(problem, own, cfg).status == "correct"
+    judge = _own_answer_judge(tmp_path, COUNTING_PROBLEM)
+    assert judge().status == "correct"
     monkeypatch.setattr(memory_plan, "plan_outputs", lambda _sizes, trials, *_: memory_plan.OutputPlan(trials, 2, 0))
-    result = answer.evaluate_answer(problem, own, cfg)
+    result = judge()
     assert result.status == "reference_error"
     assert "does not reproduce its own outputs" in (result.error or "")
     assert [t["verdict"] for t in result.trials] == ["ok", "ok"]  # judged up to the first recomputed trial
+
+
+NAN_PROBLEM = COUNTING_PROBLEM.replace("CALLS[0] += 1\n        return x * CALLS[0]",
+                                       "return torch.where(x > 0.5, x, torch.full_like(x, float('nan')))")
+
+
+def test_a_reference_with_nan_outputs_is_recomputed_into_the_kept_verdict(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """NaN where the reference's first outputs had NaN is a reproduction (KernelBench's own check then fails the
+    answer, as it does where the outputs were kept): the same verdict either way, never reference_error."""
+    assert "nan" in NAN_PROBLEM  # the substitution took
+    judge = _own_answer_judge(tmp_path, NAN_PROBLEM)
+    kept = judge()
+    # Nothing kept: the first trial, the one KernelBench's check fails, is itself recomputed.
+    monkeypatch.setattr(memory_plan, "plan_outputs", lambda _sizes, trials, *_: memory_plan.OutputPlan(trials, 0, 0))
+    placed = _placements(monkeypatch)
+    recomputed = judge()
+    assert placed == [["recompute"] * 5]
+    assert kept.status == recomputed.status == "mismatch", (kept.error, recomputed.error)
+    assert "NaN" in (recomputed.error or "")

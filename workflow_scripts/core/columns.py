@@ -99,6 +99,13 @@ _P = r"(?P<p>[0-9]+(?:\.[0-9]+)?)"
 FAST_COUNTS = ColumnFamily(rf"(?P<baseline>eager|compile)_fast_{_P}",
                            "correct answers with speedup_{baseline} strictly greater than {p} (KernelBench's fast_{p}; "
                            "an unknown speedup is never fast)", COUNT)
+SIGNIFICANT_FAST_COUNTS = ColumnFamily(rf"(?P<baseline>eager)_fast_{_P}_significant",
+                                       "correct answers whose speedup_{baseline}_low exceeds {p} x (1 + the noise "
+                                       "band): fast_{p} that timing noise cannot explain (scoring/significance.py)",
+                                       COUNT)
+SPEED_VERDICTS = ColumnFamily(r"eager_(?P<verdict>faster|slower|same|ambiguous)",
+                              "correct answers timed beside the eager reference whose speed verdict is {verdict} "
+                              "(scoring/significance.py)", COUNT)
 UNFLAGGED_FAST_COUNTS = ColumnFamily(rf"(?P<baseline>eager|compile)_fast_{_P}_unflagged",
                                      "{baseline}_fast_{p} without the flagged answers", COUNT)
 
@@ -120,6 +127,10 @@ def _rows_columns() -> dict[str, Column]:
         "compile_ms": Column("the torch.compile baseline's time (baseline stage); null when it failed", MS),
         "speedup_eager": Column("eager_ms / runtime_ms; null unless correct with both times known", RATIO),
         "speedup_compile": Column("compile_ms / runtime_ms; null unless correct with both times known", RATIO),
+        "speedup_eager_low": Column("the low end of the 95% interval of the speedup over the eager reference timed "
+                                    "beside the answer (scoring/significance.py: its paired blocks' ratios, or its "
+                                    "calls with fewer than 3 blocks); null without paired timing", RATIO),
+        "speedup_eager_high": Column("the high end of that interval", RATIO),
         "keeps_torch_op": KEEPS_TORCH_OP,
         "completion_tokens": COMPLETION_TOKENS,
         "completion_sha256": COMPLETION_SHA256,
@@ -212,6 +223,8 @@ TABLES: dict[str, Table] = {
         "flagged": Column("correct answers whose speedup over eager or over torch.compile exceeds the flag limit "
                           "(scoring/metrics.py FLAG_SPEEDUP); the summary JSON's flags", COUNT),
         "unflagged_fast_counts": UNFLAGGED_FAST_COUNTS,
+        "significant_fast_counts": SIGNIFICANT_FAST_COUNTS,
+        "speed_verdicts": SPEED_VERDICTS,
         "compiled_rate": Column("compiled / n; null when n is 0", FRACTION),
         "correct_rate": Column("correct / n; null when n is 0", FRACTION),
         "answers_keeping_pytorch_op": Column("rows whose answer keeps a PyTorch op (keeps_torch_op)", COUNT),

@@ -122,8 +122,12 @@ def plan_outputs(sizes: TrialBytes, trials: int, timing: bool, card_bytes: int |
     (where the device is the host: outputs the host holds count as kept on the device). ``host_available``: the host
     bytes available now, the seeded inputs already sealed; ``slots``: answer processes with their own areas at once;
     ``device_inputs``: seeded trials whose inputs wait on the device.
-    The first trial's outputs are always kept (the problem audit compares every trial's with them)."""
+    The first trial's outputs are always kept (the problem audit compares every trial's with them), and every
+    trial's where all of them take less than ``LARGE_OUTPUT_BYTES``: a small problem keeps them where the reference
+    ran, whatever the host has left."""
     o = max(sizes.outputs, 1)
+    if trials * o < LARGE_OUTPUT_BYTES:
+        return OutputPlan(trials, trials, 0)
     host_room = int(HOST_PLAN_SHARE * host_available) - slots * (sizes.inputs + o + CHILD_PROCESS_BYTES) - o
     if card_bytes is None:
         return OutputPlan(trials, max(1, min(trials, host_room // o)), 0)

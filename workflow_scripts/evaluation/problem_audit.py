@@ -64,10 +64,12 @@ class OutputAudit:
             self.first = list(outputs)
             self.ranges = [_Range(out) for out in outputs]
         else:
-            device = outputs[0].device if outputs else None
-            first = [f.to(device) for f in self.first]
-            self.independent = self.independent and compare_outputs(first, outputs, self.atol, self.rtol)[0] == "ok"
-            del first
+            if len(outputs) != len(self.first):
+                self.independent = False
+            elif self.independent:
+                first = [f.to(o.device) for f, o in zip(self.first, outputs)]  # each beside its counterpart
+                self.independent = compare_outputs(first, outputs, self.atol, self.rtol)[0] == "ok"
+                del first
             if len(outputs) != len(self.ranges):
                 self.ranges.append(_Range(None))  # outputs that change in number: no constant answers them
             for r, out in zip(self.ranges, outputs):

@@ -231,11 +231,11 @@ class ReferenceSide:
             trial.device_inputs = kept
             if self.output_plan is None:
                 self.output_plan = self._plan_outputs(trial, base, len(trial_seeds), timing,
-                                                      device_inputs=len(on_device) + (kept is not None))
+                                                      on_host=len(trial_seeds) - len(on_device) - (kept is not None))
             audit.add(trial.outputs)
             self._place(trial, self.output_plan.place(i))
-            if i == 0:
-                audit.first = trial.outputs  # kept wherever the plan keeps them (the plan always keeps the first's)
+            if i == 0 and trial.placement != "recompute":
+                audit.first = trial.outputs  # later trials compare with the kept copy (the plan keeps the first's)
             self.seeded.append(trial)
             phases["prepare_seeded_forward_s"] += clock() - t1
         self.audit = audit.result()
@@ -279,11 +279,13 @@ class ReferenceSide:
         return int(self.torch.cuda.memory_allocated())
 
     def _plan_outputs(self, first: ReferenceTrial, base: int, trials: int, timing: bool,
-                      device_inputs: int) -> memory_plan.OutputPlan:
+                      on_host: int) -> memory_plan.OutputPlan:
         """The seeded outputs' plan, from the first seeded forward (its outputs, and its peak beyond its inputs on
         the device: ``base`` is ``_memory_mark`` before it), the card (``_card_bytes``), the host's memory available
-        now, and the answer processes that will hold areas at once: a batch (``memory_plan.answer_slots``, at most
-        ``answer_processes``) and the next, started while the batch's last answer is checked."""
+        now less what this side will still take there (the sealed areas of the ``on_host`` trials not built yet,
+        the timing inputs' area, large timing outputs), and the answer processes that will hold areas at once: a
+        batch (``memory_plan.answer_slots``, at most ``answer_processes``) and the next, started while the batch's
+        last answer is checked."""
         outputs = tensor_bytes(first.outputs)
         extra = int(self.torch.cuda.max_memory_allocated()) - base if self.device_kind == "cuda" else outputs
         sizes = memory_plan.TrialBytes(inputs=self.input_bytes, outputs=outputs, params=self.param_bytes,
@@ -291,10 +293,12 @@ class ReferenceSide:
         available = available_memory()
         batch = memory_plan.answer_slots(self.answer_processes, sizes.inputs + outputs, available)
         slots = min(self.answer_processes, 2 * batch)
-        # The timing inputs' area, when it is built after the seeded forwards (no input-building helpers).
-        pending = sizes.inputs if timing and "timing" not in self.areas else 0
+        sealed = sum(name.startswith("seeded") for name in self.areas)
+        pending = max(0, on_host - sealed) * sizes.inputs  # built one at a time after this forward (no helpers)
+        pending += sizes.inputs if timing and "timing" not in self.areas else 0
+        pending += outputs if timing and self.device_kind == "cuda" and outputs >= LARGE_OUTPUT_BYTES else 0
         return memory_plan.plan_outputs(sizes, trials, timing, self._card_bytes(), available - pending, slots,
-                                        device_inputs)
+                                        trials - on_host)
 
     def _card_bytes(self) -> int | None:
         """The GPU's memory as this process finds it (what other processes hold there now is not this job's: an
@@ -316,8 +320,10 @@ class ReferenceSide:
 
     def reference_outputs(self, trial: ReferenceTrial, device: Any) -> list[Any]:
         """The reference's outputs on ``trial``, on ``device``: the kept ones, or, for a trial the memory plan keeps
-        nowhere, the reference's forward again on its inputs under its seed, checked against the first forward's
-        sample (a reference that does not reproduce them cannot judge: ``ReferenceFailed``)."""
+        nowhere, the reference's forward again on its inputs under its seed (on this side's device), checked
+        against the first forward's outputs: the same structure, shapes and dtypes, and its sample within the
+        tolerance, NaN where NaN was (a reference that does not reproduce them cannot judge: ``ReferenceFailed``).
+        A full device raises ``torch.OutOfMemoryError`` as it is (the caller may make room and try again)."""
         if trial.placement != "recompute":
             return [o.to(device) for o in trial.outputs]
         torch = self.torch
@@ -329,18 +335,22 @@ class ReferenceSide:
             with torch.no_grad(), self.seeding(trial.seed):
                 out = self.model(*inputs)
                 self._sync()
+        except torch.OutOfMemoryError:
+            raise
         except Exception as e:  # noqa: BLE001
             raise ReferenceFailed(_describe(e, f"the reference recomputing seeded trial {trial.seed}")) from None
         del inputs
-        again = self._trial(trial.kind, trial.seed, str(trial.area), trial.entries, out, None, {}).outputs
+        again = self._trial(trial.kind, trial.seed, str(trial.area), trial.entries, out, None, {})
         del out
-        verdict, diff, _ = compare_outputs(trial.sample or [], output_samples(again), self.atol, self.rtol)
-        if verdict != "ok":
+        problem = _unlike(trial, again, self.atol, self.rtol)
+        if problem is not None:
             raise ReferenceFailed(f"the reference's outputs on seeded trial {trial.seed}, recomputed because the "
-                                  f"memory plan keeps them nowhere, differ from its first forward's ({verdict}, max "
-                                  f"abs diff {diff} on {len(trial.sample or [])} sampled outputs): it does not "
-                                  "reproduce its own outputs, so they cannot be recomputed")
-        return [o.to(device) for o in again]
+                                  f"memory plan keeps them nowhere, differ from its first forward's ({problem}): it "
+                                  "does not reproduce its own outputs, so they cannot be recomputed")
+        outputs = [o.to(device) for o in again.outputs]
+        del again
+        self.release_cached_memory()
+        return outputs
 
     def _seeded_inputs(self, seed: int, device: Any) -> list[Any]:
         """A seeded trial's inputs as KernelBench builds them (seed, ``get_inputs()`` on the CPU, processed), moved
@@ -648,6 +658,25 @@ class _InputBuilders:
         if not self.done:
             for area in self.areas:
                 area.close()
+
+
+def _unlike(first: ReferenceTrial, again: ReferenceTrial, atol: float, rtol: float) -> str | None:
+    """How recomputed outputs (``again``) differ from a trial's first (its structure, the shapes and dtypes it
+    keeps, and its ``sample``), or None where they reproduce them: floating samples within the tolerance with NaN
+    where NaN was, others equal."""
+    import torch
+
+    if again.structure != first.structure or len(again.outputs) != len(first.outputs):
+        return "another structure or number of outputs"
+    for i, (kept, new) in enumerate(zip(first.outputs, again.outputs)):
+        if tuple(kept.shape) != tuple(new.shape) or kept.dtype != new.dtype:
+            return f"output {i}: {tuple(new.shape)} {new.dtype}, first {tuple(kept.shape)} {kept.dtype}"
+    for i, (kept, new) in enumerate(zip(first.sample or [], output_samples(again.outputs))):
+        same = (torch.allclose(new, kept, atol=atol, rtol=rtol, equal_nan=True) if kept.dtype.is_floating_point
+                else torch.equal(new, kept))
+        if not same:
+            return f"output {i}: {kept.numel()} sampled elements not within atol={atol}, rtol={rtol}"
+    return None
 
 
 def input_bytes_on_meta(problem: Any, device_kind: str, cast_integers: bool = False) -> int | None:

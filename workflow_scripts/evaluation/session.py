@@ -565,8 +565,9 @@ class AnswerSession:
             try:
                 return self._judge(rt, om)
             except torch.OutOfMemoryError:
-                torch.cuda.empty_cache()
-                return self._judge(rt, om, torch.device("cpu"))
+                pass  # retried below, once the failed attempt's tensors (held by its traceback) are gone
+            torch.cuda.empty_cache()
+            return self._judge(rt, om, torch.device("cpu"))
         except ReferenceFailed as e:
             raise ReferenceUnusable(str(e)) from None
 
@@ -626,11 +627,12 @@ class AnswerSession:
             # Written only when they fit the area, which the reference's outputs size: these do.
             raise ProtocolError("outputs that fit were not written")
         device = device or self.reference.device
+        # The reference's first: a recomputed one (memory_plan) needs its forward's room before the answer's copy.
+        ref_out = self.reference.reference_outputs(rt, device)
         try:
             new_out = self.reference.answer_outputs(metas, self.slot.output, device)
         except TransportError as e:
             raise ProtocolError(f"output slots: {e}") from None
-        ref_out = self.reference.reference_outputs(rt, device)  # kept, or recomputed (memory_plan)
         verdict, diff, detail = compare_outputs(ref_out, new_out, self.cfg.atol, self.cfg.rtol)
         if verdict == "ok" and rt.kind in ("seeded", "hidden", "post_timing"):
             self.answer_prints.append(fingerprint(new_out))

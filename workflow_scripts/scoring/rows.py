@@ -18,6 +18,7 @@ import pandas as pd
 from workflow_scripts.core.columns import column_names
 from workflow_scripts.core.statuses import Status, is_compiled
 from workflow_scripts.scoring.metrics import SUSPICIOUS_SPEEDUP_FLAG, eager_baseline, exceeds_flag_limit, speedup
+from workflow_scripts.scoring.significance import SpeedupInterval, speedup_interval
 
 COLUMNS = column_names("rows")
 FLAG_SEPARATOR = ","
@@ -49,6 +50,7 @@ def build_row(
     if exceeds_flag_limit(speedup_eager, speedup_compile):
         flags.append(SUSPICIOUS_SPEEDUP_FLAG)
     keeps = static.get("keeps_torch_op")
+    interval = paired_interval(evaluation) if speedup_eager is not None and eager_source == "paired" else None
     return {
         "model": model,
         "level": int(problem["level"]),
@@ -63,6 +65,8 @@ def build_row(
         "compile_ms": compile_ms,
         "speedup_eager": speedup_eager,
         "speedup_compile": speedup_compile,
+        "speedup_eager_low": interval.low if interval else None,
+        "speedup_eager_high": interval.high if interval else None,
         "keeps_torch_op": None if keeps is None or pd.isna(keeps) else bool(keeps),
         "completion_tokens": None if pd.isna(answer.get("completion_tokens")) else int(answer["completion_tokens"]),
         "completion_sha256": answer.get("completion_sha256"),
@@ -79,6 +83,19 @@ def build_row(
         "evaluation_key": evaluation.get("evaluation_key"),
         "code_version": code_version,
     }
+
+
+def paired_interval(evaluation: dict[str, Any]) -> SpeedupInterval | None:
+    """The interval of a correct answer's speedup over the eager reference timed beside it (scoring/significance.py)
+    from the two sides' timed calls in the evaluation; None where either is missing."""
+    paired = evaluation.get("paired_reference") or {}
+    answer = (evaluation.get("runtime_stats") or {}).get("trials")
+    reference = (paired.get("raw") or {}).get("trials_ms")
+    if not answer or not reference:
+        return None
+    block = int(paired.get("block_trials") or 0) or len(answer)
+    # The reference's blocks are at most the answer's (timing.reference_block), whatever the setting says.
+    return speedup_interval(answer, reference, block, min(block, int(paired.get("reference_block_trials") or block)))
 
 
 def collect_rows(

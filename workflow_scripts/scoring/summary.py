@@ -56,7 +56,7 @@ import pandas as pd
 
 from workflow_scripts.core.columns import column_names
 from workflow_scripts.core.io import write_parquet
-from workflow_scripts.scoring import metrics
+from workflow_scripts.scoring import metrics, significance
 from workflow_scripts.scoring.context import ModelContext, SummaryContext
 from workflow_scripts.scoring.samples import samples_block
 from workflow_scripts.scoring.known_issues import known_issues
@@ -69,6 +69,8 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "model", "level", "problem_id", "problem", "compiled", "correct", "speedup_eager", "speedup_compile",
     "keeps_torch_op", "completion_tokens",
 )
+# Columns read where present (rows built before they existed summarize without them: no speed verdicts).
+OPTIONAL_COLUMNS: tuple[str, ...] = ("speedup_eager_low", "speedup_eager_high", "timing_mode")
 # What summary.json keeps of a vLLM model's self-parity report (generation/self_parity.py SelfParity.to_dict).
 SELF_PARITY_FIELDS = ("prompts", "identical", "agreement", "token_agreement", "skipped")
 DEFAULT_RESAMPLES = 100_000
@@ -169,6 +171,9 @@ class Outcomes:
     speedup_compile: np.ndarray  # float, NaN where unknown
     keeps_torch_op: np.ndarray  # bool (null -> False: no answer keeps nothing)
     completion_tokens: np.ndarray  # float, NaN where unknown
+    # The interval of the speedup over the paired eager reference (scoring/significance.py), NaN where none.
+    speedup_eager_low: np.ndarray | None = None
+    speedup_eager_high: np.ndarray | None = None
 
     def speedups(self, baseline: str) -> np.ndarray:
         return self.speedup_eager if baseline == "eager" else self.speedup_compile
@@ -216,6 +221,8 @@ def normalize_rows(rows: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         raise ValueError("no rows to summarize")
     frame = rows.loc[:, list(REQUIRED_COLUMNS)].copy()
+    for column in OPTIONAL_COLUMNS:
+        frame[column] = rows[column] if column in rows.columns else None
     frame["model"] = frame["model"].astype(str)
     frame["level"] = frame["level"].astype("int64")
     frame["problem_id"] = frame["problem_id"].astype("int64")
@@ -253,6 +260,8 @@ def outcomes_by_model(rows: pd.DataFrame) -> dict[str, Outcomes]:
             speedup_compile=_float_array(group["speedup_compile"]),
             keeps_torch_op=_bool_array(group["keeps_torch_op"], "keeps_torch_op", null_as=False),
             completion_tokens=_float_array(group["completion_tokens"]),
+            speedup_eager_low=_float_array(group["speedup_eager_low"]),
+            speedup_eager_high=_float_array(group["speedup_eager_high"]),
         )
     return result
 
@@ -499,6 +508,7 @@ def summarize(
     names = {(int(lv), int(pid)): str(name) for lv, pid, name in zip(frame["level"], frame["problem_id"],
                                                                      frame["problem"])}
     summary["audit"] = audit_block(outcomes, order, names, degenerate_problems(rows), calibration)
+    summary["speed_verdicts"] = speed_verdicts_block(outcomes, order, levels, calibration, timing_mode(frame))
     return summary
 
 
@@ -510,6 +520,56 @@ AUDIT_NOTE = (
     "answers (n: how many). calibration_models: the reference code submitted as its own answer (true speedup 1: "
     "its speedups show the timing noise), left out of the bootstrap's comparisons. known_issues: the problems "
     "reported unsound upstream (scoring/known_issues.py), each with its source.")
+
+
+SPEED_VERDICTS_NOTE = (
+    "Beside the published fast_p counts (strict speedup > p, unchanged): each correct answer timed beside the eager "
+    "reference has a 95% interval for that speedup from its paired blocks (scoring/significance.py; answers timed "
+    "against the baseline stage's eager time have none, and no verdict); its verdict is faster (the interval above "
+    "1 + band), slower (below 1 / (1 + band)), same (within both) or ambiguous, where band is the margin around 1 "
+    "that holds 98% of the calibration models' intervals on this environment (source: calibration) or the timing "
+    "mode's default (source: default). eager_fast_p_significant: correct answers whose interval lies above "
+    "p x (1 + band).")
+
+
+def timing_mode(frame: pd.DataFrame) -> str | None:
+    """The rows' timing mode (core/records.py TIMING_MODES), the most common over the rows that name one."""
+    modes = frame["timing_mode"].dropna()
+    return str(modes.mode().iloc[0]) if not modes.empty else None
+
+
+def speed_verdicts_block(outcomes: Mapping[str, Outcomes], order: Sequence[str], levels: Sequence[int],
+                         calibration: Sequence[str], mode: str | None) -> dict[str, Any]:
+    """The noise band and, per model and level, the speed verdicts' counts and eager_fast_p_significant."""
+    intervals = [significance.SpeedupInterval(lo, hi) for m, o in outcomes.items() if m in set(calibration)
+                 for lo, hi in zip(o.speedup_eager_low[o.correct], o.speedup_eager_high[o.correct])]
+    band = significance.noise_band(intervals, mode)
+    models: dict[str, Any] = {}
+    for name in order:
+        o = outcomes[name]
+        masks = {"overall": np.ones_like(o.correct)} | {str(level): o.levels == level for level in levels}
+        models[name] = {key: speed_verdict_counts(o, mask, band.band) for key, mask in masks.items()}
+    return {"note": SPEED_VERDICTS_NOTE, "band": band.band, "source": band.source,
+            "calibration_answers": band.calibration_answers, "timing_mode": mode, "models": models}
+
+
+def speed_verdict_counts(o: Outcomes, mask: np.ndarray, band: float) -> dict[str, int]:
+    """One model's counts over ``mask``: each verdict (eager_faster, ...) and eager_fast_p_significant per
+    threshold."""
+    nan = np.full(o.correct.shape, np.nan)
+    low = np.where(o.correct, o.speedup_eager_low if o.speedup_eager_low is not None else nan, np.nan)
+    high = np.where(o.correct, o.speedup_eager_high if o.speedup_eager_high is not None else nan, np.nan)
+    verdicts = [significance.verdict(significance.SpeedupInterval(lo, hi), band) if np.isfinite(lo) and
+                np.isfinite(hi) else None for lo, hi in zip(low[mask], high[mask])]
+    counts = {f"eager_{v}": sum(x == v for x in verdicts) for v in significance.VERDICTS}
+    counts.update({significant_field(key): int(significance.significantly_fast(low[mask], p, band).sum())
+                   for key, p in metrics.THRESHOLDS})
+    return counts
+
+
+def significant_field(key: str) -> str:
+    """eager_fast_1.5_significant: the significant count of a threshold (as THRESHOLDS spells it)."""
+    return f"{metrics.fast_field('eager', key)}_significant"
 
 
 def degenerate_problems(rows: pd.DataFrame) -> dict[tuple[int, int], str]:
@@ -564,6 +624,13 @@ def dumps_summary(summary: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------------- tables
 
 
+def levels_columns() -> list[str]:
+    """The levels table's columns, each column family's members named by scoring's definitions."""
+    return column_names("levels", fast_counts=metrics.fast_fields(), unflagged_fast_counts=metrics.unflagged_fields(),
+                        significant_fast_counts=[significant_field(key) for key, _ in metrics.THRESHOLDS],
+                        speed_verdicts=[f"eager_{v}" for v in significance.VERDICTS])
+
+
 def levels_table(summary: Mapping[str, Any], rows: pd.DataFrame) -> pd.DataFrame:
     """One row per model x level ('overall' first): the level counts, rates, the strategy split and the mean
     completion tokens of that level (from ``rows``, the rows the summary was computed from). The JSON's ``flags``
@@ -590,10 +657,12 @@ def levels_table(summary: Mapping[str, Any], rows: pd.DataFrame) -> pd.DataFrame
                 record[f] = split.get(f)
             mask = None if level == "overall" else own.levels == int(level)
             record["mean_completion_tokens"] = mean_completion_tokens(own, mask)
+            record.update(summary.get("speed_verdicts", {}).get("models", {}).get(name, {}).get(level, {}))
             records.append(record)
-    frame = pd.DataFrame.from_records(records, columns=column_names(
-        "levels", fast_counts=metrics.fast_fields(), unflagged_fast_counts=metrics.unflagged_fields()))
-    ints = [table_name(f) for f in level_fields()] + list(STRATEGY_FIELDS)
+    significant = [significant_field(key) for key, _ in metrics.THRESHOLDS]
+    verdicts = [f"eager_{v}" for v in significance.VERDICTS]
+    frame = pd.DataFrame.from_records(records, columns=levels_columns())
+    ints = [table_name(f) for f in level_fields()] + list(STRATEGY_FIELDS) + significant + verdicts
     return frame.astype({c: "Int64" for c in ints} | {"label": "string", "model": "string", "level": "string",
                                                        "mean_completion_tokens": "Float64"})
 
@@ -676,9 +745,28 @@ def audit_table(summary: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def speed_verdicts_table(summary: Mapping[str, Any]) -> list[str]:
+    """Per model: the speed verdicts against the paired eager reference and the significant fast_p counts."""
+    block = summary.get("speed_verdicts")
+    judged = [levels["overall"] for levels in (block or {}).get("models", {}).values()]
+    if not any(c[f"eager_{v}"] for c in judged for v in significance.VERDICTS):
+        return []  # no answer was timed beside the reference: nothing to say
+    significant = [significant_field(key) for key, _ in metrics.THRESHOLDS]
+    header = ["model", *significance.VERDICTS, *(f.replace("eager_fast_", "fast_") for f in significant)]
+    lines = ["", f"Speed verdicts against the eager reference timed beside each answer (noise band "
+                 f"{100 * block['band']:.1f}%, {block['source']}; scoring/significance.py):", "",
+             "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for name, levels in block["models"].items():
+        c = levels["overall"]
+        lines.append(_markdown_row([name, *(str(c[f"eager_{v}"]) for v in significance.VERDICTS),
+                                    *(str(c[f]) for f in significant)]))
+    return lines
+
+
 def markdown_table(summary: Mapping[str, Any]) -> str:
     """What was measured (``markdown_header``), the headline table: overall counts (and % of all problems) per
-    model, and the bootstrap delta on correct; then the same without the degenerate problems (``audit_table``)."""
+    model, and the bootstrap delta on correct; then the same without the degenerate problems (``audit_table``) and
+    the speed verdicts (``speed_verdicts_table``)."""
     reference = bootstrap_reference(summary)
     boot = summary[f"paired_bootstrap_vs_{reference}"]
     fast = [(metrics.fast_field(baseline, key), f"{baseline} fast_{key}")
@@ -700,6 +788,7 @@ def markdown_table(summary: Mapping[str, Any]) -> str:
         cells += [str(c["flags"]), delta]
         lines.append(_markdown_row(cells))
     lines += audit_table(summary)
+    lines += speed_verdicts_table(summary)
     for name, entry in summary["models"].items():
         parity = entry.get("self_parity")
         if parity and parity.get("prompts"):

@@ -1,0 +1,79 @@
+"""Speed verdicts and fast_p_significant (workflow_scripts/scoring/significance.py): unit checks on timed calls
+drawn as paired timing records them, and the summary's counts from rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from workflow_scripts.scoring import significance
+from workflow_scripts.scoring.significance import SpeedupInterval, noise_band, speedup_interval, verdict
+
+BLOCK = 10
+
+
+def _paired(ratio: float, noise: float, seed: int, blocks: int = 10, drift: float = 0.0) -> tuple[list, list]:
+    """An answer ``ratio`` times faster than its reference, timed in ABBA blocks of BLOCK calls, each call with
+    relative noise ``noise`` and the GPU's state drifting by ``drift`` per block (both sides see it)."""
+    rng = np.random.default_rng(seed)
+    answer, reference = [], []
+    for b in range(blocks):
+        state = 1.0 + drift * b
+        reference += list(2.0 * state * (1 + noise * rng.standard_normal(BLOCK)))
+        answer += list(2.0 / ratio * state * (1 + noise * rng.standard_normal(BLOCK)))
+    return answer, reference
+
+
+def test_a_five_percent_faster_answer_is_faster_and_the_reference_itself_the_same() -> None:
+    band = 0.015
+    faster = speedup_interval(*_paired(1.05, 0.01, 1), BLOCK, BLOCK)
+    assert faster is not None and verdict(faster, band) == "faster" and faster.low < 1.05 < faster.high
+    same = [verdict(speedup_interval(*_paired(1.0, 0.01, seed), BLOCK, BLOCK), band) for seed in range(50)]
+    assert same.count("same") >= 49 and "faster" not in same
+    slower = speedup_interval(*_paired(0.9, 0.01, 2), BLOCK, BLOCK)
+    assert verdict(slower, band) == "slower"
+
+
+def test_drift_shared_by_both_sides_cancels_in_the_block_ratios() -> None:
+    drifting = speedup_interval(*_paired(1.0, 0.002, 3, drift=0.05), BLOCK, BLOCK)
+    assert drifting is not None and drifting.high / drifting.low < 1.01  # a 45% drift, and a tight interval
+    assert verdict(drifting, 0.01) == "same"
+
+
+def test_noisy_timing_is_ambiguous_not_faster() -> None:
+    noisy = speedup_interval(*_paired(1.03, 0.3, 4, blocks=3), BLOCK, BLOCK)
+    assert verdict(noisy, 0.015) == "ambiguous"
+
+
+def test_one_block_falls_back_to_the_calls() -> None:
+    answer, reference = _paired(1.2, 0.01, 5, blocks=1)
+    interval = speedup_interval(answer, reference, len(answer), len(reference))
+    assert interval is not None and interval.low < 1.2 < interval.high and verdict(interval, 0.02) == "faster"
+    assert speedup_interval([1.0], [1.0], 1, 1) is None  # one call each: no spread, no interval
+
+
+def test_the_band_holds_the_calibration_intervals_or_is_the_default() -> None:
+    """The band is the margin around 1 that holds 98% of the calibration model's intervals (each by its farther
+    end), so the calibration itself reads same on about 98% of its problems by construction; the check with teeth
+    is that a real 5% speedup still reads faster against it."""
+    calibration = [SpeedupInterval(1.0 + 0.001 * k - 0.002, 1.0 + 0.001 * k + 0.002) for k in range(-20, 21)]
+    measured = noise_band(calibration, "cuda_events")
+    assert measured.source == "calibration" and measured.calibration_answers == 41
+    assert measured.band == pytest.approx(0.0216, abs=0.0006)  # the farther ends reach 1.022 and 0.978
+    assert [verdict(i, measured.band) for i in calibration].count("same") >= 40
+    faster = speedup_interval(*_paired(1.05, 0.01, 1), BLOCK, BLOCK)
+    assert verdict(faster, measured.band) == "faster"
+    default = noise_band(calibration[:5], "cuda_events")
+    assert (default.source, default.band) == ("default", significance.DEFAULT_BAND["cuda_events"])
+    assert noise_band([], "cpu_wall_interpreter").band == significance.DEFAULT_BAND["cpu_wall_interpreter"]
+
+
+def test_verdicts_at_the_band_edges() -> None:
+    assert verdict(SpeedupInterval(1.021, 1.05), 0.02) == "faster"
+    assert verdict(SpeedupInterval(1.019, 1.05), 0.02) == "ambiguous"
+    assert verdict(SpeedupInterval(0.99, 1.01), 0.02) == "same"
+    assert verdict(SpeedupInterval(0.90, 0.97), 0.02) == "slower"
+    assert verdict(None, 0.02) is None
+    low = np.array([1.1, 1.51, np.nan, 2.2])
+    assert significance.significantly_fast(low, 1.0, 0.02).tolist() == [True, True, False, True]
+    assert significance.significantly_fast(low, 1.5, 0.02).tolist() == [False, False, False, True]

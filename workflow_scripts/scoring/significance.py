@@ -1,0 +1,124 @@
+"""Whether a speedup is more than timing noise: the one definition of the speed verdicts and of fast_p_significant.
+
+KernelBench's fast_1 (speedup strictly above 1) is partly a coin toss: the reference submitted as its own answer
+reads 0.965-1.033 under KernelBench's harness. Beside the published counts (scoring/metrics.py, unchanged), each
+correct answer gets:
+
+- an interval for its speedup over the eager reference timed beside it (``speedup_interval``). Paired timing's blocks
+  are independent runs interleaved in one exclusive window (ABBA), so block b gives the ratio r_b = mean of the
+  reference's block / mean of the answer's block, and the interval is the ``CONFIDENCE`` t-interval of the mean of
+  log r_b, exponentiated. With fewer than ``MIN_BLOCKS`` blocks (the CPU's short protocol) the calls stand in for the
+  blocks: a delta-method interval for log(mean reference) - log(mean answer) from the two sides' calls;
+- a verdict against the noise band ``band`` (``noise_band``): what the calibration model (the reference as its own
+  answer: true speedup 1) measured on the same environment, the margin around 1 that holds ``NOISE_QUANTILE`` of its
+  intervals (the quantile of each interval's farther end, |log|), once it has at least ``MIN_CALIBRATION`` of them;
+  else ``DEFAULT_BAND`` of the timing mode. The band is then what the environment cannot tell from 1 even for the
+  same code in two processes (a cuDNN algorithm chosen differently, the answer process's own overhead), beside the
+  random noise each interval already holds. ``faster``:
+  the interval's low end above 1 + band; ``slower``: its high end below 1 / (1 + band); ``same``: the whole interval
+  within [1 / (1 + band), 1 + band]; ``ambiguous`` otherwise;
+- fast_p_significant: correct and the interval's low end above p x (1 + band): a fast_p that noise cannot explain.
+
+Only the paired eager reference has an interval: the torch.compile baseline is timed in another job, in another
+window, so nothing here bounds the drift between the two.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+MIN_BLOCKS = 3
+NOISE_QUANTILE = 0.98
+MIN_CALIBRATION = 20
+# The band where no calibration model measured one: on CUDA, twice the p90 |speedup - 1| of the calibration runs on
+# H100s and H200s (0.3-1.3%, bench/README.md s18-s20); in the CPU interpreter, whose wall times share the host.
+DEFAULT_BAND: dict[str, float] = {"cuda_events": 0.025, "cpu_wall_interpreter": 0.15}
+VERDICTS = ("faster", "slower", "same", "ambiguous")
+
+
+@dataclass(frozen=True)
+class SpeedupInterval:
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class NoiseBand:
+    band: float  # a speedup within [1 / (1 + band), 1 + band] is indistinguishable from 1
+    source: str  # "calibration" (measured by the calibration models on this environment) or "default"
+    calibration_answers: int  # correct calibration answers it was measured over
+
+
+def blocks(trials: Sequence[float], block_trials: int) -> list[list[float]]:
+    """``trials`` in consecutive blocks of ``block_trials`` (the last may be shorter), as timing.paired_blocks
+    split them."""
+    size = max(1, int(block_trials))
+    return [list(trials[i:i + size]) for i in range(0, len(trials), size)]
+
+
+def speedup_interval(answer_trials: Sequence[float], reference_trials: Sequence[float], block_trials: int,
+                     reference_block_trials: int) -> SpeedupInterval | None:
+    """The interval of the reference-over-answer speedup from the two sides' timed calls (each in the order they
+    ran, in blocks of ``block_trials`` and ``reference_block_trials``); None without enough positive times."""
+    answer = blocks(answer_trials, block_trials)
+    reference = blocks(reference_trials, reference_block_trials)
+    if len(answer) == len(reference) >= MIN_BLOCKS:
+        logs = [math.log(np.mean(r) / np.mean(a)) for a, r in zip(answer, reference)
+                if np.mean(a) > 0 and np.mean(r) > 0]
+        if len(logs) < MIN_BLOCKS:
+            return None
+        centre, half = float(np.mean(logs)), _t(len(logs) - 1) * float(np.std(logs, ddof=1)) / math.sqrt(len(logs))
+        return SpeedupInterval(math.exp(centre - half), math.exp(centre + half))
+    return _calls_interval(np.asarray(answer_trials, dtype=float), np.asarray(reference_trials, dtype=float))
+
+
+def _calls_interval(answer: np.ndarray, reference: np.ndarray) -> SpeedupInterval | None:
+    """The delta-method interval from the calls themselves: log(mean reference) - log(mean answer), each mean's
+    relative standard error sd / (mean sqrt(n))."""
+    if answer.size < 2 or reference.size < 2 or answer.mean() <= 0 or reference.mean() <= 0:
+        return None
+    relative = [float(np.std(x, ddof=1) / (x.mean() * math.sqrt(x.size))) for x in (answer, reference)]
+    centre = math.log(reference.mean() / answer.mean())
+    half = _t(min(answer.size, reference.size) - 1) * math.hypot(*relative)
+    return SpeedupInterval(math.exp(centre - half), math.exp(centre + half))
+
+
+def _t(degrees: int) -> float:
+    return float(stats.t.ppf(0.5 + CONFIDENCE / 2, max(1, degrees)))
+
+
+def noise_band(calibration: Sequence[SpeedupInterval], timing_mode: str | None) -> NoiseBand:
+    """The band from the calibration models' intervals on this environment (correct answers timed beside the
+    reference), or the timing mode's default where there are fewer than ``MIN_CALIBRATION``."""
+    edges = np.array([max(abs(math.log(i.low)), abs(math.log(i.high))) for i in calibration
+                      if np.isfinite(i.low) and np.isfinite(i.high) and i.low > 0 and i.high > 0])
+    if edges.size >= MIN_CALIBRATION:
+        return NoiseBand(float(math.expm1(np.quantile(edges, NOISE_QUANTILE))), "calibration", int(edges.size))
+    default = DEFAULT_BAND.get(timing_mode or "", max(DEFAULT_BAND.values()))
+    return NoiseBand(default, "default", int(edges.size))
+
+
+def verdict(interval: SpeedupInterval | None, band: float) -> str | None:
+    """faster, slower, same or ambiguous (None without an interval: not correct, or not timed beside the
+    reference)."""
+    if interval is None:
+        return None
+    if interval.low > 1 + band:
+        return "faster"
+    if interval.high < 1 / (1 + band):
+        return "slower"
+    if interval.low >= 1 / (1 + band) and interval.high <= 1 + band:
+        return "same"
+    return "ambiguous"
+
+
+def significantly_fast(low: np.ndarray, p: float, band: float) -> np.ndarray:
+    """Per answer: the interval's low end above p x (1 + band) (NaN, no interval, never is)."""
+    with np.errstate(invalid="ignore"):
+        return low > p * (1 + band)
