@@ -5,7 +5,8 @@ bench/kernelbench_answers/ours has one; and mutants of the renamed reference, a 
 ``forward`` calls the reference's and changes its output (so parameters and seeded weights stay the reference's):
 syntax error, RuntimeError, an extra dimension, float64, +1e-2, a change well within atol=rtol=1e-4, NaN, and an
 endless Python loop. Each answer is judged by KernelBench's ``eval_kernel_against_ref`` (bench/kernelbench_harness.py,
-a fresh process per answer) and by ``evaluate_answers`` twice: our default config and the KernelBench-exact one.
+a fresh process per answer) and by ``evaluate_answers`` twice: our default config and the KernelBench-exact one, in
+a worker process replaced after a problem whose verdicts show a CUDA error (``OursSide``).
 One JSON line per answer in $OUT/fidelity.jsonl, written as soon as its three verdicts exist; a rerun skips the
 answers already there (a cut-off device call resumes), and ``--budget-s`` stops starting problems after that long.
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import multiprocessing
 import os
 import re
 import statistics
@@ -46,7 +48,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, wait
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +61,7 @@ from bench.gpu_problem_worker import ours_answer, reference_answer  # noqa: E402
 from bench.gpu_watchdog import append_record, problem_file  # noqa: E402
 
 DEVICE = os.environ.get("BENCH_DEVICE", "cuda")  # BENCH_DEVICE=cpu: a smoke run of our side
+POISONED = "CUDA error"  # in a verdict's error: the trusted side's CUDA context may be unusable from here on
 # Our Triton answers are written for KernelBench's problems; the demo suite reuses the keys for other problems.
 KERNELBENCH_MARK = Path("KernelBench") / "level1" / "1_Square_matrix_multiplication_.py"
 
@@ -185,16 +188,45 @@ def judge(args: argparse.Namespace, groups: list[tuple[str, dict[str, Path]]], d
         configs = {"default": EvalConfig(device=DEVICE), "exact": kernelbench_exact_config()}
         if timeout_s is not None:  # the endless loops: the default config's 1,200 s would only cost time
             configs = {name: dataclasses.replace(cfg, timeout_s=timeout_s) for name, cfg in configs.items()}
-        for key, answers in (g for g in groups if g[1]):
-            try:
-                results = {name: evaluate_answers(problem_file(args.suite, key), list(answers.values()), cfg)
-                           for name, cfg in configs.items()}
-            except Exception:  # noqa: BLE001 - nothing recorded for this problem: a rerun retries it
-                traceback.print_exc()
-                continue
-            for i, kind in enumerate(answers):
-                ours = {name: ours_record(rs[i]) for name, rs in results.items()}
-                append_record(args.out / "fidelity.jsonl", answer_record(key, kind, kb[(key, kind)].result(), ours))
+        ours_side = OursSide()
+        try:
+            for key, answers in (g for g in groups if g[1]):
+                try:
+                    results = {name: ours_side.evaluate(problem_file(args.suite, key), list(answers.values()), cfg)
+                               for name, cfg in configs.items()}
+                except Exception:  # noqa: BLE001 - nothing recorded for this problem: a rerun retries it
+                    traceback.print_exc()
+                    ours_side.close()  # the next problem in a fresh worker
+                    continue
+                for i, kind in enumerate(answers):
+                    ours = {name: ours_record(rs[i]) for name, rs in results.items()}
+                    append_record(args.out / "fidelity.jsonl",
+                                  answer_record(key, kind, kb[(key, kind)].result(), ours))
+        finally:
+            ours_side.close()
+
+
+class OursSide:
+    """Our evaluator in a worker process of its own, as the pipeline judges each problem in a job of its own: a
+    trusted-side CUDA error (a device assert poisons the process's context: s21's run judged every problem after
+    L1/40 reference_error) costs that problem's verdicts, and the next problem starts in a fresh process. The worker
+    is kept while nothing went wrong (a spawn and CUDA start cost seconds per problem)."""
+
+    def __init__(self) -> None:
+        self.pool: ProcessPoolExecutor | None = None
+
+    def evaluate(self, problem: Path, answers: list[Path], cfg: EvalConfig) -> list[EvalResult]:
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        results = self.pool.submit(evaluate_answers, problem, answers, cfg).result()
+        if any(POISONED in (r.error or "") or "trusted_side_error" in r.flags for r in results):
+            self.close()  # these verdicts stand as recorded; the next problem gets a clean CUDA context
+        return results
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
 
 
 def read_records(path: Path) -> list[dict]:

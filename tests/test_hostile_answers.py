@@ -64,6 +64,23 @@ def test_covers_leave_the_child_only_what_it_needs(tmp_path: Path) -> None:
         shutil.rmtree(base)
 
 
+def test_the_evaluating_process_s_own_pythonpath_is_not_opened_to_answers(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run started with PYTHONPATH pointing at another checkout (its results, tests and answers) opened that whole
+    folder to every answer (s21, found by the demo's hostile answer). The child's PYTHONPATH is the repository
+    alone, so such an entry is no module folder of its own: covered, as any other folder."""
+    other = tmp_path / "other_checkout"
+    (other / "results").mkdir(parents=True)
+    (other / "results" / "answer.py").write_text("class ModelNew: ...\n")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    monkeypatch.syspath_prepend(str(other))
+    assert other in needed_paths(workdir)  # on sys.path by other means (a .pth file): still a module folder
+    monkeypatch.setenv("PYTHONPATH", str(other))
+    assert other not in needed_paths(workdir)
+    assert hidden_by([c.to_dict() for c in covers(workdir)], other / "results" / "answer.py")
+
+
 def test_the_child_package_a_stand_in_runs_from_is_kept(tmp_path: Path) -> None:
     # A stand-in child (tests.fixtures.*, as the channel tests put in place) runs from the repository's tests/.
     assert REPO_ROOT / "tests" in needed_paths(tmp_path, package="tests")

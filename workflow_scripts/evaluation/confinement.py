@@ -56,7 +56,8 @@ class Cover:
 def needed_paths(workdir: Path, package: str = "workflow_scripts") -> list[Path]:
     """What a child cannot run without: the harness's package and the one its module is in, its own folder, the
     interpreter's installation (as named and as resolved), its module folders (not the repository or the working
-    folder, which this process's ``sys.path`` may hold) and the libraries the environment points the loader to."""
+    folder, which this process's ``sys.path`` may hold, nor this process's own PYTHONPATH) and the libraries the
+    environment points the loader to."""
     paths = [REPO_ROOT / "workflow_scripts", REPO_ROOT / package, Path(workdir)]
     prefixes = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     for prefix in prefixes:
@@ -64,9 +65,14 @@ def needed_paths(workdir: Path, package: str = "workflow_scripts") -> list[Path]
     paths += [Path(sys.executable).resolve().parent]
     paths += [Path(p) for p in sysconfig.get_paths().values()]
     own = (REPO_ROOT, Path.cwd())
+    # This process's PYTHONPATH is not the child's (sandbox.ChildProcess.env gives it the repository alone): an entry
+    # of it is no module folder of the child's, and may be anything (s21: another checkout of this repository, its
+    # results and tests whole, was open to every answer of a run started with PYTHONPATH pointing there).
+    ours_only = {Path(p).absolute() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
     for entry in (Path(p).absolute() for p in sys.path if p and os.path.isdir(p)):
         inside_own = any(entry == o or o in entry.parents for o in own)
-        if not inside_own or any(pre in entry.parents for pre in prefixes):
+        in_prefix = any(pre in entry.parents for pre in prefixes)
+        if (not inside_own or in_prefix) and (entry not in ours_only or in_prefix):
             paths.append(entry)
     for variable in ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH"):
         paths += [Path(p) for p in os.environ.get(variable, "").split(os.pathsep) if p]

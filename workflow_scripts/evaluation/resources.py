@@ -100,6 +100,9 @@ def evaluate_memory(sizes: Sizes | None, evaluation: Mapping[str, Any], answers:
     if cuda:
         # The reference's timing outputs wait on the host once they reach 1 GiB (the GPU keeps room for answers).
         host += o if timed and o >= LARGE_OUTPUT_GIB else 0
+        # The seeded reference outputs, where they take 1 GiB or more: memory_plan keeps them on the host when the
+        # card has no room beside the answer (an 80 GB card on L1/38), which the scheduler cannot know.
+        host += trials * o if trials * o >= LARGE_OUTPUT_GIB else 0
     else:
         host += (trials + timed) * o  # the reference outputs (seeded and timing) stay in host memory
         host += i if timed else 0  # the timing inputs as tensors, besides their area (the reference is timed on them)
