@@ -55,6 +55,7 @@ class OutputAudit:
         self.first: list[Any] | None = None
         self.trials = 0
         self.independent = True  # every later trial's outputs pass against the first's
+        self.same_count = True  # every trial has as many outputs as the first: else no constant answers them
         self.ranges: list[_Range] = []
 
     def add(self, outputs: list[Any]) -> None:
@@ -63,21 +64,19 @@ class OutputAudit:
         if self.first is None:
             self.first = list(outputs)
             self.ranges = [_Range(out) for out in outputs]
+        elif len(outputs) != len(self.first):
+            self.same_count = self.independent = False
         else:
-            if len(outputs) != len(self.first):
-                self.independent = False
-            elif self.independent:
+            if self.independent:
                 first = [f.to(o.device) for f, o in zip(self.first, outputs)]  # each beside its counterpart
                 self.independent = compare_outputs(first, outputs, self.atol, self.rtol)[0] == "ok"
                 del first
-            if len(outputs) != len(self.ranges):
-                self.ranges.append(_Range(None))  # outputs that change in number: no constant answers them
             for r, out in zip(self.ranges, outputs):
                 r.add(out)
         self.trials += 1
 
     def result(self) -> ProblemAudit:
-        audited = self.trials > 0 and bool(self.ranges)
+        audited = self.trials > 0 and bool(self.ranges) and self.same_count
         return ProblemAudit(
             zeros_pass=audited and all(r.constant_passes(self.atol, self.rtol, zero=True) for r in self.ranges),
             constant_pass=audited and all(r.constant_passes(self.atol, self.rtol, zero=False) for r in self.ranges),
@@ -91,14 +90,13 @@ class _Range:
     greatest element, its dtype, and whether every trial's is empty."""
 
     def __init__(self, out: Any) -> None:
-        self.usable = out is not None and not out.dtype.is_complex  # complex: no order to take a midrange in
-        self.dtype = None if out is None else out.dtype
+        self.usable = not out.dtype.is_complex  # complex: no order to take a midrange in
+        self.dtype = out.dtype
         self.empty = True
         self.nan = False
         self.low: float | None = None
         self.high: float | None = None
-        if out is not None:
-            self.add(out)
+        self.add(out)
 
     def add(self, out: Any) -> None:
         import torch

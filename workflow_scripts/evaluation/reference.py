@@ -326,22 +326,13 @@ class ReferenceSide:
         A full device raises ``torch.OutOfMemoryError`` as it is (the caller may make room and try again)."""
         if trial.placement != "recompute":
             return [o.to(device) for o in trial.outputs]
-        torch = self.torch
         if trial.device_inputs is not None:
             inputs = [self._copy(x) for x in trial.device_inputs]
         else:
             inputs = self.areas[str(trial.area)].read(trial.entries, self.device)
-        try:
-            with torch.no_grad(), self.seeding(trial.seed):
-                out = self.model(*inputs)
-                self._sync()
-        except torch.OutOfMemoryError:
-            raise
-        except Exception as e:  # noqa: BLE001
-            raise ReferenceFailed(_describe(e, f"the reference recomputing seeded trial {trial.seed}")) from None
+        # The first forward's own code (_forward): the same seeding, so a reproducible reference gives the same.
+        again = self._forward(inputs, trial.kind, trial.seed, str(trial.area), trial.entries, device_full_raises=True)
         del inputs
-        again = self._trial(trial.kind, trial.seed, str(trial.area), trial.entries, out, None, {})
-        del out
         problem = _unlike(trial, again, self.atol, self.rtol)
         if problem is not None:
             raise ReferenceFailed(f"the reference's outputs on seeded trial {trial.seed}, recomputed because the "
@@ -496,8 +487,11 @@ class ReferenceSide:
         self.release_cached_memory()  # the answer's process reads them next, onto the same device
         return trial
 
-    def _forward(self, inputs: list[Any], kind: str, seed: int, area: str,
-                 entries: list[dict[str, Any]]) -> ReferenceTrial:
+    def _forward(self, inputs: list[Any], kind: str, seed: int, area: str, entries: list[dict[str, Any]],
+                 device_full_raises: bool = False) -> ReferenceTrial:
+        """The reference's forward on ``inputs`` under KernelBench's seeding, as a trial; its failure is
+        ``ReferenceFailed``, but with ``device_full_raises`` a full device raises ``torch.OutOfMemoryError`` as it is
+        (a caller that can make room and try again)."""
         torch = self.torch
         try:
             with torch.no_grad(), self.seeding(seed):
@@ -509,6 +503,8 @@ class ReferenceSide:
                 # reseeding: the answer's starts from the state this forward left.
                 rng = self.rng_state()
         except Exception as e:  # noqa: BLE001
+            if device_full_raises and isinstance(e, torch.OutOfMemoryError):
+                raise
             raise ReferenceFailed(_describe(e, f"the reference forward ({kind} trial, seed {seed})")) from None
         return self._trial(kind, seed, area, entries, out, ms, rng)
 

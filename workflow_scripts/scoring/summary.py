@@ -172,8 +172,8 @@ class Outcomes:
     keeps_torch_op: np.ndarray  # bool (null -> False: no answer keeps nothing)
     completion_tokens: np.ndarray  # float, NaN where unknown
     # The interval of the speedup over the paired eager reference (scoring/significance.py), NaN where none.
-    speedup_eager_low: np.ndarray | None = None
-    speedup_eager_high: np.ndarray | None = None
+    speedup_eager_low: np.ndarray
+    speedup_eager_high: np.ndarray
 
     def speedups(self, baseline: str) -> np.ndarray:
         return self.speedup_eager if baseline == "eager" else self.speedup_compile
@@ -547,8 +547,7 @@ def speed_verdicts_block(outcomes: Mapping[str, Outcomes], order: Sequence[str],
     models: dict[str, Any] = {}
     for name in order:
         o = outcomes[name]
-        masks = {"overall": np.ones_like(o.correct)} | {str(level): o.levels == level for level in levels}
-        models[name] = {key: speed_verdict_counts(o, mask, band.band) for key, mask in masks.items()}
+        models[name] = {key: speed_verdict_counts(o, mask, band.band) for key, mask in scope_masks(o, levels).items()}
     return {"note": SPEED_VERDICTS_NOTE, "band": band.band, "source": band.source,
             "calibration_answers": band.calibration_answers, "timing_mode": mode, "models": models}
 
@@ -556,20 +555,29 @@ def speed_verdicts_block(outcomes: Mapping[str, Outcomes], order: Sequence[str],
 def speed_verdict_counts(o: Outcomes, mask: np.ndarray, band: float) -> dict[str, int]:
     """One model's counts over ``mask``: each verdict (eager_faster, ...) and eager_fast_p_significant per
     threshold."""
-    nan = np.full(o.correct.shape, np.nan)
-    low = np.where(o.correct, o.speedup_eager_low if o.speedup_eager_low is not None else nan, np.nan)
-    high = np.where(o.correct, o.speedup_eager_high if o.speedup_eager_high is not None else nan, np.nan)
+    low = np.where(o.correct, o.speedup_eager_low, np.nan)
+    high = np.where(o.correct, o.speedup_eager_high, np.nan)
     verdicts = [significance.verdict(significance.SpeedupInterval(lo, hi), band) if np.isfinite(lo) and
                 np.isfinite(hi) else None for lo, hi in zip(low[mask], high[mask])]
-    counts = {f"eager_{v}": sum(x == v for x in verdicts) for v in significance.VERDICTS}
-    counts.update({significant_field(key): int(significance.significantly_fast(low[mask], p, band).sum())
-                   for key, p in metrics.THRESHOLDS})
+    counts = {field: sum(x == v for x in verdicts) for v, field in zip(significance.VERDICTS, verdict_fields())}
+    counts.update({field: int(significance.significantly_fast(low[mask], p, band).sum())
+                   for (_, p), field in zip(metrics.THRESHOLDS, significant_fields())})
     return counts
 
 
-def significant_field(key: str) -> str:
-    """eager_fast_1.5_significant: the significant count of a threshold (as THRESHOLDS spells it)."""
-    return f"{metrics.fast_field('eager', key)}_significant"
+def significant_fields() -> list[str]:
+    """eager_fast_1_significant, ...: the significant count of each threshold (as THRESHOLDS spells it)."""
+    return [f"{metrics.fast_field('eager', key)}_significant" for key, _ in metrics.THRESHOLDS]
+
+
+def verdict_fields() -> list[str]:
+    """eager_faster, ...: the count of each speed verdict (significance.VERDICTS)."""
+    return [f"eager_{v}" for v in significance.VERDICTS]
+
+
+def scope_masks(o: Outcomes, levels: Sequence[int]) -> dict[str, np.ndarray]:
+    """The problems of each scope a block counts over: overall, then each level."""
+    return {"overall": np.ones_like(o.correct)} | {str(level): o.levels == level for level in levels}
 
 
 def degenerate_problems(rows: pd.DataFrame) -> dict[tuple[int, int], str]:
@@ -592,7 +600,7 @@ def audit_block(outcomes: Mapping[str, Outcomes], order: Sequence[str], names: M
     models: dict[str, Any] = {}
     for name in order:
         o = outcomes[name]
-        scopes = {"overall": np.ones(len(keys), dtype=bool)} | {str(lv): o.levels == lv for lv in levels}
+        scopes = scope_masks(o, levels)
         means = {}
         for scope, mask in scopes.items():
             means[scope] = {}
@@ -627,8 +635,7 @@ def dumps_summary(summary: Mapping[str, Any]) -> str:
 def levels_columns() -> list[str]:
     """The levels table's columns, each column family's members named by scoring's definitions."""
     return column_names("levels", fast_counts=metrics.fast_fields(), unflagged_fast_counts=metrics.unflagged_fields(),
-                        significant_fast_counts=[significant_field(key) for key, _ in metrics.THRESHOLDS],
-                        speed_verdicts=[f"eager_{v}" for v in significance.VERDICTS])
+                        significant_fast_counts=significant_fields(), speed_verdicts=verdict_fields())
 
 
 def levels_table(summary: Mapping[str, Any], rows: pd.DataFrame) -> pd.DataFrame:
@@ -659,10 +666,8 @@ def levels_table(summary: Mapping[str, Any], rows: pd.DataFrame) -> pd.DataFrame
             record["mean_completion_tokens"] = mean_completion_tokens(own, mask)
             record.update(summary.get("speed_verdicts", {}).get("models", {}).get(name, {}).get(level, {}))
             records.append(record)
-    significant = [significant_field(key) for key, _ in metrics.THRESHOLDS]
-    verdicts = [f"eager_{v}" for v in significance.VERDICTS]
     frame = pd.DataFrame.from_records(records, columns=levels_columns())
-    ints = [table_name(f) for f in level_fields()] + list(STRATEGY_FIELDS) + significant + verdicts
+    ints = [table_name(f) for f in level_fields()] + list(STRATEGY_FIELDS) + significant_fields() + verdict_fields()
     return frame.astype({c: "Int64" for c in ints} | {"label": "string", "model": "string", "level": "string",
                                                        "mean_completion_tokens": "Float64"})
 
@@ -728,6 +733,11 @@ def _markdown_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
+def _markdown_head(header: Sequence[str], text_columns: int = 1) -> list[str]:
+    """A table's header row and its rule: the first ``text_columns`` left-aligned, the rest (numbers) right."""
+    return [_markdown_row(header), "|" + "|".join(["---"] * text_columns + ["---:"] * (len(header) - text_columns)) + "|"]
+
+
 def audit_table(summary: Mapping[str, Any]) -> list[str]:
     """Per model: the headline counts without the degenerate problems and the geometric-mean speedups."""
     audit = summary.get("audit")
@@ -736,7 +746,7 @@ def audit_table(summary: Mapping[str, Any]) -> list[str]:
     fast = [metrics.fast_field(baseline, metrics.HEADLINE_THRESHOLD[0]) for baseline in metrics.BASELINES]
     header = ["model", "n without degenerate", "correct", *(f.replace("_fast_", " fast_") for f in fast),
               *(f"geomean speedup {b} (n)" for b in metrics.BASELINES)]
-    lines = ["", "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    lines = ["", *_markdown_head(header)]
     for name, entry in audit["models"].items():
         c, means = entry["without_degenerate"]["overall"], entry["geomean_speedup"]["overall"]
         cells = [name, str(c["n"]), _pct(c["correct"], c["n"]), *(_pct(c[f], c["n"]) for f in fast)]
@@ -749,17 +759,15 @@ def speed_verdicts_table(summary: Mapping[str, Any]) -> list[str]:
     """Per model: the speed verdicts against the paired eager reference and the significant fast_p counts."""
     block = summary.get("speed_verdicts")
     judged = [levels["overall"] for levels in (block or {}).get("models", {}).values()]
-    if not any(c[f"eager_{v}"] for c in judged for v in significance.VERDICTS):
+    if not any(c[f] for c in judged for f in verdict_fields()):
         return []  # no answer was timed beside the reference: nothing to say
-    significant = [significant_field(key) for key, _ in metrics.THRESHOLDS]
-    header = ["model", *significance.VERDICTS, *(f.replace("eager_fast_", "fast_") for f in significant)]
+    header = ["model", *significance.VERDICTS, *(f.replace("eager_fast_", "fast_") for f in significant_fields())]
     lines = ["", f"Speed verdicts against the eager reference timed beside each answer (noise band "
                  f"{100 * block['band']:.1f}%, {block['source']}; scoring/significance.py):", "",
-             "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+             *_markdown_head(header)]
     for name, levels in block["models"].items():
         c = levels["overall"]
-        lines.append(_markdown_row([name, *(str(c[f"eager_{v}"]) for v in significance.VERDICTS),
-                                    *(str(c[f]) for f in significant)]))
+        lines.append(_markdown_row([name, *(str(c[f]) for f in verdict_fields() + significant_fields())]))
     return lines
 
 
@@ -774,7 +782,7 @@ def markdown_table(summary: Mapping[str, Any]) -> str:
     header = ["model", "label", "n", "compiled", "correct", *(title for _, title in fast), "flags",
               f"Δ correct vs {reference}, pp [95% CI]"]
     lines = markdown_header(summary)
-    lines += ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
+    lines += _markdown_head(header, text_columns=2)
     for name, entry in summary["models"].items():
         c = entry["levels"]["overall"]
         n = c["n"]
