@@ -13,6 +13,10 @@ $OUT/gpu_problem_worker.jsonl, written as the run goes:
   worker i on GPU i mod the visible GPUs.
 * ``throughput``: N answers per problem through one ProblemEvaluator on GPU 0, and KernelBench's harness
   (bench/kernelbench_harness.py) on one answer per problem in the same run (done-when 4).
+* ``verdicts``: the speed verdicts and the zeros flag on answers whose truth is known (issue 35): the chain problem of
+  bench/known_speedups/chain.py against answers 5% faster, as fast and 5% slower (true speedups 20/19, 1, 20/21);
+  with ``--problems`` (e.g. L1_23), each problem's reference as its own answer beside the cheat suite's zeros
+  answer (tests/cheats/answers/cheats/softmax_zeros.py). ``calibration_summary.py`` reads their verdicts.
 * ``scaling``: the same answers as ``throughput``, problems handed to one worker process per visible GPU, each
   leasing a GPU through the lock files as pipeline jobs do, then to one worker on the first GPU alone; the ratio
   of the two walls (done-when 4, two GPUs against one).
@@ -41,12 +45,15 @@ from workflow_scripts.analysis.extract import extract_code  # noqa: E402
 from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answers  # noqa: E402
 from workflow_scripts.evaluation.baseline import BaselineConfig, measure_baselines  # noqa: E402
 from workflow_scripts.generation.replay import rename_reference_model  # noqa: E402
+from workflow_scripts.scoring.rows import paired_interval  # noqa: E402
 from bench import kernelbench_harness  # noqa: E402
 from bench.gpu_watchdog import append_record, problem_file  # noqa: E402
 
 SPINNER = ROOT / "bench" / "spinning" / "answer.py"
 ADD = ROOT / "tests" / "cheats" / "problems" / "1_ElementwiseAdd.py"  # the problem the spinner answers
 OURS = ROOT / "bench" / "kernelbench_answers" / "ours"
+CHAIN_PROBLEM = ROOT / "bench" / "known_speedups" / "chain.py"
+ZEROS_ANSWER = ROOT / "tests" / "cheats" / "answers" / "cheats" / "softmax_zeros.py"
 
 
 def log(out: Path, record: dict) -> None:
@@ -83,10 +90,14 @@ def summarise(result) -> dict:
     checks = (result.timing_raw or {}).get("timed_checks") or {}
     paired = (result.paired_reference or {}).get("stats") or {}
     timed = result.runtime_ms and paired.get("mean")
+    interval = paired_interval(result.to_dict()) if timed else None
     return {"status": result.status, "runtime_ms": result.runtime_ms, "max_abs_diff": result.max_abs_diff,
             # the pipeline's eager speedup: the reference timed beside the answer (paired timing), means and medians
             "speedup": paired["mean"] / result.runtime_ms if timed else None,
             "median_speedup": paired["median"] / result.runtime_stats["median"] if timed else None,
+            # its 95% interval, as the rows' speedup_eager_low/high (scoring/significance.py)
+            "speedup_low": interval.low if interval else None, "speedup_high": interval.high if interval else None,
+            "problem_audit": result.problem_audit,
             "flags": result.flags, "error": (result.error or "")[-1200:],  # the tail holds the exception
             "host_memory": (result.protocol or {}).get("host_memory"),  # the answer tree's cap and peak
             "phases_s": {k: round(v, 3) for k, v in result.phases_s.items()},
@@ -292,6 +303,24 @@ def calibrate_chunk(job: tuple[Path, Path, list[str], str, bool, int, float | No
             log(out, record)
 
 
+def run_verdicts(args, tmp: Path) -> None:
+    source = CHAIN_PROBLEM.read_text()
+    chains = (19, 20, 21)
+    answers = []
+    for n in chains:
+        answers.append(tmp / f"chain{n}.py")
+        answers[-1].write_text(rename_reference_model(source).replace("CHAIN = 20", f"CHAIN = {n}"))
+    for n, r in zip(chains, evaluate_answers(CHAIN_PROBLEM, answers, config(require_triton=False))):
+        log(args.out, {"bench": "verdicts", "problem": "chain20", "answer": f"chain{n}", "true_speedup": 20 / n,
+                       **summarise(r)})
+    for key in args.problems:  # degenerate problems: the zeros answer beside the honest reference
+        problem = problem_file(args.suite, key)
+        honest = reference_answer(problem, tmp)
+        for name, r in zip(("reference", "zeros"), evaluate_answers(problem, [honest, ZEROS_ANSWER],
+                                                                     config(require_triton=False))):
+            log(args.out, {"bench": "verdicts", "problem": key, "answer": name, **summarise(r)})
+
+
 def run_inputs_check(args, tmp: Path) -> None:
     """Diagnosis of the calibration bias: the reference as its own answer timed (a) as the evaluator does, on timing
     inputs built on the GPU from a secret seed, and (b) on KernelBench's seed-42 timing inputs built on the CPU,
@@ -416,7 +445,7 @@ def run_throughput(args, tmp: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bench", choices=["big", "spin", "calibration", "throughput", "scaling",
-                                                           "inputs_check"])
+                                          "inputs_check", "verdicts"])
     parser.add_argument("--suite", type=Path, required=True)
     parser.add_argument("--problems", nargs="*", default=[])
     parser.add_argument("--skip", type=int, default=0)
@@ -442,7 +471,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         {"big": run_big, "spin": run_spin, "calibration": run_calibration, "throughput": run_throughput,
-         "scaling": run_scaling, "inputs_check": run_inputs_check}[args.bench](args, Path(tmp))
+         "scaling": run_scaling, "inputs_check": run_inputs_check, "verdicts": run_verdicts}[args.bench](args, Path(tmp))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,30 @@ rule environment:
         "python -m workflow_scripts.stages.environment --params {params.settings:q} --out {output:q} > {log} 2>&1"
 
 
+rule device_rates:
+    # What the device does at best (copy and multiply rates), once per environment: every problem's floor.
+    input:
+        environment=LAYOUT.environment(DEVICE),
+    output:
+        LAYOUT.device_rates(DEVICE),
+    params:
+        settings=as_params({k: EVAL[k] for k in ("device", "tf32", "gpus") if k in EVAL}),
+        store=STORE,
+        locks=LAYOUT.locks(),
+    log:
+        LAYOUT.log("device_rates"),
+    resources:
+        runtime=10,
+        mem_mb=4000,
+        **gpu_resources(),
+    conda:
+        f"../envs/evaluation-{DEVICE}.yaml"
+    shell:
+        "python -m workflow_scripts.stages.device_rates --params {params.settings:q}"
+        " --environment {input.environment:q} --out {output:q} --store {params.store:q}"
+        " --lock-dir {params.locks:q} > {log} 2>&1"
+
+
 rule baseline:
     input:
         problem=problem_file,

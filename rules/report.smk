@@ -50,6 +50,7 @@ FIGURE_REPORTS = {
 rule collect:
     input:
         problems=LAYOUT.problems(),
+        device_rates=LAYOUT.device_rates(DEVICE),
         # Not read here: it puts rule model_names into every run of the default target (its evaluate jobs read it).
         models=LAYOUT.model_names(),
         answers=[LAYOUT.answers(model) for model in MODELS],
@@ -73,6 +74,7 @@ rule collect:
         "../envs/analysis.yaml"
     shell:
         "python -m workflow_scripts.stages.collect --params {params.settings:q} --problems {input.problems:q}"
+        " --device-rates {input.device_rates:q}"
         " --results {params.results:q} --out {output.rows:q} --flags-out {output.flags:q}"
         " --store {params.store:q} > {log} 2>&1"
 
@@ -150,6 +152,7 @@ rule model_rows:
     # completions, answers, evaluations (and the shared baselines) and nothing of the other models.
     input:
         problems=LAYOUT.problems(),
+        device_rates=LAYOUT.device_rates(DEVICE),
         answers=LAYOUT.answers("{model}"),
         static=LAYOUT.static("{model}"),
         evaluations=lambda wc: evaluation_files(wc.model),
@@ -169,5 +172,6 @@ rule model_rows:
         "../envs/analysis.yaml"
     shell:
         "python -m workflow_scripts.stages.model_rows --params {params.settings:q} --problems {input.problems:q}"
+        " --device-rates {input.device_rates:q}"
         " --results {params.results:q} --out {output.rows:q} --flags-out {output.flags:q}"
         " --store {params.store:q} > {log} 2>&1"

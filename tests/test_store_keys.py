@@ -30,6 +30,7 @@ COVERED = {
     "evaluate": {"core", "analysis", "suite", "evaluation"},
     "baseline": {"core", "analysis", "suite", "evaluation"},
     "environment": {"core", "analysis", "suite", "evaluation"},
+    "device_rates": {"core", "analysis", "suite", "evaluation"},
     "collect": {"core", "scoring"},
     "model_rows": {"core", "scoring"},
     "summary": {"core", "scoring"},

@@ -32,6 +32,7 @@ FRACTION = "fraction"
 PERCENTAGE_POINTS = "percentage points"
 SHA256 = "sha256 (hex)"
 BYTES = "bytes"
+FLOPS = "floating-point operations"
 
 
 @dataclass(frozen=True)
@@ -131,13 +132,18 @@ def _rows_columns() -> dict[str, Column]:
                                     "beside the answer (scoring/significance.py: its paired blocks' ratios, or its "
                                     "calls with fewer than 3 blocks); null without paired timing", RATIO),
         "speedup_eager_high": Column("the high end of that interval", RATIO),
+        "floor_ms": Column("the problem's speed-of-light floor on the run's device (scoring/speed_of_light.py): its "
+                           "bytes at the device's best measured copy rate or its FLOPs at the best measured multiply "
+                           "rate, whichever is longer; null without the problem's sizes", MS),
+        "floor_fraction": Column("floor_ms / runtime_ms: how close the answer came to the floor (1: at it; above 1: "
+                                 "faster than it, flagged faster_than_floor); null unless correct", RATIO),
         "keeps_torch_op": KEEPS_TORCH_OP,
         "completion_tokens": COMPLETION_TOKENS,
         "completion_sha256": COMPLETION_SHA256,
         "code_sha256": CODE_SHA256,
         "problem_sha256": Column("sha256 of the problem file's bytes", SHA256),
         "flag_list": Column("the answer's flags, sorted and comma-separated (empty: none): run-time checks "
-                            "(core/statuses.py FLAGS), static:<check> findings, suspicious_speedup"),
+                            "(core/statuses.py FLAGS), static:<check> findings, suspicious_speedup, faster_than_floor"),
         "error": Column("the evaluator's error message (tail of the traceback); null without one"),
         "device": Column("where the answer was evaluated: cpu or cuda"),
         "timing_mode": Column("how times were taken: cuda_events, or cpu_wall_interpreter (Triton interpreter "
@@ -170,6 +176,9 @@ TABLES: dict[str, Table] = {
                               "input_bytes", BYTES),
         "output_bytes": Column("bytes of the model's outputs on those inputs (meta device); null as input_bytes",
                                BYTES),
+        "flops": Column("floating-point operations of the forward's matrix multiplies, convolutions and attention "
+                        "(PyTorch's FlopCounterMode on the meta device; elementwise work is not counted); null as "
+                        "input_bytes", FLOPS),
         "size_error": Column("why the sizes are null: the step that failed on the meta device and its error, one "
                              "line; null when the sizes are known"),
     }),

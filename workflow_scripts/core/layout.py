@@ -65,6 +65,9 @@ class ResultsLayout:
     def environment(self, device: str) -> str:
         return f"{self.root}/environment/{device}.json"
 
+    def device_rates(self, device: str) -> str:
+        return f"{self.root}/environment/{device}_rates.json"
+
     def evaluation(self, model: str, level: int | str, problem_id: int | str) -> str:
         return f"{self.root}/evaluations/{model}/{problem_key(level, problem_id)}.json"
 

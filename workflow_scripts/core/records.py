@@ -4,7 +4,7 @@ in the vLLM environment); the per-problem row's columns are scoring.rows.COLUMNS
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 # The statistic of the timed trials that is "the" time of an answer or a baseline: the evaluation's runtime_ms, the
@@ -31,7 +31,8 @@ TIMELINE_FILE = "timeline.jsonl"
 # In the lock folder (above the hosts' folders): when the latest run of a results folder started (Snakemake's onstart):
 # the timeline's tables are that run's (the lines of earlier runs stay in the files).
 RUN_START_FILE = "run_start.json"
-TIMED_KINDS = ("timing_answer", "timing_reference", "timing_probe", "baseline_eager", "baseline_compile")
+TIMED_KINDS = ("timing_answer", "timing_reference", "timing_probe", "baseline_eager", "baseline_compile",
+               "device_rates")
 LEASE_KINDS = ("lease_shared", "lease_exclusive", "lease_wait")
 
 
@@ -51,3 +52,31 @@ class AnswerRecord:
     require_triton: bool = True
     completion_error: str | None = None  # why a completion failed or is missing (e.g. names a non-UTF-8 file)
 
+
+# The device's best rates (evaluation/device_rates.py measures them; scoring/speed_of_light.py reads them).
+@dataclass(frozen=True)
+class CopyPoint:
+    bytes_moved: int  # read plus written
+    seconds: float  # the best call
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bytes_moved / self.seconds
+
+
+@dataclass(frozen=True)
+class DeviceRates:
+    device: str
+    copies: list[CopyPoint]
+    matmul_flops_per_s: dict[str, float]  # dtype name -> the best rate measured
+    tf32: dict[str, Any]  # the flags float32 multiplies ran under
+    fingerprint: dict[str, Any]  # where it was measured (the job checks it against the run's environment)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeviceRates:
+        return cls(device=data["device"], copies=[CopyPoint(**c) for c in data["copies"]],
+                   matmul_flops_per_s=dict(data["matmul_flops_per_s"]), tf32=dict(data.get("tf32") or {}),
+                   fingerprint=dict(data.get("fingerprint") or {}))

@@ -12,7 +12,8 @@ device, ``cpu``, where no lease is taken), with the job's own fields (``purpose`
 * ``timing_answer``, ``timing_reference``, ``timing_probe``: an evaluation's timed blocks (the answer's, the
   paired reference's, the overhead probe's), inside its exclusive lease;
 * ``baseline_eager``, ``baseline_compile``: a baseline job's two runs, each a process of its own (the compile
-  run's ``compile_time_s``: its compilation and autotuning, the rest is its timing).
+  run's ``compile_time_s``: its compilation and autotuning, the rest is its timing);
+* ``device_rates``: the device's copy and multiply rates measured once per environment (``device_rates``).
 
 Each run of the workflow marks its start (``mark_run_start``); the tables are made of the intervals since.
 The file's name and the timed activities are in ``core/records.py`` (the reader shares them). ``scoring/gpu_timeline.py``

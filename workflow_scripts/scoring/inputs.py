@@ -12,6 +12,7 @@ import pandas as pd
 
 from workflow_scripts.core.layout import ResultsLayout, problem_key
 from workflow_scripts.core.store import Store
+from workflow_scripts.core.records import DeviceRates
 
 
 @dataclass(frozen=True)
@@ -23,9 +24,9 @@ class RowInputs:
     files: dict[str, Path]
 
     @classmethod
-    def find(cls, problems_file: Path, models: list[str], layout: ResultsLayout) -> RowInputs:
+    def find(cls, problems_file: Path, models: list[str], layout: ResultsLayout, device_rates: Path) -> RowInputs:
         problems = pd.read_parquet(problems_file)
-        files: dict[str, Path] = {"problems": Path(problems_file)}
+        files: dict[str, Path] = {"problems": Path(problems_file), "device_rates": Path(device_rates)}
         keys = [(int(p.level), int(p.problem_id)) for p in problems.itertuples()]
         for model in models:
             files[f"answers:{model}"] = Path(layout.answers(model))
@@ -39,6 +40,10 @@ class RowInputs:
     def hashes(self, store: Store) -> dict[str, str]:
         """Each file's sha256, checked against the store's manifest: an edited result file stops the run here."""
         return {role: store.check_result(path) for role, path in self.files.items()}
+
+    def rates(self) -> DeviceRates:
+        """The device's measured rates (each problem's floor)."""
+        return DeviceRates.from_dict(json.loads(self.files["device_rates"].read_text()))
 
     def load(self, store: Store) -> tuple[dict, dict, dict, dict]:
         """answers, static, evaluations and baselines, as collect_rows takes them."""

@@ -14,11 +14,12 @@ from typing import Any
 
 import pandas as pd
 
-
 from workflow_scripts.core.columns import column_names
 from workflow_scripts.core.statuses import Status, is_compiled
+from workflow_scripts.core.records import DeviceRates
 from workflow_scripts.scoring.metrics import SUSPICIOUS_SPEEDUP_FLAG, eager_baseline, exceeds_flag_limit, speedup
 from workflow_scripts.scoring.significance import SpeedupInterval, speedup_interval
+from workflow_scripts.scoring.speed_of_light import FASTER_THAN_FLOOR_FLAG, ProblemWork, floor_fraction, floor_ms
 
 COLUMNS = column_names("rows")
 FLAG_SEPARATOR = ","
@@ -37,8 +38,10 @@ def build_row(
     evaluation: dict[str, Any],
     baseline: dict[str, Any],
     code_version: str,
+    rates: DeviceRates | None = None,
 ) -> dict[str, Any]:
-    """One row; ``code_version`` is the pipeline code building it (core/store.py package_version)."""
+    """One row; ``code_version`` is the pipeline code building it (core/store.py package_version), ``rates`` the
+    device's measured rates (its floor; None: no floor)."""
     status = evaluation["status"]
     correct = status == Status.CORRECT.value
     runtime_ms = evaluation.get("runtime_ms") if correct else None
@@ -49,6 +52,10 @@ def build_row(
     flags = list(evaluation.get("flags") or [])
     if exceeds_flag_limit(speedup_eager, speedup_compile):
         flags.append(SUSPICIOUS_SPEEDUP_FLAG)
+    floor = floor_ms(ProblemWork.of(problem), rates)
+    fraction = floor_fraction(floor, runtime_ms)
+    if fraction is not None and fraction > 1:
+        flags.append(FASTER_THAN_FLOOR_FLAG)
     keeps = static.get("keeps_torch_op")
     interval = paired_interval(evaluation) if speedup_eager is not None and eager_source == "paired" else None
     return {
@@ -67,6 +74,8 @@ def build_row(
         "speedup_compile": speedup_compile,
         "speedup_eager_low": interval.low if interval else None,
         "speedup_eager_high": interval.high if interval else None,
+        "floor_ms": floor,
+        "floor_fraction": fraction,
         "keeps_torch_op": None if keeps is None or pd.isna(keeps) else bool(keeps),
         "completion_tokens": None if pd.isna(answer.get("completion_tokens")) else int(answer["completion_tokens"]),
         "completion_sha256": answer.get("completion_sha256"),
@@ -107,6 +116,7 @@ def collect_rows(
     baselines: dict[tuple[int, int], dict[str, Any]],
     *,
     code_version: str,
+    rates: DeviceRates | None = None,
 ) -> pd.DataFrame:
     rows = []
     for model in models:
@@ -116,7 +126,7 @@ def collect_rows(
             at = (int(problem["level"]), int(problem["problem_id"]))
             rows.append(
                 build_row(model, problem, answer_rows[at], static_rows.get(at, {}),
-                          evaluations[(model, *at)], baselines.get(at, {}), code_version)
+                          evaluations[(model, *at)], baselines.get(at, {}), code_version, rates)
             )
     frame = pd.DataFrame(rows, columns=COLUMNS)
     return frame.astype({"completion_tokens": "Int64", "keeps_torch_op": "boolean", "degenerate": "boolean"})

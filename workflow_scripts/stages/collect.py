@@ -25,16 +25,18 @@ def run(argv: list[str] | None, prog: str, doc: str | None) -> int:
     """The collect CLI, shared by the rules collect (every model) and model_rows (one model)."""
     parser = stage_parser(doc, prog, Params)
     parser.add_argument("--problems", type=Path, required=True)
+    parser.add_argument("--device-rates", type=Path, required=True, help="<results>/environment/<device>_rates.json")
     parser.add_argument("--results", required=True, help="the results folder (its layout: core/layout.py)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--flags-out", type=Path, required=True)
     parser.add_argument("--store", type=Path, required=True)
     args, params = parse_stage_args(parser, Params, argv)
-    inputs = RowInputs.find(args.problems, params.models, ResultsLayout(args.results))
+    inputs = RowInputs.find(args.problems, params.models, ResultsLayout(args.results), args.device_rates)
     store = Store(args.store)
 
     def compute(out: dict[str, Path]) -> None:
-        rows = collect_rows(inputs.problems, params.models, *inputs.load(store), code_version=package_version())
+        rows = collect_rows(inputs.problems, params.models, *inputs.load(store), code_version=package_version(),
+                            rates=inputs.rates())
         write_parquet(out["rows"], rows, "rows")
         write_parquet(out["flags"], flag_table(rows), "flags")
 

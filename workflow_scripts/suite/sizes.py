@@ -34,11 +34,12 @@ class ProblemSizes:
     input_bytes: int | None
     param_bytes: int | None
     output_bytes: int | None
+    flops: int | None = None  # the forward's matrix-multiply, convolution and attention FLOPs (0: none)
     error: str | None = None
 
     @classmethod
     def failed(cls, reason: str) -> "ProblemSizes":
-        return cls(None, None, None, reason)
+        return cls(None, None, None, None, reason)
 
 
 def tensor_nbytes(value: Any) -> int:
@@ -59,9 +60,11 @@ def tensor_nbytes(value: Any) -> int:
 
 def problem_sizes(path: Path | str, seed: int = KERNELBENCH_SEED) -> ProblemSizes:
     """The problem's input, parameter-and-buffer and output bytes, on the meta device after seeding as the
-    reference does (``with torch.device("meta"): Model(*get_init_inputs())(*get_inputs())``)."""
+    reference does (``with torch.device("meta"): Model(*get_init_inputs())(*get_inputs())``), and the forward's
+    FLOPs."""
     try:
         import torch
+        from torch.utils.flop_counter import FlopCounterMode
     except ImportError:
         return ProblemSizes.failed("torch is not installed in this environment")
     what = "loading the problem"
@@ -78,10 +81,11 @@ def problem_sizes(path: Path | str, seed: int = KERNELBENCH_SEED) -> ProblemSize
             torch.manual_seed(seed)
             inputs = [as_input(x, "meta") for x in problem.get_inputs()]
             what = "Model.forward"
-            out = model(*inputs)
+            with FlopCounterMode(display=False) as counter:
+                out = model(*inputs)
         what = "counting the tensors"
         params = sum(tensor_nbytes(t) for t in [*model.parameters(), *model.buffers()])
-        return ProblemSizes(tensor_nbytes(inputs), params, tensor_nbytes(out))
+        return ProblemSizes(tensor_nbytes(inputs), params, tensor_nbytes(out), int(counter.get_total_flops()))
     except _Unsized as e:
         return ProblemSizes.failed(f"{what}: {e} (not a tensor)")
     except Exception as e:  # noqa: BLE001 - the problem's own code, on a device it was not written for
@@ -91,12 +95,12 @@ def problem_sizes(path: Path | str, seed: int = KERNELBENCH_SEED) -> ProblemSize
 
 def with_sizes(table: Any, suite: Path | str) -> Any:
     """The problems table (``kernelbench.problems_dataframe``) with each problem's sizes: ``input_bytes``,
-    ``param_bytes``, ``output_bytes`` (null where unknown) and ``size_error`` (why; null where known)."""
+    ``param_bytes``, ``output_bytes``, ``flops`` (null where unknown) and ``size_error`` (why; null where known)."""
     import pandas as pd
 
     sizes = [problem_sizes(Path(suite) / path) for path in table["path"]]
     table = table.copy()
-    for column in ("input_bytes", "param_bytes", "output_bytes"):
+    for column in ("input_bytes", "param_bytes", "output_bytes", "flops"):
         table[column] = pd.Series([getattr(s, column) for s in sizes], dtype="Int64", index=table.index)
     table["size_error"] = pd.Series([s.error for s in sizes], dtype="string", index=table.index)
     return table
