@@ -9,6 +9,14 @@ each answer's speedup, and with --slow-above-ms how many answers and paired refe
 two-speed kernel (median trial above the threshold; L2/77: 5.8 ms, between its 4.9-5.1 and 6.3-6.6 ms):
 
     python bench/calibration_summary.py --copies --slow-above-ms 5.8 bench/archive/h200/2026-12-04-session16/call2_copies_*.jsonl
+
+With --verdicts (issue 35), the speed verdicts (scoring/significance.py) of the calibration answers and of the
+verdicts bench's answers of known speedup: under the timing mode's default band, and under a band measured by the
+calibration itself, split in two halves by problem (each half judged by the band the other half measured, so no
+answer judges itself); and the zeros answers' verdicts and flags. With --rates (the rates bench's
+device_rates.json) and --suite, every correct answer's speed-of-light floor (scoring/speed_of_light.py):
+
+    python bench/calibration_summary.py --verdicts --rates .../device_rates.json --suite .kb .../gpu_problem_worker.jsonl
 """
 
 from __future__ import annotations
@@ -16,7 +24,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
+from collections import Counter
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workflow_scripts.core.records import DeviceRates  # noqa: E402
+from workflow_scripts.scoring.significance import DEFAULT_BAND, SpeedupInterval, noise_band, verdict  # noqa: E402
+from workflow_scripts.scoring.speed_of_light import ProblemWork, floor_ms  # noqa: E402
 
 # Size buckets by the paired eager reference's mean time (ms): the issue's "no size bucket biased by more than 0.5%".
 BUCKETS = [(0.0, 0.1, "under 0.1 ms"), (0.1, 1.0, "0.1-1 ms"), (1.0, 10.0, "1-10 ms"),
@@ -87,11 +103,78 @@ def copies_summary(records: list[dict], slow_above_ms: float | None) -> dict:
     return out
 
 
+def interval(record: dict) -> SpeedupInterval | None:
+    low, high = record.get("speedup_low"), record.get("speedup_high")
+    return SpeedupInterval(low, high) if low and high else None
+
+
+def verdict_summary(records: list[dict]) -> dict:
+    """The calibration's verdicts under the default band and under split-half measured bands; the known-speedup
+    answers' under the band the whole calibration measured; the zeros answers' verdicts and flags."""
+    calibration = sorted(((r["problem"], interval(r)) for r in records
+                          if r.get("bench") == "calibration" and r.get("copy") in (None, 0) and interval(r)))
+    halves = [calibration[0::2], calibration[1::2]]
+    measured = [noise_band([i for _, i in half], "cuda_events") for half in halves]
+    whole = noise_band([i for _, i in calibration], "cuda_events")
+    default = DEFAULT_BAND["cuda_events"]
+    split = Counter(verdict(i, measured[1 - h].band) for h, half in enumerate(halves) for _, i in half)
+    out: dict = {
+        "calibration_answers": len(calibration),
+        "default_band": default,
+        "calibration_under_default_band": dict(Counter(verdict(i, default) for _, i in calibration)),
+        "split_half_bands": [round(b.band, 5) for b in measured],
+        "calibration_under_split_half_bands": dict(split),
+        "whole_calibration_band": round(whole.band, 5),
+        "not_same_under_default": {k: [round(i.low, 4), round(i.high, 4)] for k, i in calibration
+                                   if verdict(i, default) != "same"},
+    }
+    known = [r for r in records if r.get("bench") == "verdicts" and r.get("true_speedup")]
+    out["known_speedups"] = {r["answer"]: {
+        "true": round(r["true_speedup"], 4), "status": r["status"], "speedup": r.get("speedup"),
+        "interval": [r.get("speedup_low"), r.get("speedup_high")],
+        "verdict_default_band": verdict(interval(r), default),
+        "verdict_calibration_band": verdict(interval(r), whole.band)} for r in known}
+    out["degenerate_problems"] = {f"{r['problem']}:{r['answer']}": {
+        "status": r["status"], "flags": r.get("flags"), "degenerate": (r.get("problem_audit") or {}).get("degenerate"),
+        "zeros_pass": (r.get("problem_audit") or {}).get("zeros_pass")}
+        for r in records if r.get("bench") == "verdicts" and not r.get("true_speedup")}
+    return out
+
+
+def floor_summary(records: list[dict], rates_file: Path, suite: Path) -> dict:
+    """Every correct answer's floor_fraction (floor / runtime) on the device the rates were measured on."""
+    from bench.gpu_watchdog import problem_file
+    from workflow_scripts.suite.sizes import problem_sizes
+
+    rates = DeviceRates.from_dict({**json.loads(rates_file.read_text()), "fingerprint": {}})
+    fractions = {}
+    for r in records:
+        if r.get("status") != "correct" or not r.get("runtime_ms") or r.get("problem", "").startswith("chain"):
+            continue
+        sizes = problem_sizes(problem_file(suite, r["problem"]))
+        floor = floor_ms(ProblemWork(sizes.input_bytes + sizes.param_bytes + sizes.output_bytes
+                                     if sizes.error is None else None, sizes.flops), rates)
+        if floor is not None:
+            fractions[f"{r['problem']}:{r.get('answer', 'reference')}"] = floor / r["runtime_ms"]
+    ordered = sorted(fractions.items(), key=lambda kv: -kv[1])
+    values = [v for _, v in ordered]
+    return {"answers": len(values), "above_floor": sum(v < 1 for v in values),
+            "faster_than_floor": [k for k, v in ordered if v >= 1],
+            "fraction_median": round(nearest_rank(values, 0.5), 4) if values else None,
+            "fraction_max": round(values[0], 4) if values else None,
+            "closest_to_floor": {k: round(v, 4) for k, v in ordered[:8]},
+            "copy_peak_gb_s": round(max(c.bytes_per_s for c in rates.copies) / 1e9, 1),
+            "matmul_tflop_s": {k: round(v / 1e12, 1) for k, v in rates.matmul_flops_per_s.items()}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("records", type=Path, nargs="+", help="gpu_problem_worker.jsonl files")
     parser.add_argument("--copies", action="store_true", help="copies-bench files: one summary line per file")
     parser.add_argument("--slow-above-ms", type=float, help="with --copies: a median trial above this is slow")
+    parser.add_argument("--verdicts", action="store_true", help="the speed verdicts and the zeros answers' flags")
+    parser.add_argument("--rates", type=Path, help="device_rates.json of the same device: the floors")
+    parser.add_argument("--suite", type=Path, default=Path(".kb"), help="with --rates: the problems' suite")
     args = parser.parse_args()
     if not args.copies and len(args.records) > 1:
         parser.error("one calibration file at a time (or --copies)")
@@ -101,6 +184,10 @@ def main() -> None:
             print(path.name, json.dumps(copies_summary(records, args.slow_above_ms)))
         else:
             print(json.dumps(summary(records), indent=1))
+        if args.verdicts:
+            print(json.dumps(verdict_summary(records), indent=1))
+        if args.rates:
+            print(json.dumps(floor_summary(records, args.rates, args.suite), indent=1))
 
 
 if __name__ == "__main__":
