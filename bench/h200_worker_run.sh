@@ -38,7 +38,7 @@ for bench in $1; do
            nvidia-smi --query-gpu=memory.used,memory.total --format=csv >> "$OUT/big.log"
          fi
          timeout ${BIG_TIMEOUT:-330} $B big --suite .kb --problems ${BIG_PROBLEMS:-L1_19 L1_23 L1_47} ${BIG_ARGS:-} --out "$OUT" >> "$OUT/big.log" 2>&1
-         [ -n "${BALLAST_PID:-}" ] && kill $BALLAST_PID ;;
+         rc=$?; [ -n "${BALLAST_PID:-}" ] && kill $BALLAST_PID; (exit $rc) ;;
     spin) timeout 150 $B spin --suite .kb --problems L2_71 L1_12 --out "$OUT" >> "$OUT/spin.log" 2>&1 ;;
     throughput) timeout ${TP_TIMEOUT:-330} $B throughput ${TP_ARGS:-} --suite .kb --per-problem ${TP_PER_PROBLEM:-6} --problems $TP_PROBLEMS --out "$OUT" >> "$OUT/throughput.log" 2>&1 ;;
     # All GPUs, then one (bench/gpu_problem_worker.py run_scaling). Whole problems go to the GPUs, so the last one
