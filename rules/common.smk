@@ -13,6 +13,7 @@ from snakemake.utils import min_version, validate
 
 from workflow_scripts.core.configuration import ConfigError, check_yaml_syntax, location, schema_error, store_dir
 from workflow_scripts.core.layout import ResultsLayout
+from workflow_scripts.core.progress import report_progress
 from workflow_scripts.evaluation.config import fill_protocol_defaults
 from workflow_scripts.evaluation.environment import live_facts
 from workflow_scripts.evaluation.resources import job_memory

@@ -116,9 +116,14 @@ rule summary:
         " --store {params.store:q} > {log} 2>&1 && cat {output.markdown:q}"
 
 
-# Each run marks its start (not a dry run, nor a run with nothing to do): the timeline's tables are that run's.
+# Each run marks its start (not a dry run, nor a run with nothing to do): the timeline's tables are that run's; and
+# prints its progress (evaluations and baselines done, their rate, the ETA) as it goes.
 onstart:
     mark_run_start(LAYOUT.locks())
+    report_progress(
+        {"evaluations": [f for model in MODELS for f in evaluation_files(model)], "baselines": baseline_files()},
+        config["progress_every_s"],
+    )
 
 
 rule gpu_timeline:

@@ -165,6 +165,17 @@ def test_a_judging_job_logs_each_answer_as_it_is_judged(demo: Path) -> None:
         assert [int(k) for _, k, _, _ in lines] == list(range(1, int(lines[0][2]) + 1)), lines
 
 
+def test_the_run_prints_its_progress_and_eta(demo: Path) -> None:
+    # The demo's config prints a progress line every 20 s; its run takes minutes. Its log (conftest BackgroundDemo)
+    # holds Snakemake's output and the progress lines between the job lines.
+    log = (demo.parent / "snakemake.log").read_text(errors="replace")
+    lines = [line for line in log.splitlines() if line.startswith("progress ")]
+    assert lines, log[-3000:]
+    assert all(re.search(r"evaluations \d+/\d+ \(.*%\), [\d.]+/min since the run started.*; ETA ", line)
+               for line in lines), lines
+    assert any("baselines " in line for line in lines)
+
+
 def test_the_demo_writes_only_into_its_own_results_folder(demo: Path) -> None:
     assert RESULTS.parts[0] == "results" and len(RESULTS.parts) > 1  # results/<configuration>
     assert [p.name for p in (demo / "results").iterdir()] == [RESULTS.name]

@@ -77,3 +77,26 @@ def test_verdicts_at_the_band_edges() -> None:
     low = np.array([1.1, 1.51, np.nan, 2.2])
     assert significance.significantly_fast(low, 1.0, 0.02).tolist() == [True, True, False, True]
     assert significance.significantly_fast(low, 1.5, 0.02).tolist() == [False, False, False, True]
+
+
+def test_the_chance_of_being_fast_follows_the_interval_or_the_measurement() -> None:
+    speedup = np.array([1.5, 1.0, 1.2, 0.8, np.nan])
+    low = np.array([1.4, 0.9, np.nan, np.nan, np.nan])
+    high = np.array([1.6, 1.0 / 0.9, np.nan, np.nan, np.nan])
+    chance = significance.probability_fast(speedup, low, high, 1.0)
+    assert chance[0] == pytest.approx(1.0) and chance[1] == pytest.approx(0.5)  # far above 1; centred on 1
+    assert list(chance[2:]) == [1.0, 0.0, 0.0]  # no interval: as measured; no speedup: never fast
+
+
+def test_timing_noise_widens_the_bootstrap_interval() -> None:
+    # 100 problems: the model is fast on half of them for certain, or on each with even chance (speedups inside the
+    # noise); the reference never is. The expected difference is 50 points either way; noise widens the interval.
+    certain, coin = np.r_[np.ones(50), np.zeros(50)], np.full(100, 0.5)
+    never = np.zeros(100)
+    delta, (low, high) = significance.noisy_paired_bootstrap(certain, never, seed=1)
+    noisy_delta, (noisy_low, noisy_high) = significance.noisy_paired_bootstrap(coin, never, seed=1)
+    assert delta == noisy_delta == pytest.approx(50.0)
+    assert low < 50 < high and noisy_low < 50 < noisy_high
+    assert noisy_high - noisy_low > 1.2 * (high - low)
+    with pytest.raises(ValueError, match="cannot bootstrap"):
+        significance.noisy_paired_bootstrap(np.zeros(0), np.zeros(0))

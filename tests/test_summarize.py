@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from workflow_scripts.core.store import Store
-from workflow_scripts.scoring import metrics
+from workflow_scripts.scoring import metrics, significance
 from workflow_scripts.scoring import summary as sm
 from workflow_scripts.scoring.context import parse_context
 from workflow_scripts.scoring.known_issues import KNOWN_ISSUES
@@ -660,3 +660,19 @@ def test_speed_verdicts_beside_the_published_counts() -> None:
     text = sm.markdown_table(summary)
     assert "Speed verdicts against the eager reference timed beside each answer (noise band 2.5%, default" in text
     assert "| m | 6 | 1 | 1 | 0 | 6 |" in text
+    # The fast_eager bootstrap with timing noise: m against the reference, the calibration model left out. Its
+    # expected difference counts a correct answer whose interval straddles 1 as half fast, where the published
+    # strict count says not fast at a measured 1.0.
+    noisy = block["bootstrap_with_timing_noise"]
+    assert (noisy["reference"], noisy["metric"], list(noisy["models"])) == ("ref", "fast_eager", ["m"])
+
+    def chances(model: str) -> np.ndarray:
+        r = rows[rows.model == model].sort_values(["level", "problem_id"])
+        chance = significance.probability_fast(r.speedup_eager.to_numpy(float), r.speedup_eager_low.to_numpy(float),
+                                               r.speedup_eager_high.to_numpy(float), 1.0)
+        return np.where(r.correct.to_numpy(bool), chance, 0.0)
+
+    expected = 100 * float((chances("m") - chances("ref")).mean())
+    low, high = noisy["models"]["m"]["ci95_pp"]
+    assert noisy["models"]["m"]["delta_pp"] == pytest.approx(expected) and low <= expected <= high
+    assert expected != pytest.approx(summary["paired_bootstrap_vs_ref"]["m"]["fast_eager"]["delta_pp"])

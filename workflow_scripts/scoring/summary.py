@@ -508,7 +508,8 @@ def summarize(
     names = {(int(lv), int(pid)): str(name) for lv, pid, name in zip(frame["level"], frame["problem_id"],
                                                                      frame["problem"])}
     summary["audit"] = audit_block(outcomes, order, names, degenerate_problems(rows), calibration)
-    summary["speed_verdicts"] = speed_verdicts_block(outcomes, order, levels, calibration, timing_mode(frame))
+    summary["speed_verdicts"] = speed_verdicts_block(outcomes, order, levels, calibration, timing_mode(frame),
+                                                     reference, compared, seed)
     return summary
 
 
@@ -529,7 +530,9 @@ SPEED_VERDICTS_NOTE = (
     "1 + band), slower (below 1 / (1 + band)), same (within both) or ambiguous, where band is the margin around 1 "
     "that holds 98% of the calibration models' intervals on this environment (source: calibration) or the timing "
     "mode's default (source: default). eager_fast_p_significant: correct answers whose interval lies above "
-    "p x (1 + band).")
+    "p x (1 + band). bootstrap_with_timing_noise: the published paired bootstrap's fast_eager comparison, its "
+    "resamples also drawing whether each answer is fast from its interval (read as a log-normal 95% interval; "
+    "answers without one count as measured), so the difference's interval includes timing noise.")
 
 
 def timing_mode(frame: pd.DataFrame) -> str | None:
@@ -539,8 +542,10 @@ def timing_mode(frame: pd.DataFrame) -> str | None:
 
 
 def speed_verdicts_block(outcomes: Mapping[str, Outcomes], order: Sequence[str], levels: Sequence[int],
-                         calibration: Sequence[str], mode: str | None) -> dict[str, Any]:
-    """The noise band and, per model and level, the speed verdicts' counts and eager_fast_p_significant."""
+                         calibration: Sequence[str], mode: str | None, reference: str, compared: Sequence[str],
+                         seed: int) -> dict[str, Any]:
+    """The noise band, per model and level the speed verdicts' counts and eager_fast_p_significant, and the
+    fast_eager bootstrap with timing noise of each compared model against the reference."""
     intervals = [significance.SpeedupInterval(lo, hi) for m, o in outcomes.items() if m in set(calibration)
                  for lo, hi in zip(o.speedup_eager_low[o.correct], o.speedup_eager_high[o.correct])]
     band = significance.noise_band(intervals, mode)
@@ -549,7 +554,26 @@ def speed_verdicts_block(outcomes: Mapping[str, Outcomes], order: Sequence[str],
         o = outcomes[name]
         models[name] = {key: speed_verdict_counts(o, mask, band.band) for key, mask in scope_masks(o, levels).items()}
     return {"note": SPEED_VERDICTS_NOTE, "band": band.band, "source": band.source,
-            "calibration_answers": band.calibration_answers, "timing_mode": mode, "models": models}
+            "calibration_answers": band.calibration_answers, "timing_mode": mode, "models": models,
+            "bootstrap_with_timing_noise": noisy_bootstrap_block(outcomes, reference, compared, seed)}
+
+
+def noisy_bootstrap_block(outcomes: Mapping[str, Outcomes], reference: str, compared: Sequence[str],
+                          seed: int) -> dict[str, Any]:
+    """fast_eager (the headline threshold) of each compared model against the reference, with timing noise."""
+    threshold = metrics.HEADLINE_THRESHOLD[1]
+
+    def chance(o: Outcomes) -> np.ndarray:
+        return np.where(o.correct, significance.probability_fast(o.speedup_eager, o.speedup_eager_low,
+                                                                 o.speedup_eager_high, threshold), 0.0)
+
+    models = {}
+    for name in compared:
+        delta, (low, high) = significance.noisy_paired_bootstrap(chance(outcomes[name]), chance(outcomes[reference]),
+                                                                 seed=seed)
+        models[name] = {"delta_pp": delta, "ci95_pp": [low, high]}
+    return {"reference": reference, "metric": "fast_eager", "resamples": significance.NOISY_RESAMPLES,
+            "models": models}
 
 
 def speed_verdict_counts(o: Outcomes, mask: np.ndarray, band: float) -> dict[str, int]:
