@@ -16,7 +16,7 @@ from workflow_scripts.core.layout import ResultsLayout
 from workflow_scripts.core.progress import report_progress
 from workflow_scripts.evaluation.config import fill_protocol_defaults
 from workflow_scripts.evaluation.environment import live_facts
-from workflow_scripts.evaluation.resources import job_memory
+from workflow_scripts.evaluation.resources import compile_threads, job_memory
 from workflow_scripts.evaluation.timeline import mark_run_start
 from workflow_scripts.generation.kinds import calibration_models, kind_of, models_for_rule
 from workflow_scripts.generation.preflight import RunContext, startup_problems

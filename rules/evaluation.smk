@@ -63,6 +63,8 @@ rule baseline:
         locks=LAYOUT.locks(),
     log:
         LAYOUT.log("baselines/level{level}_{problem_id}"),
+    # torch.compile's worker processes: half the run's cores unless configured (evaluation/resources.py).
+    threads: compile_threads(workflow.cores, config["baselines"]["compile_threads"])
     resources:
         # Two children (eager, compile), each up to the timeout, plus time waiting for the GPU lock.
         runtime=2 * int(config["baselines"]["timeout_s"] // 60) + 10,
@@ -73,7 +75,7 @@ rule baseline:
     shell:
         "python -m workflow_scripts.stages.baseline --params {params.settings:q} --problem {input.problem:q}"
         " --environment {input.environment:q} --out {output:q} --store {params.store:q}"
-        " --lock-dir {params.locks:q} > {log} 2>&1"
+        " --lock-dir {params.locks:q} --compile-threads {threads} > {log} 2>&1"
 
 
 rule model_names:

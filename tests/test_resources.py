@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from workflow_scripts.devtools.workspace import copy_workflow
-from workflow_scripts.evaluation.resources import (FLOOR_MEM_MB, Memory, Sizes, baseline_memory, evaluate_memory,
-                                                   job_memory, problem_gpu_gib, table_sizes)
+from workflow_scripts.evaluation.resources import (FLOOR_MEM_MB, MAX_COMPILE_THREADS, Memory, Sizes, baseline_memory,
+                                                   compile_threads, evaluate_memory, job_memory, problem_gpu_gib,
+                                                   table_sizes)
 from workflow_scripts.suite.sizes import problem_sizes, with_sizes
 from workflow_scripts.suite.kernelbench import index_suite
 
@@ -233,3 +234,27 @@ def test_jobs_of_a_large_and_a_small_problem_declare_different_memory(tmp_path: 
     # On the CPU no job declares GPU memory.
     cpu = dry("config.yaml")
     assert cpu[("evaluate", large)]["gpu_mem_gb"] == "0" and int(cpu[("evaluate", large)]["mem_mb"]) > 50_000
+
+
+def test_a_baseline_compiles_with_half_the_run_s_cores_unless_configured() -> None:
+    assert [compile_threads(cores) for cores in (1, 2, 3, 8, 16, 64)] == [1, 1, 1, 4, MAX_COMPILE_THREADS,
+                                                                         MAX_COMPILE_THREADS]
+    assert compile_threads(64, configured=3) == 3
+
+
+@pytest.mark.integration
+def test_the_baseline_rule_reserves_its_compile_workers_as_threads(tmp_path: Path) -> None:
+    # What the rule reserves is what the stage passes to torch.compile (--compile-threads {threads}).
+    work = copy_workflow(tmp_path / "wf")
+    (work / "three.yaml").write_text("baselines:\n  compile_threads: 3\n")
+
+    def planned(*args: str) -> set[str]:
+        proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", *args], cwd=work, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        blocks = proc.stdout.split("rule ")
+        return {re.search(r"--compile-threads (\d+)", b).group(1) + "/" + re.search(r"threads: (\d+)", b).group(1)
+                for b in blocks if b.startswith("baseline:")}
+
+    assert planned("--cores", "8") == {"4/4"}
+    assert planned("--cores", "8", "--configfile", "config.yaml", "three.yaml") == {"3/3"}

@@ -208,7 +208,9 @@ class BaselineConfig(RunConfig):
     compile_mode: str = "max-autotune"
     run_eager: bool = True
     run_compile: bool = True
-    compile_threads: int = 1  # TORCHINDUCTOR_COMPILE_THREADS: no worker pool on small machines
+    # TORCHINDUCTOR_COMPILE_THREADS; None: resources.compile_threads of this host (the pipeline passes its rule's
+    # threads, which Snakemake reserved for it)
+    compile_threads: int | None = None
     # A folder where what torch.compile builds persists between compile children of one environment
     # (compile_cache.py; the baseline stage passes one per environment in the store); None: a fresh cache each time.
     compile_cache: str | None = None

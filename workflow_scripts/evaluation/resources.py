@@ -41,6 +41,10 @@ CUDA_CONTEXT_GIB = CUDA_CONTEXT_BYTES / GIB  # per process on the GPU (memory_pl
 # 2 x outputs + parameters + 3.8 GiB (level 2 problem 65, a convolution whose intermediate dwarfs its input).
 INTERMEDIATES_GIB = 4.0
 LARGE_OUTPUT_GIB = LARGE_OUTPUT_BYTES / GIB  # reference timing outputs this large wait on the host
+# torch.compile's worker processes in a baseline's compile child (TORCHINDUCTOR_COMPILE_THREADS): Inductor compiles
+# the autotuning candidates' Triton kernels in them in parallel. A baseline job takes half the run's cores, so other
+# jobs keep the rest, and at most this many.
+MAX_COMPILE_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,15 @@ class Memory:
 
     mem_mb: int
     gpu_mem_gb: int
+
+
+def compile_threads(cores: int | None, configured: int | None = None) -> int:
+    """A baseline job's compile workers (and the threads its rule reserves): the configuration's
+    ``baselines.compile_threads`` where set, else half of ``cores`` (the run's cores; this host's by hand), from 1
+    to ``MAX_COMPILE_THREADS``."""
+    if configured:
+        return int(configured)
+    return max(1, min(MAX_COMPILE_THREADS, (cores or os.cpu_count() or 1) // 2))
 
 
 def forward_gib(inputs: float, outputs: float, params: float) -> float:

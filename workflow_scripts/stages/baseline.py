@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--store", type=Path, required=True)
     parser.add_argument("--lock-dir", type=Path, required=True)
+    parser.add_argument("--compile-threads", type=int, default=None,
+                        help="torch.compile's worker processes (the rule's threads); default: the configuration's")
     args, params = parse_stage_args(parser, Params, argv)
     settings = run_settings(params.evaluation, args.lock_dir)
     # Only the protocol fields baselines share with answers (correctness fields such as atol do not apply), and
@@ -38,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     # unless the configuration names another folder.
     caches = Path(baselines.pop("compile_cache_dir", None) or args.store / "caches")
     settings.update(baselines)
+    if args.compile_threads is not None:
+        settings["compile_threads"] = args.compile_threads
     config = parse_params(BaselineConfig, settings, source="--params baselines")
     environment = environment_key(args.environment)
     config = replace(config, compile_cache=str(caches / f"compile-{environment[:16]}"))
