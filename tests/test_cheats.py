@@ -277,6 +277,9 @@ def test_a_degenerate_problem_is_audited_and_an_answer_that_ignores_its_inputs_i
     assert "output_ignores_input" in zeros.flags and "output_ignores_input" not in honest.flags
     add = results["honest/add_triton.py"].problem_audit
     assert add is not None and not (add["zeros_pass"] or add["constant_pass"] or add["degenerate"]), add
+    # TF32 sensitivity: not measured on the CPU (no TF32 there); on CUDA an addition has no product TF32 could move
+    for res in (zeros, honest, results["honest/add_triton.py"]):
+        assert res.problem_audit["tf32_sensitive"] is (False if ON_GPU else None), res.problem_audit
 
 
 def test_enough_distinct_cheats() -> None:

@@ -74,3 +74,26 @@ def test_samples_reach_the_last_element_of_outputs_past_float32_precision() -> N
     assert fingerprint([big]) != fingerprint([torch.zeros(n, dtype=torch.uint8)])  # the last element is sampled
     assert sample_positions(1).tolist() == [0] and sample_positions(0).numel() == 0
     assert sample_positions(5).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_tf32_sensitivity_is_measured_at_both_extremes_and_the_run_s_flags_come_back() -> None:
+    import torch
+
+    from workflow_scripts.evaluation.problem_audit import tf32_sensitive
+
+    outputs = [torch.ones(8)]
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+              torch.get_float32_matmul_precision())
+    seen = []
+
+    def flags_dependent() -> list:  # as a matmul-heavy reference: moves by 1e-3 with TF32 on
+        seen.append(torch.backends.cuda.matmul.allow_tf32)
+        return [torch.ones(8) + (1e-3 if torch.backends.cuda.matmul.allow_tf32 else 0.0)]
+
+    assert tf32_sensitive(torch, flags_dependent, outputs, atol=1e-4, rtol=1e-4)
+    assert tf32_sensitive(torch, lambda: [torch.ones(8)], outputs, atol=1e-4, rtol=1e-4) is False
+    assert not tf32_sensitive(torch, flags_dependent, outputs, atol=1e-2, rtol=1e-2)  # within a looser tolerance
+    assert seen[0] is True and False in seen  # all TF32 first, then IEEE
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+            torch.get_float32_matmul_precision()) == before
+

@@ -676,3 +676,14 @@ def test_speed_verdicts_beside_the_published_counts() -> None:
     low, high = noisy["models"]["m"]["ci95_pp"]
     assert noisy["models"]["m"]["delta_pp"] == pytest.approx(expected) and low <= expected <= high
     assert expected != pytest.approx(summary["paired_bootstrap_vs_ref"]["m"]["fast_eager"]["delta_pp"])
+
+
+def test_tf32_sensitive_problems_are_listed_beside_the_degenerate_ones() -> None:
+    rows = hand_rows()
+    rows["tf32_sensitive"] = pd.array([None] * len(rows), dtype="boolean")
+    first = rows.sort_values(["level", "problem_id"]).iloc[0]
+    rows.loc[(rows.level == first.level) & (rows.problem_id == first.problem_id), "tf32_sensitive"] = True
+    summary = sm.summarize(rows, reference="ref", resamples=50)
+    assert summary["audit"]["tf32_sensitive_problems"] == [f"L{first.level}/{first.problem_id} {first.problem}"]
+    assert summary["models"] == sm.summarize(hand_rows(), reference="ref", resamples=50)["models"]
+    assert "TF32-sensitive problems" in sm.markdown_table(summary)

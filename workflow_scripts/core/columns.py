@@ -151,6 +151,9 @@ def _rows_columns() -> dict[str, Column]:
         "degenerate": Column("the problem as the evaluator audited it (evaluation/problem_audit.py): true where zeros, "
                              "one constant per output or the reference's output on other inputs pass the tolerance "
                              "(an answer that ignores its inputs is credited there); null where no evaluation ran"),
+        "tf32_sensitive": Column("the problem as the evaluator audited it: true where the reference's outputs on the "
+                                 "first seeded trial move beyond the tolerance with TF32 all on or all off (its "
+                                 "verdicts depend on the TF32 mode); null where not measured (the CPU has no TF32)"),
         "eager_status": Column("the baseline stage's eager run: ok or its failure"),
         "compile_status": Column("the baseline stage's torch.compile run: ok or its failure"),
         "require_triton": REQUIRE_TRITON,

@@ -28,6 +28,10 @@ class ProblemAudit:
     reference_input_independent: bool  # the reference's outputs on every seeded trial pass against the first's
     trials: int  # seeded trials audited
     output_bytes: int  # one trial's reference outputs
+    # The reference's outputs on the first seeded trial move beyond the tolerance when TF32 is all on or all off
+    # (``tf32_sensitive``): the problem's verdicts depend on the TF32 mode. None: not measured (on the CPU, where
+    # there is no TF32, or without room on the device for the two forwards).
+    tf32_sensitive: bool | None = None
 
     @property
     def degenerate(self) -> bool:
@@ -170,3 +174,34 @@ def fingerprint(outputs: list[Any]) -> bytes:
 def ignores_input(answer_prints: list[bytes], reference_prints: list[bytes]) -> bool:
     """The answer's outputs had one fingerprint on every trial (at least two) while the reference's had several."""
     return len(answer_prints) > 1 and len(set(answer_prints)) == 1 and len(set(reference_prints)) > 1
+
+
+# The two extremes a problem's TF32 sensitivity is measured at: every float32 product and convolution in TF32, and
+# none (IEEE float32), whatever the run's own mode (evaluation/environment.py TF32_MODES) sets.
+TF32_EXTREMES: dict[str, dict[str, Any]] = {
+    "all_tf32": {"matmul": True, "cudnn": True, "precision": "high"},
+    "ieee": {"matmul": False, "cudnn": False, "precision": "highest"},
+}
+
+
+def tf32_sensitive(torch: Any, forward: Any, outputs: list[Any], atol: float, rtol: float) -> bool:
+    """Whether ``forward()`` (the reference on one seeded trial, a new forward per call) gives outputs beyond the
+    tolerance of ``outputs`` (the run's) at either TF32 extreme; the run's flags are restored after each."""
+    from workflow_scripts.evaluation.protocol import compare_outputs
+
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.get_float32_matmul_precision())
+    try:
+        for flags in TF32_EXTREMES.values():
+            torch.backends.cuda.matmul.allow_tf32 = flags["matmul"]
+            torch.backends.cudnn.allow_tf32 = flags["cudnn"]
+            torch.set_float32_matmul_precision(flags["precision"])
+            again = forward()
+            moved = compare_outputs(outputs, again, atol, rtol)[0] != "ok"
+            del again
+            if moved:
+                return True
+        return False
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[0], saved[1]
+        torch.set_float32_matmul_precision(saved[2])

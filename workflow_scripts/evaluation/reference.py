@@ -19,6 +19,7 @@ processes, one problem per process.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -34,7 +35,7 @@ from typing import Any, Iterator
 
 from workflow_scripts.evaluation import environment, memory_plan, timing
 from workflow_scripts.evaluation.memory_plan import LARGE_OUTPUT_BYTES, PARALLEL_INPUTS_MIN_BYTES
-from workflow_scripts.evaluation.problem_audit import OutputAudit, ProblemAudit, output_samples
+from workflow_scripts.evaluation.problem_audit import OutputAudit, ProblemAudit, output_samples, tf32_sensitive
 from workflow_scripts.evaluation.protocol import compare_outputs
 from workflow_scripts.evaluation.transport import (Area, Slot, TransportError, aligned, dtype_name, tensor_bytes,
                                                   torch_dtype)
@@ -238,7 +239,7 @@ class ReferenceSide:
                 audit.first = trial.outputs  # later trials compare with the kept copy (the plan keeps the first's)
             self.seeded.append(trial)
             phases["prepare_seeded_forward_s"] += clock() - t1
-        self.audit = audit.result()
+        self.audit = dataclasses.replace(audit.result(), tf32_sensitive=self._tf32_sensitive())
         del audit
         if self.device_kind == "cuda":
             self.torch.cuda.empty_cache()
@@ -246,6 +247,29 @@ class ReferenceSide:
             phases.update(seeded_outputs_on_device=float(self.output_plan.on_device),
                           seeded_outputs_on_host=float(self.output_plan.on_host),
                           seeded_outputs_recomputed=float(self.output_plan.recomputed))
+
+    def _tf32_sensitive(self) -> bool | None:
+        """The first seeded trial's outputs against the reference's at both TF32 extremes (problem_audit
+        ``tf32_sensitive``); None on the CPU, and where the device has no room for the forwards (they are the
+        audit's, never a verdict's: the memory plan keeps the answers' room)."""
+        if self.device_kind != "cuda" or not self.seeded:
+            return None
+        trial, t0 = self.seeded[0], time.monotonic()
+
+        def forward() -> list[Any]:
+            inputs = ([self._copy(x) for x in trial.device_inputs] if trial.device_inputs is not None
+                      else self.areas[str(trial.area)].read(trial.entries, self.device))
+            return self._forward(inputs, trial.kind, trial.seed, str(trial.area), trial.entries,
+                                 device_full_raises=True).outputs
+
+        try:
+            outputs = self.reference_outputs(trial, self.device)
+            return tf32_sensitive(self.torch, forward, outputs, self.atol, self.rtol)
+        except (self.torch.OutOfMemoryError, ReferenceFailed):
+            return None
+        finally:
+            self.release_cached_memory()
+            self.prepare_phases["prepare_tf32_audit_s"] = time.monotonic() - t0
 
     def _seeded_trial_inputs(self, i: int, seed: int, kept: list[Any] | None,
                              built: list[tuple[Area, list[dict[str, Any]]]] | None

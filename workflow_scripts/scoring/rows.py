@@ -86,6 +86,7 @@ def build_row(
         "device": evaluation.get("device"),
         "timing_mode": evaluation.get("timing_mode"),
         "degenerate": (evaluation.get("problem_audit") or {}).get("degenerate"),
+        "tf32_sensitive": (evaluation.get("problem_audit") or {}).get("tf32_sensitive"),
         "eager_status": baseline.get("eager_status"),
         "compile_status": baseline.get("compile_status"),
         "require_triton": bool(answer.get("require_triton", True)),
@@ -129,7 +130,8 @@ def collect_rows(
                           evaluations[(model, *at)], baselines.get(at, {}), code_version, rates)
             )
     frame = pd.DataFrame(rows, columns=COLUMNS)
-    return frame.astype({"completion_tokens": "Int64", "keeps_torch_op": "boolean", "degenerate": "boolean"})
+    return frame.astype({"completion_tokens": "Int64", "keeps_torch_op": "boolean", "degenerate": "boolean",
+                         "tf32_sensitive": "boolean"})
 
 
 def flag_table(rows: pd.DataFrame) -> pd.DataFrame:

@@ -507,7 +507,8 @@ def summarize(
         summary["samples"] = samples_block(outcomes, samples)
     names = {(int(lv), int(pid)): str(name) for lv, pid, name in zip(frame["level"], frame["problem_id"],
                                                                      frame["problem"])}
-    summary["audit"] = audit_block(outcomes, order, names, degenerate_problems(rows), calibration)
+    summary["audit"] = audit_block(outcomes, order, names, audited_problems(rows, "degenerate"), calibration,
+                                   audited_problems(rows, "tf32_sensitive"))
     summary["speed_verdicts"] = speed_verdicts_block(outcomes, order, levels, calibration, timing_mode(frame),
                                                      reference, compared, seed)
     return summary
@@ -520,7 +521,9 @@ AUDIT_NOTE = (
     "counts every model over the other problems. geomean_speedup: the geometric mean of the speedups of correct "
     "answers (n: how many). calibration_models: the reference code submitted as its own answer (true speedup 1: "
     "its speedups show the timing noise), left out of the bootstrap's comparisons. known_issues: the problems "
-    "reported unsound upstream (scoring/known_issues.py), each with its source.")
+    "reported unsound upstream (scoring/known_issues.py), each with its source. tf32_sensitive_problems: those "
+    "whose reference outputs move beyond the tolerance with TF32 all on or all off (measured on CUDA only), so "
+    "their verdicts depend on the run's TF32 mode.")
 
 
 SPEED_VERDICTS_NOTE = (
@@ -604,20 +607,26 @@ def scope_masks(o: Outcomes, levels: Sequence[int]) -> dict[str, np.ndarray]:
     return {"overall": np.ones_like(o.correct)} | {str(level): o.levels == level for level in levels}
 
 
-def degenerate_problems(rows: pd.DataFrame) -> dict[tuple[int, int], str]:
-    """(level, problem_id) -> problem name of every problem audited degenerate in any of its rows (the rows'
-    ``degenerate`` column; none without it)."""
-    if "degenerate" not in rows.columns:
+def audited_problems(rows: pd.DataFrame, column: str) -> dict[tuple[int, int], str]:
+    """(level, problem_id) -> problem name of every problem the audit marked in any of its rows: the rows'
+    ``column`` (``degenerate``, ``tf32_sensitive``) true; none without the column."""
+    if column not in rows.columns:
         return {}
-    marked = rows[rows["degenerate"].astype("boolean").fillna(False).to_numpy(dtype=bool)]
+    marked = rows[rows[column].astype("boolean").fillna(False).to_numpy(dtype=bool)]
     return {(int(r.level), int(r.problem_id)): str(r.problem) for r in marked.itertuples()}
 
 
+def problem_list(marked: Mapping[tuple[int, int], str]) -> list[str]:
+    """``L<level>/<id> <name>`` of each marked problem, in problem order."""
+    return [f"L{lv}/{pid} {marked[(lv, pid)]}" for lv, pid in sorted(marked)]
+
+
 def audit_block(outcomes: Mapping[str, Outcomes], order: Sequence[str], names: Mapping[tuple[int, int], str],
-                degenerate: Mapping[tuple[int, int], str], calibration: Sequence[str]) -> dict[str, Any]:
+                degenerate: Mapping[tuple[int, int], str], calibration: Sequence[str],
+                tf32_sensitive: Mapping[tuple[int, int], str] | None = None) -> dict[str, Any]:
     """The counts without the degenerate problems and the geometric-mean speedups, per model and level; the
     problems reported unsound (scoring/known_issues.py) among ``names`` ((level, problem_id) -> problem name of
-    every problem)."""
+    every problem); the problems whose outputs depend on the TF32 mode."""
     keys = sorted(names)  # the order of every model's outcome arrays (normalize_rows)
     kept = np.array([key not in degenerate for key in keys], dtype=bool)
     levels = _level_keys(next(iter(outcomes.values())).levels)
@@ -635,8 +644,8 @@ def audit_block(outcomes: Mapping[str, Outcomes], order: Sequence[str], names: M
                                                for scope, mask in scopes.items()},
                         "geomean_speedup": means}
     return {"note": AUDIT_NOTE, "calibration_models": [m for m in order if m in set(calibration)],
-            "degenerate_problems": [f"L{lv}/{pid} {degenerate[(lv, pid)]}" for lv, pid in keys
-                                    if (lv, pid) in degenerate],
+            "degenerate_problems": problem_list(degenerate),
+            "tf32_sensitive_problems": problem_list(tf32_sensitive or {}),
             "known_issues": [k.to_dict() for k in known_issues((lv, pid, names[(lv, pid)]) for lv, pid in keys)],
             "models": models}
 
@@ -746,6 +755,11 @@ def markdown_header(summary: Mapping[str, Any]) -> list[str]:
         listed = (": " + ", ".join(degenerate[:20]) + (", ..." if len(degenerate) > 20 else "")) if degenerate else ""
         lines.append(f"Degenerate problems (zeros, a constant or another input's output passes the tolerance): "
                      f"{len(degenerate)} of {n}{listed}.")
+        if audit.get("tf32_sensitive_problems"):
+            sensitive = audit["tf32_sensitive_problems"]
+            lines.append(f"TF32-sensitive problems (the reference's outputs move beyond the tolerance with TF32 all "
+                         f"on or all off, so their verdicts depend on the TF32 mode): {len(sensitive)} of {n}: "
+                         f"{', '.join(sensitive[:20])}{', ...' if len(sensitive) > 20 else ''}.")
         if audit.get("known_issues"):
             reported = ", ".join(f"L{k['level']}/{k['problem_id']} ({k['kind']}, {k['source']})"
                                  for k in audit["known_issues"])
