@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workflow_scripts.core.records import DeviceRates  # noqa: E402
 from workflow_scripts.scoring.significance import DEFAULT_BAND, SpeedupInterval, noise_band, verdict  # noqa: E402
-from workflow_scripts.scoring.speed_of_light import ProblemWork, floor_ms  # noqa: E402
+from workflow_scripts.scoring.speed_of_light import ProblemWork, below_floor, floor_ms  # noqa: E402
 
 # Size buckets by the paired eager reference's mean time (ms): the "no size bucket biased by more than 0.5%".
 BUCKETS = [(0.0, 0.1, "under 0.1 ms"), (0.1, 1.0, "0.1-1 ms"), (1.0, 10.0, "1-10 ms"),
@@ -151,19 +151,17 @@ def floor_summary(records: list[dict], rates_file: Path, suite: Path) -> dict:
     for r in records:
         if r.get("status") != "correct" or not r.get("runtime_ms") or r.get("problem", "").startswith("chain"):
             continue
-        sizes = problem_sizes(problem_file(suite, r["problem"]))
-        floor = floor_ms(ProblemWork(sizes.input_bytes + sizes.param_bytes + sizes.output_bytes
-                                     if sizes.error is None else None, sizes.flops), rates)
+        floor = floor_ms(ProblemWork.of(vars(problem_sizes(problem_file(suite, r["problem"])))), rates)
         if floor is not None:
             fractions[f"{r['problem']}:{r.get('answer', 'reference')}"] = floor / r["runtime_ms"]
     ordered = sorted(fractions.items(), key=lambda kv: -kv[1])
     values = [v for _, v in ordered]
-    return {"answers": len(values), "above_floor": sum(v < 1 for v in values),
-            "faster_than_floor": [k for k, v in ordered if v >= 1],
+    return {"answers": len(values), "above_floor": sum(v <= 1 for v in values),
+            "faster_than_floor": [k for k, v in ordered if below_floor(v)],
             "fraction_median": round(nearest_rank(values, 0.5), 4) if values else None,
             "fraction_max": round(values[0], 4) if values else None,
             "closest_to_floor": {k: round(v, 4) for k, v in ordered[:8]},
-            "copy_peak_gb_s": round(max(c.bytes_per_s for c in rates.copies) / 1e9, 1),
+            "peak_gb_s": round(rates.peak_bytes_per_s / 1e9, 1),
             "matmul_tflop_s": {k: round(v / 1e12, 1) for k, v in rates.matmul_flops_per_s.items()}}
 
 

@@ -58,7 +58,8 @@ for bench in $1; do
         timeout ${COST_TIMEOUT:-120} $B calibration --suite .kb --problems ${COST_PROBLEMS:-L2_12 L2_71 L2_40 L2_76 L2_99 L2_82 L1_1 L1_88} --out "$OUT/new$r" >> "$OUT/cost.log" 2>&1
       done ;;
     # The device's copy and multiply rates (the speed-of-light floors, issue 35), as the device_rates rule measures.
-    rates) timeout ${RATES_TIMEOUT:-120} python3 -m workflow_scripts.evaluation.device_rates --device cuda > "$OUT/device_rates.json" 2>> "$OUT/rates.log"; cat "$OUT/device_rates.json" >> "$OUT/rates.log" ;;
+    rates) timeout ${RATES_TIMEOUT:-120} python3 -m workflow_scripts.evaluation.device_rates --device cuda > "$OUT/device_rates.json" 2>> "$OUT/rates.log"
+           rc=$?; cat "$OUT/device_rates.json" >> "$OUT/rates.log"; (exit $rc) ;;
     # Answers of known truth: 5% faster / same / 5% slower on the chain problem, the zeros answer on VERDICT_PROBLEMS.
     verdicts) timeout ${VERDICT_TIMEOUT:-200} $B verdicts --suite .kb --problems ${VERDICT_PROBLEMS:-L1_23} --out "$OUT" >> "$OUT/verdicts.log" 2>&1 ;;
     calibration) timeout "${CAL_TIMEOUT:-420}" $B calibration --parallel ${CAL_PARALLEL:-1} ${CAL_ARGS:-} --suite .kb --problems ${CAL_PROBLEMS:-$(cat bench/calibration_order.txt)} --out "$OUT" >> "$OUT/calibration.log" 2>&1 ;;

@@ -34,8 +34,11 @@ rule device_rates:
         locks=LAYOUT.locks(),
     log:
         LAYOUT.log("device_rates"),
+    # On the CPU the measurement is the host's: it takes every core, so that nothing beside it slows it down.
+    threads: workflow.cores if DEVICE == "cpu" else 1
     resources:
-        runtime=10,
+        # The measurement takes seconds; the rest waits for the GPU's exclusive lease, as an evaluate job may.
+        runtime=int(EVAL["timeout_s"] // 60) + 10,
         mem_mb=4000,
         **gpu_resources(),
     conda:

@@ -79,21 +79,21 @@ def test_samples_reach_the_last_element_of_outputs_past_float32_precision() -> N
 def test_tf32_sensitivity_is_measured_at_both_extremes_and_the_run_s_flags_come_back() -> None:
     import torch
 
-    from workflow_scripts.evaluation.problem_audit import tf32_sensitive
+    from workflow_scripts.evaluation.problem_audit import tf32_sensitive, tf32_switches
 
     outputs = [torch.ones(8)]
-    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-              torch.get_float32_matmul_precision())
+    owner, name, on, _ = tf32_switches(torch)[0]
+    read_back = [(o, n, getattr(o, n)) for o, n, _, _ in tf32_switches(torch)]
     seen = []
 
     def flags_dependent() -> list:  # as a matmul-heavy reference: moves by 1e-3 with TF32 on
-        seen.append(torch.backends.cuda.matmul.allow_tf32)
-        return [torch.ones(8) + (1e-3 if torch.backends.cuda.matmul.allow_tf32 else 0.0)]
+        seen.append(getattr(owner, name) == on)
+        return [torch.ones(8) + (1e-3 if seen[-1] else 0.0)]
 
     assert tf32_sensitive(torch, flags_dependent, outputs, atol=1e-4, rtol=1e-4)
     assert tf32_sensitive(torch, lambda: [torch.ones(8)], outputs, atol=1e-4, rtol=1e-4) is False
     assert not tf32_sensitive(torch, flags_dependent, outputs, atol=1e-2, rtol=1e-2)  # within a looser tolerance
-    assert seen[0] is True and False in seen  # all TF32 first, then IEEE
-    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-            torch.get_float32_matmul_precision()) == before
-
+    assert seen[:1] == [True] and False in seen  # all TF32 first, then IEEE
+    assert all(getattr(o, n) == value for o, n, value in read_back)  # every switch as the run had it
+    # and the legacy flags read as before (they raise while the new API's switches stand changed)
+    assert isinstance(torch.backends.cuda.matmul.allow_tf32, bool) and torch.get_float32_matmul_precision()

@@ -133,10 +133,11 @@ def _rows_columns() -> dict[str, Column]:
                                     "calls with fewer than 3 blocks); null without paired timing", RATIO),
         "speedup_eager_high": Column("the high end of that interval", RATIO),
         "floor_ms": Column("the problem's speed-of-light floor on the run's device (scoring/speed_of_light.py): its "
-                           "bytes at the device's best measured copy rate or its FLOPs at the best measured multiply "
-                           "rate, whichever is longer; null without the problem's sizes", MS),
-        "floor_fraction": Column("floor_ms / runtime_ms: how close the answer came to the floor (1: at it; above 1: "
-                                 "faster than it, flagged faster_than_floor); null unless correct", RATIO),
+                           "bytes at the fastest memory traffic the device showed or its FLOPs at the best measured "
+                           "multiply rate, whichever is longer; null without the problem's sizes", MS),
+        "floor_fraction": Column("floor_ms / runtime_ms: how close the answer came to the floor (1: at it; above "
+                                 "1.1: faster than it by more than the margin, flagged faster_than_floor); null "
+                                 "unless correct", RATIO),
         "keeps_torch_op": KEEPS_TORCH_OP,
         "completion_tokens": COMPLETION_TOKENS,
         "completion_sha256": COMPLETION_SHA256,

@@ -8,9 +8,11 @@ error, beside Snakemake's own job lines:
     progress 00:12:30: evaluations 120/3000 (4.0%), 11.2/min since the run started; baselines 14/200; ETA 4h 17m
 
 Counting files keeps it independent of how jobs are scheduled (a job that judges other models' answers along, a job
-reused from the store, a cluster node writing to a shared folder): a target counts once its file exists. The rate
-counts only files that appeared during this run, so a resumed run's ETA is about the work left, not the work done
-before.
+reused from the store, a cluster node writing to a shared folder): a target counts as done once its file exists, and
+as made by this run once it was written since the run started (its modification time), which is what the rate
+counts: a resumed run's ETA is about the work left, not the work done before, and a file that Snakemake removes to
+make it again counts again once it is made. The totals are the configuration's targets: a run that targets one
+model counts the others' files as they stand.
 """
 
 from __future__ import annotations
@@ -40,14 +42,24 @@ class GroupCount:
 class RunProgress:
     """The run's targets by group (e.g. evaluations, baselines), counted on demand against the counts at its start."""
 
-    def __init__(self, groups: Mapping[str, Iterable[str | Path]], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, groups: Mapping[str, Iterable[str | Path]], clock: Callable[[], float] = time.time) -> None:
+        """``clock``: the wall clock the files' modification times are on."""
         self.groups = {name: [Path(p) for p in paths] for name, paths in groups.items()}
         self.clock = clock
         self.started = clock()
-        self.at_start = self.counts()
 
     def counts(self) -> dict[str, GroupCount]:
         return {name: GroupCount(sum(p.exists() for p in paths), len(paths)) for name, paths in self.groups.items()}
+
+    def made(self, name: str) -> int:
+        """The group's files written since the run started."""
+        made = 0
+        for path in self.groups[name]:
+            try:
+                made += path.stat().st_mtime >= self.started
+            except OSError:  # not there (yet, or removed to be made again)
+                pass
+        return made
 
     def line(self) -> str:
         now, counts = self.clock(), self.counts()
@@ -58,7 +70,7 @@ class RunProgress:
                 continue
             part = f"{name} {count.done}/{count.total} ({100 * count.share:.1f}%)"
             if name == PACED_GROUP:
-                part += f", {(count.done - self.at_start[name].done) / elapsed_min:.1f}/min since the run started"
+                part += f", {self.made(name) / elapsed_min:.1f}/min since the run started"
             parts.append(part)
         return f"progress {_clock(now - self.started)}: {'; '.join(parts) or 'nothing to count'}; ETA {self.eta(counts)}"
 
@@ -69,7 +81,7 @@ class RunProgress:
         left = paced.total - paced.done
         if left == 0:
             return "evaluations done"
-        made = paced.done - self.at_start[PACED_GROUP].done
+        made = self.made(PACED_GROUP)
         if made <= 0:
             return "unknown until an evaluation is done"
         seconds = left * (self.clock() - self.started) / made

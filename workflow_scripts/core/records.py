@@ -4,7 +4,7 @@ in the vLLM environment); the per-problem row's columns are scoring.rows.COLUMNS
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # The statistic of the timed trials that is "the" time of an answer or a baseline: the evaluation's runtime_ms, the
@@ -71,6 +71,7 @@ class DeviceRates:
     matmul_flops_per_s: dict[str, float]  # dtype name -> the best rate measured
     tf32: dict[str, Any]  # the flags float32 multiplies ran under
     fingerprint: dict[str, Any]  # where it was measured (the job checks it against the run's environment)
+    stream_bytes_per_s: dict[str, float] = field(default_factory=dict)  # "read", "write": each alone, largest size
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,4 +80,11 @@ class DeviceRates:
     def from_dict(cls, data: dict[str, Any]) -> DeviceRates:
         return cls(device=data["device"], copies=[CopyPoint(**c) for c in data["copies"]],
                    matmul_flops_per_s=dict(data["matmul_flops_per_s"]), tf32=dict(data.get("tf32") or {}),
-                   fingerprint=dict(data.get("fingerprint") or {}))
+                   fingerprint=dict(data.get("fingerprint") or {}),
+                   stream_bytes_per_s=dict(data.get("stream_bytes_per_s") or {}))
+
+    @property
+    def peak_bytes_per_s(self) -> float | None:
+        """The fastest memory traffic measured: any copy of the ladder, a read or a write alone."""
+        rates = [p.bytes_per_s for p in self.copies] + list(self.stream_bytes_per_s.values())
+        return max(rates) if rates else None

@@ -48,8 +48,7 @@ def _run_one(problem_path: Path, cfg: BaselineConfig, gpu: str | None, which: st
                          # No tree cap: a baseline runs the problem's own code, which builds inputs of up to 16 GiB
                          # in the child (CPU baselines keep RLIMIT_AS).
                          bwrap=cfg.bwrap, limits=dataclasses.replace(cfg.limits(), memory_bytes=None),
-                         extra_env={"TORCHINDUCTOR_COMPILE_THREADS": str(resources.compile_threads(None, cfg.compile_threads)),
-                                    **cfg.cpu_thread_env()})
+                         extra_env={"TORCHINDUCTOR_COMPILE_THREADS": str(cfg.compile_threads), **cfg.cpu_thread_env()})
     t0 = time.monotonic()
     deadline = t0 + cfg.effective_timeout()
     info: dict[str, Any] = {}
@@ -85,6 +84,7 @@ def _run_one(problem_path: Path, cfg: BaselineConfig, gpu: str | None, which: st
 
 def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) -> BaselineResult:
     cfg = config or BaselineConfig()
+    cfg = dataclasses.replace(cfg, compile_threads=resources.compile_threads(None, cfg.compile_threads))
     problem_path = Path(problem_path)
     phases: dict[str, float] = {}
     expected = resources.problem_gpu_gib("baseline", problem_path, {}) if cfg.device == "cuda" else None
@@ -115,8 +115,7 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
         timing_mode=TIMING_MODES[cfg.device], tf32=tf32, fingerprint=fp,
         protocol={"seed": cfg.seed, "inputs": "seed 42 (KernelBench)", "timing": cfg.timing_protocol().to_dict(),
                   "precision": "fp32", "integer_inputs": "kept", "no_grad": True, "eval_mode": False,
-                  "dynamo_reset": True,
-                  "compile_threads": resources.compile_threads(None, cfg.compile_threads),
+                  "dynamo_reset": True, "compile_threads": cfg.compile_threads,
                   "cpu_threads": cfg.cpu_threads if cfg.device == "cpu" else None},
         phases_s=phases,
     )

@@ -1,12 +1,13 @@
-"""What the device can do at best, measured once per environment: the time of a device-to-device copy at a ladder
-of sizes, and the matrix-multiply rate in each floating precision an answer might use. They bound how fast any
-answer can be (scoring/speed_of_light.py turns them into each problem's floor).
+"""What the device can do at best, measured once per environment: how fast it moves memory (a device-to-device copy
+at a ladder of sizes; reading and writing alone at the largest), and the matrix-multiply rate in each floating
+precision an answer might use. They bound how fast any answer can be (scoring/speed_of_light.py turns them into each
+problem's floor, at the best of every rate measured here, so that no honest answer can beat it).
 
-The copies and multiplies are timed like the timed calls they bound: the same buffers again and again (a problem's
-timing inputs are refilled just before each call, so a small problem's data sits in the L2 cache, and a copy whose
-buffers fit there is timed from it too), the best of ``REPEATS`` calls after a warm-up, with CUDA events on the GPU
-and the wall clock on the CPU. On the GPU the measurement is timed work: it holds the GPU's exclusive lease and runs
-in a child process pinned to that GPU, so this process stays free of CUDA state like every evaluation parent.
+Each is the best of ``REPEATS`` calls after a warm-up, the same buffers again and again (small buffers stay in the
+L2 cache, which the timed calls flush before each call: the floor is then generous to small problems), with CUDA
+events on the GPU and the wall clock on the CPU. A read is a sum (bytes read; its one-element result is nothing), a
+write a fill. On the GPU the measurement is timed work: it holds the GPU's exclusive lease and runs in a child
+process pinned to that GPU, so this process stays free of CUDA state like every evaluation parent.
 
 CLI: ``python -m workflow_scripts.evaluation.device_rates --device cpu|cuda [--tf32 MODE]`` prints the measurement
 as JSON (the child's side; ``measure_device_rates`` is the job's).
@@ -77,6 +78,19 @@ def measure_copies(device: str) -> list[CopyPoint]:
     return points
 
 
+def measure_streams(device: str) -> dict[str, float]:
+    """Bytes per second reading alone (a sum) and writing alone (a fill) at the ladder's largest size: a kernel that
+    mostly reads (a reduction) or mostly writes may stream faster than a copy, which does both."""
+    import torch
+
+    size = COPY_BYTES[device][-1]
+    data = torch.ones(size // 4, dtype=torch.float32, device=device)
+    rates = {"read": size / _best_seconds(functools.partial(torch.sum, data), device),
+             "write": size / _best_seconds(functools.partial(data.fill_, 0.5), device)}
+    del data
+    return rates
+
+
 def measure_matmuls(device: str) -> dict[str, float]:
     import torch
 
@@ -98,7 +112,8 @@ def measure_here(device: str, tf32_mode: str) -> dict[str, Any]:
     """The measurement in this process (the child's side), as JSON-ready data without the fingerprint."""
     flags = environment.configure_tf32(tf32_mode)
     return {"device": device, "copies": [asdict(p) for p in measure_copies(device)],
-            "matmul_flops_per_s": measure_matmuls(device), "tf32": flags}
+            "stream_bytes_per_s": measure_streams(device), "matmul_flops_per_s": measure_matmuls(device),
+            "tf32": flags}
 
 
 def _measure_in_child(device: str, gpu: str | None, tf32_mode: str) -> dict[str, Any]:

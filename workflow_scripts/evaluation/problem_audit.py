@@ -176,26 +176,30 @@ def ignores_input(answer_prints: list[bytes], reference_prints: list[bytes]) -> 
     return len(answer_prints) > 1 and len(set(answer_prints)) == 1 and len(set(reference_prints)) > 1
 
 
-# The two extremes a problem's TF32 sensitivity is measured at: every float32 product and convolution in TF32, and
-# none (IEEE float32), whatever the run's own mode (evaluation/environment.py TF32_MODES) sets.
-TF32_EXTREMES: dict[str, dict[str, Any]] = {
-    "all_tf32": {"matmul": True, "cudnn": True, "precision": "high"},
-    "ieee": {"matmul": False, "cudnn": False, "precision": "highest"},
-}
+
+def tf32_switches(torch: Any) -> list[tuple[Any, str, Any, Any]]:
+    """Each switch TF32 has in this torch, as (object, attribute, value with TF32 on, value with it off): the new
+    API's precisions where they exist (reading the legacy flags after setting them raises), else the legacy flags.
+    The two extremes a problem's TF32 sensitivity is measured at: every float32 product and convolution in TF32, and
+    none (IEEE float32), whatever the run's own mode (evaluation/environment.py TF32_MODES) sets."""
+    backends = torch.backends
+    if hasattr(backends.cuda.matmul, "fp32_precision") and hasattr(backends.cudnn, "conv"):
+        return [(backends.cuda.matmul, "fp32_precision", "tf32", "ieee"),
+                (backends.cudnn.conv, "fp32_precision", "tf32", "ieee")]
+    return [(backends.cuda.matmul, "allow_tf32", True, False), (backends.cudnn, "allow_tf32", True, False)]
 
 
 def tf32_sensitive(torch: Any, forward: Any, outputs: list[Any], atol: float, rtol: float) -> bool:
     """Whether ``forward()`` (the reference on one seeded trial, a new forward per call) gives outputs beyond the
-    tolerance of ``outputs`` (the run's) at either TF32 extreme; the run's flags are restored after each."""
+    tolerance of ``outputs`` (the run's) with TF32 all on or all off; the run's switches are restored after."""
     from workflow_scripts.evaluation.protocol import compare_outputs
 
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             torch.get_float32_matmul_precision())
+    switches = tf32_switches(torch)
+    saved = [getattr(owner, name) for owner, name, _, _ in switches]
     try:
-        for flags in TF32_EXTREMES.values():
-            torch.backends.cuda.matmul.allow_tf32 = flags["matmul"]
-            torch.backends.cudnn.allow_tf32 = flags["cudnn"]
-            torch.set_float32_matmul_precision(flags["precision"])
+        for extreme in (2, 3):  # all TF32, then IEEE
+            for switch in switches:
+                setattr(switch[0], switch[1], switch[extreme])
             again = forward()
             moved = compare_outputs(outputs, again, atol, rtol)[0] != "ok"
             del again
@@ -203,5 +207,5 @@ def tf32_sensitive(torch: Any, forward: Any, outputs: list[Any], atol: float, rt
                 return True
         return False
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[0], saved[1]
-        torch.set_float32_matmul_precision(saved[2])
+        for (owner, name, _, _), value in zip(switches, saved):
+            setattr(owner, name, value)

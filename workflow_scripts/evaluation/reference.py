@@ -250,21 +250,19 @@ class ReferenceSide:
 
     def _tf32_sensitive(self) -> bool | None:
         """The first seeded trial's outputs against the reference's at both TF32 extremes (problem_audit
-        ``tf32_sensitive``); None on the CPU, and where the device has no room for the forwards (they are the
-        audit's, never a verdict's: the memory plan keeps the answers' room)."""
-        if self.device_kind != "cuda" or not self.seeded:
+        ``tf32_sensitive``). None on the CPU; where the first trial's outputs are not on the device or are large
+        (the audit's forwards must fit the room the memory plan keeps for an answer's); and where the reference
+        does not reproduce its own outputs in the run's mode (its noise would read as TF32's)."""
+        trial = self.seeded[0] if self.seeded else None
+        if (self.device_kind != "cuda" or trial is None or trial.placement != "device"
+                or tensor_bytes(trial.outputs) >= LARGE_OUTPUT_BYTES):
             return None
-        trial, t0 = self.seeded[0], time.monotonic()
-
-        def forward() -> list[Any]:
-            inputs = ([self._copy(x) for x in trial.device_inputs] if trial.device_inputs is not None
-                      else self.areas[str(trial.area)].read(trial.entries, self.device))
-            return self._forward(inputs, trial.kind, trial.seed, str(trial.area), trial.entries,
-                                 device_full_raises=True).outputs
-
+        t0 = time.monotonic()
         try:
-            outputs = self.reference_outputs(trial, self.device)
-            return tf32_sensitive(self.torch, forward, outputs, self.atol, self.rtol)
+            if compare_outputs(trial.outputs, self._forward_again(trial).outputs, self.atol, self.rtol)[0] != "ok":
+                return None
+            return tf32_sensitive(self.torch, lambda: self._forward_again(trial).outputs, trial.outputs, self.atol,
+                                  self.rtol)
         except (self.torch.OutOfMemoryError, ReferenceFailed):
             return None
         finally:
@@ -350,13 +348,7 @@ class ReferenceSide:
         A full device raises ``torch.OutOfMemoryError`` as it is (the caller may make room and try again)."""
         if trial.placement != "recompute":
             return [o.to(device) for o in trial.outputs]
-        if trial.device_inputs is not None:
-            inputs = [self._copy(x) for x in trial.device_inputs]
-        else:
-            inputs = self.areas[str(trial.area)].read(trial.entries, self.device)
-        # The first forward's own code (_forward): the same seeding, so a reproducible reference gives the same.
-        again = self._forward(inputs, trial.kind, trial.seed, str(trial.area), trial.entries, device_full_raises=True)
-        del inputs
+        again = self._forward_again(trial)
         problem = _unlike(trial, again, self.atol, self.rtol)
         if problem is not None:
             raise ReferenceFailed(f"the reference's outputs on seeded trial {trial.seed}, recomputed because the "
@@ -510,6 +502,16 @@ class ReferenceSide:
         del inputs
         self.release_cached_memory()  # the answer's process reads them next, onto the same device
         return trial
+
+    def _forward_again(self, trial: ReferenceTrial) -> ReferenceTrial:
+        """The reference's forward on a seeded trial's inputs again (from the device where they wait there, else from
+        its sealed area), by the first forward's own code (``_forward``): the same seeding, so a reproducible
+        reference gives the same outputs. A full device raises ``torch.OutOfMemoryError`` as it is."""
+        if trial.device_inputs is not None:
+            inputs = [self._copy(x) for x in trial.device_inputs]
+        else:
+            inputs = self.areas[str(trial.area)].read(trial.entries, self.device)
+        return self._forward(inputs, trial.kind, trial.seed, str(trial.area), trial.entries, device_full_raises=True)
 
     def _forward(self, inputs: list[Any], kind: str, seed: int, area: str, entries: list[dict[str, Any]],
                  device_full_raises: bool = False) -> ReferenceTrial:

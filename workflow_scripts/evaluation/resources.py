@@ -67,11 +67,12 @@ class Memory:
 
 def compile_threads(cores: int | None, configured: int | None = None) -> int:
     """A baseline job's compile workers (and the threads its rule reserves): the configuration's
-    ``baselines.compile_threads`` where set, else half of ``cores`` (the run's cores; this host's by hand), from 1
+    ``baselines.compile_threads`` where set, else half of ``cores`` (the run's cores; by hand, the cores this process
+    may run on), from 1
     to ``MAX_COMPILE_THREADS``."""
     if configured:
         return int(configured)
-    return max(1, min(MAX_COMPILE_THREADS, (cores or os.cpu_count() or 1) // 2))
+    return max(1, min(MAX_COMPILE_THREADS, (cores or len(os.sched_getaffinity(0))) // 2))
 
 
 def forward_gib(inputs: float, outputs: float, params: float) -> float:

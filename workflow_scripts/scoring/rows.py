@@ -19,7 +19,8 @@ from workflow_scripts.core.statuses import Status, is_compiled
 from workflow_scripts.core.records import DeviceRates
 from workflow_scripts.scoring.metrics import SUSPICIOUS_SPEEDUP_FLAG, eager_baseline, exceeds_flag_limit, speedup
 from workflow_scripts.scoring.significance import SpeedupInterval, speedup_interval
-from workflow_scripts.scoring.speed_of_light import FASTER_THAN_FLOOR_FLAG, ProblemWork, floor_fraction, floor_ms
+from workflow_scripts.scoring.speed_of_light import (FASTER_THAN_FLOOR_FLAG, ProblemWork, below_floor, floor_fraction,
+                                                     floor_ms)
 
 COLUMNS = column_names("rows")
 FLAG_SEPARATOR = ","
@@ -54,7 +55,7 @@ def build_row(
         flags.append(SUSPICIOUS_SPEEDUP_FLAG)
     floor = floor_ms(ProblemWork.of(problem), rates)
     fraction = floor_fraction(floor, runtime_ms)
-    if fraction is not None and fraction > 1:
+    if below_floor(fraction):
         flags.append(FASTER_THAN_FLOOR_FLAG)
     keeps = static.get("keeps_torch_op")
     interval = paired_interval(evaluation) if speedup_eager is not None and eager_source == "paired" else None
