@@ -196,6 +196,15 @@ def self_parity_files(names):
     return [LAYOUT.self_parity(name) for name in names if config["models"][name].get("self_parity")]
 
 
+def run_cores():
+    """The run's total cores (--cores), or None where it sets none (a cluster run's submitting process): Snakemake
+    refuses to read workflow.cores there."""
+    try:
+        return workflow.cores
+    except WorkflowError:
+        return None
+
+
 def gpu_resources():
     """GPU jobs take one unit of `gpu` (bound it with --resources gpu=N); their memory is memory_resources'."""
     return {"gpu": 1 if DEVICE == "cuda" else 0}

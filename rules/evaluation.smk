@@ -34,8 +34,6 @@ rule device_rates:
         locks=LAYOUT.locks(),
     log:
         LAYOUT.log("device_rates"),
-    # On the CPU the measurement is the host's: it takes every core, so that nothing beside it slows it down.
-    threads: workflow.cores if DEVICE == "cpu" else 1
     resources:
         # The measurement takes seconds; the rest waits for the GPU's exclusive lease, as an evaluate job may.
         runtime=int(EVAL["timeout_s"] // 60) + 10,
@@ -66,8 +64,8 @@ rule baseline:
         locks=LAYOUT.locks(),
     log:
         LAYOUT.log("baselines/level{level}_{problem_id}"),
-    # torch.compile's worker processes: half the run's cores unless configured (evaluation/resources.py).
-    threads: compile_threads(workflow.cores, config["baselines"]["compile_threads"])
+    # torch.compile's worker processes: half the cores this run may use unless configured (evaluation/resources.py).
+    threads: compile_threads(run_cores(), config["baselines"]["compile_threads"])
     resources:
         # Two children (eager, compile), each up to the timeout, plus time waiting for the GPU lock.
         runtime=2 * int(config["baselines"]["timeout_s"] // 60) + 10,

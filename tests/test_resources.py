@@ -236,10 +236,17 @@ def test_jobs_of_a_large_and_a_small_problem_declare_different_memory(tmp_path: 
     assert cpu[("evaluate", large)]["gpu_mem_gb"] == "0" and int(cpu[("evaluate", large)]["mem_mb"]) > 50_000
 
 
-def test_a_baseline_compiles_with_half_the_run_s_cores_unless_configured() -> None:
-    assert [compile_threads(cores) for cores in (1, 2, 3, 8, 16, 64)] == [1, 1, 1, 4, MAX_COMPILE_THREADS,
-                                                                         MAX_COMPILE_THREADS]
+def test_a_baseline_compiles_with_half_the_run_s_cores_unless_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)))  # a 32-core host
+    assert [compile_threads(cores) for cores in (1, 2, 3, 8, 16, 64, None)] == [1, 1, 1, 4, MAX_COMPILE_THREADS,
+                                                                               MAX_COMPILE_THREADS, MAX_COMPILE_THREADS]
     assert compile_threads(64, configured=3) == 3
+    # A cluster job evaluates the rule again inside its allocation (here 4 CPUs of a node its --cores calls 64):
+    # never more than the submitting process asked for.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
+    assert compile_threads(64) == 2 and compile_threads(None) == 2
 
 
 @pytest.mark.integration
@@ -252,9 +259,15 @@ def test_the_baseline_rule_reserves_its_compile_workers_as_threads(tmp_path: Pat
         proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", *args], cwd=work, capture_output=True,
                               text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        blocks = proc.stdout.split("rule ")
-        return {re.search(r"--compile-threads (\d+)", b).group(1) + "/" + re.search(r"threads: (\d+)", b).group(1)
-                for b in blocks if b.startswith("baseline:")}
+        blocks = [b for b in proc.stdout.split("rule ") if b.startswith("baseline:")]
+        assert blocks, proc.stdout[-3000:]
+        pairs = set()
+        for block in blocks:
+            threads = re.search(r"threads: (\d+)", block)  # Snakemake prints none for a job of one thread
+            flag = re.search(r"--compile-threads (\d+)", block).group(1)
+            pairs.add(f"{flag}/{threads.group(1) if threads else 1}")
+        return pairs
 
-    assert planned("--cores", "8") == {"4/4"}
+    half = compile_threads(8)  # half of this host's cores, or of 8 where it has more
+    assert planned("--cores", "8") == {f"{half}/{half}"}
     assert planned("--cores", "8", "--configfile", "config.yaml", "three.yaml") == {"3/3"}

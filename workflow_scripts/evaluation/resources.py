@@ -67,12 +67,14 @@ class Memory:
 
 def compile_threads(cores: int | None, configured: int | None = None) -> int:
     """A baseline job's compile workers (and the threads its rule reserves): the configuration's
-    ``baselines.compile_threads`` where set, else half of ``cores`` (the run's cores; by hand, the cores this process
-    may run on), from 1
-    to ``MAX_COMPILE_THREADS``."""
+    ``baselines.compile_threads`` where set, else half of the cores this process may run on (its CPU affinity) or of
+    ``cores`` (the run's --cores) where fewer, from 1 to ``MAX_COMPILE_THREADS``. The affinity keeps a cluster job's
+    own evaluation of the rule (on the node, inside its allocation) at or below what the submitting process asked
+    for."""
     if configured:
         return int(configured)
-    return max(1, min(MAX_COMPILE_THREADS, (cores or len(os.sched_getaffinity(0))) // 2))
+    usable = len(os.sched_getaffinity(0))
+    return max(1, min(MAX_COMPILE_THREADS, min(cores or usable, usable) // 2))
 
 
 def forward_gib(inputs: float, outputs: float, params: float) -> float:
