@@ -40,7 +40,8 @@ class GroupCount:
 
 
 class RunProgress:
-    """The run's targets by group (e.g. evaluations, baselines), counted on demand against the counts at its start."""
+    """The run's targets by group (e.g. evaluations, baselines), counted on demand: each file there is done, each
+    written since the run started is this run's (its rate)."""
 
     def __init__(self, groups: Mapping[str, Iterable[str | Path]], clock: Callable[[], float] = time.time) -> None:
         """``clock``: the wall clock the files' modification times are on."""

@@ -120,8 +120,7 @@ def _measure_in_child(device: str, gpu: str | None, tf32_mode: str) -> dict[str,
     env = dict(os.environ)
     if gpu is not None:
         env.update(CUDA_VISIBLE_DEVICES=gpu, CUDA_DEVICE_ORDER="PCI_BUS_ID")
-    command = [sys.executable, "-m", __spec__.name if __spec__ else "workflow_scripts.evaluation.device_rates",
-               "--device", device, "--tf32", tf32_mode]
+    command = [sys.executable, "-m", __spec__.name, "--device", device, "--tf32", tf32_mode]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S)
     if done.returncode != 0:
         raise RuntimeError(f"measuring the device's rates failed (exit {done.returncode}): {done.stderr[-1500:]}")

@@ -176,7 +176,6 @@ def ignores_input(answer_prints: list[bytes], reference_prints: list[bytes]) -> 
     return len(answer_prints) > 1 and len(set(answer_prints)) == 1 and len(set(reference_prints)) > 1
 
 
-
 def tf32_switches(torch: Any) -> list[tuple[Any, str, Any, Any]]:
     """Each switch TF32 has in this torch, as (object, attribute, value with TF32 on, value with it off): the new
     API's precisions where they exist (reading the legacy flags after setting them raises), else the legacy flags.
@@ -197,9 +196,9 @@ def tf32_sensitive(torch: Any, forward: Any, outputs: list[Any], atol: float, rt
     switches = tf32_switches(torch)
     saved = [getattr(owner, name) for owner, name, _, _ in switches]
     try:
-        for extreme in (2, 3):  # all TF32, then IEEE
-            for switch in switches:
-                setattr(switch[0], switch[1], switch[extreme])
+        for tf32_on in (True, False):  # all TF32, then IEEE
+            for owner, name, on, off in switches:
+                setattr(owner, name, on if tf32_on else off)
             again = forward()
             moved = compare_outputs(outputs, again, atol, rtol)[0] != "ok"
             del again

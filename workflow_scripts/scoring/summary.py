@@ -571,9 +571,9 @@ def noisy_bootstrap_block(outcomes: Mapping[str, Outcomes], reference: str, comp
                                                                  o.speedup_eager_high, threshold), 0.0)
 
     models = {}
+    against = chance(outcomes[reference])
     for name in compared:
-        delta, (low, high) = significance.noisy_paired_bootstrap(chance(outcomes[name]), chance(outcomes[reference]),
-                                                                 seed=seed)
+        delta, (low, high) = significance.noisy_paired_bootstrap(chance(outcomes[name]), against, seed=seed)
         models[name] = {"delta_pp": delta, "ci95_pp": [low, high]}
     return {"reference": reference, "metric": "fast_eager", "resamples": significance.NOISY_RESAMPLES,
             "models": models}
