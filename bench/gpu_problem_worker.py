@@ -98,6 +98,8 @@ def summarise(result) -> dict:
             # its 95% interval, as the rows' speedup_eager_low/high (scoring/significance.py)
             "speedup_low": interval.low if interval else None, "speedup_high": interval.high if interval else None,
             "problem_audit": result.problem_audit,
+            # out-of-memory events on the trusted side while the reference was timed (reference_timer)
+            "reference_device_ooms": (result.paired_reference or {}).get("device_ooms"),
             "flags": result.flags, "error": (result.error or "")[-1200:],  # the tail holds the exception
             "host_memory": (result.protocol or {}).get("host_memory"),  # the answer tree's cap and peak
             "phases_s": {k: round(v, 3) for k, v in result.phases_s.items()},

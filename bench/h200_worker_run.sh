@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (the device tool, nvidia-h200) for bench/gpu_problem_worker.py. Usage:
 #   bash bench/h200_worker_run.sh "big spin"            # benches to run (also: cost), in order, each under its own timeout
-#   env: RESUME (a gpu_problem_worker.jsonl to continue), RATES_TIMEOUT, VERDICT_PROBLEMS, VERDICT_TIMEOUT, PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_ARGS, BIG_TIMEOUT, BALLAST_GIB (GPU memory another process holds during big: an H200 as an 80 GB card), TP_PROBLEMS, TP_TIMEOUT, TP_ARGS, SCALING_PROBLEMS, SCALING_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS, COPIES, COPIES_PROBLEMS, COPIES_TIMEOUT, OLD_CODE, COST_ROUNDS, COST_PROBLEMS, COST_TIMEOUT
+#   env: RESUME (a gpu_problem_worker.jsonl to continue), PLANS_ARGS, PLANS_TIMEOUT, RATES_TIMEOUT, VERDICT_PROBLEMS, VERDICT_TIMEOUT, PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_ARGS, BIG_TIMEOUT, BALLAST_GIB (GPU memory another process holds during big: an H200 as an 80 GB card), TP_PROBLEMS, TP_TIMEOUT, TP_ARGS, SCALING_PROBLEMS, SCALING_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS, COPIES, COPIES_PROBLEMS, COPIES_TIMEOUT, OLD_CODE, COST_ROUNDS, COST_PROBLEMS, COST_TIMEOUT
 # Carry: .kb (KernelBench problems, and KernelBench's harness source in .kb/kbsrc), .kbwheels (pydantic and its
 # dependencies for KernelBench's eval.py; psutil and nvidia-ml-py for the evaluator: requirements/gpu-host.txt).
 set -uo pipefail
@@ -58,6 +58,7 @@ for bench in $1; do
         timeout ${COST_TIMEOUT:-120} $B calibration --suite .kb --problems ${COST_PROBLEMS:-L2_12 L2_71 L2_40 L2_76 L2_99 L2_82 L1_1 L1_88} --out "$OUT/new$r" >> "$OUT/cost.log" 2>&1
       done ;;
     # The device's copy and multiply rates (the speed-of-light floors, issue 35), as the device_rates rule measures.
+    plans) timeout ${PLANS_TIMEOUT:-150} python3 bench/cudnn_plan_probe.py --problem .kb/KernelBench/level1/58_conv_transposed_3D__asymmetric_input__asymmetric_kernel.py ${PLANS_ARGS:-} >> "$OUT/cudnn_plans.jsonl" 2>> "$OUT/plans.log" ;;
     rates) timeout ${RATES_TIMEOUT:-120} python3 -m workflow_scripts.evaluation.device_rates --device cuda > "$OUT/device_rates.json" 2>> "$OUT/rates.log"
            rc=$?; cat "$OUT/device_rates.json" >> "$OUT/rates.log"; (exit $rc) ;;
     # Answers of known truth: 5% faster / same / 5% slower on the chain problem, the zeros answer on VERDICT_PROBLEMS.

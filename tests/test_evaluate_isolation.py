@@ -195,6 +195,7 @@ def test_the_reference_is_timed_beside_the_answer_in_alternating_blocks(tmp_path
     paired = res.paired_reference
     assert paired is not None and (paired["blocks"], paired["block_trials"], paired["order"]) == (3, 2, "ABBA")
     assert paired["stats"]["n"] == 5
+    assert paired["device_ooms"] is None and "reference_memory_starved" not in res.flags  # no device allocator here
     assert len(paired["raw"]["warmup_ms"]) == 1 and len(paired["raw"]["discarded_ms"]) == 1
     assert len(res.runtime_stats["trials"]) == 5 and len(res.timing_raw["warmup_ms"]) == 1
     assert len(res.timing_raw["launches_per_call"]) == 1 + 1 + 5  # warm-up, discarded, trials: over all blocks

@@ -123,6 +123,9 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     Flag("static_analysis_error", False, "the static analyser failed on this answer"),
     Flag("reference", False, "an event in the reference child (reference:<flag>)"),
     Flag("suspicious_speedup", False, "a correct answer faster than the flag limit (scoring/metrics.py)"),
+    Flag("reference_memory_starved", False, "the eager reference timed beside the answer met a full card (its "
+         "blocks saw out-of-memory events: a slower fallback cuDNN plan is possible); the speed interval is withheld "
+         "(evaluation/reference_timer.py)"),
     Flag("faster_than_floor", False, "a correct answer timed more than 10% below its problem's speed-of-light floor "
                                      "(scoring/speed_of_light.py)"),
 )}

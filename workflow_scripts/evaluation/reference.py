@@ -37,6 +37,7 @@ from workflow_scripts.evaluation import environment, memory_plan, timing
 from workflow_scripts.evaluation.memory_plan import LARGE_OUTPUT_BYTES, PARALLEL_INPUTS_MIN_BYTES
 from workflow_scripts.evaluation.problem_audit import OutputAudit, ProblemAudit, output_samples, tf32_sensitive
 from workflow_scripts.evaluation.protocol import compare_outputs
+from workflow_scripts.evaluation.reference_timer import device_ooms
 from workflow_scripts.evaluation.transport import (Area, Slot, TransportError, aligned, dtype_name, tensor_bytes,
                                                   torch_dtype)
 from workflow_scripts.suite.problem_module import as_input, input_builder, input_builder_source, load_problem
@@ -176,6 +177,7 @@ class ReferenceSide:
         ``answer_processes``: how many answer processes the job wants alive at once."""
         self.atol, self.rtol, self.answer_processes = atol, rtol, answer_processes
         self.prepare_phases["prepare_timing_s"] = self.prepare_phases["prepare_device_inputs_s"] = 0.0
+        ooms = device_ooms(self.torch, self.device_kind)
         on_host = len(trial_seeds) if self.trial_input_bytes is None else memory_plan.host_input_trials(
             len(trial_seeds), self.trial_input_bytes, timing, available_memory())
         on_device, built = self._build_seeded_inputs(trial_seeds, on_host, timing)
@@ -185,6 +187,8 @@ class ReferenceSide:
                 self._build_timing_inputs()
             self._timing_forwards(atol, rtol)
             self._check_input_builder()
+        if ooms is not None:  # a full card while the reference first ran (reference_timer says why it matters)
+            self.prepare_phases["prepare_device_ooms"] = float(device_ooms(self.torch, self.device_kind) - ooms)
 
     def _build_seeded_inputs(self, trial_seeds: list[int], on_host: int, timing: bool
                              ) -> tuple[dict[int, list[Any]], list[tuple[Area, list[dict[str, Any]]]] | None]:

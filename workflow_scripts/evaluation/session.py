@@ -25,6 +25,7 @@ from workflow_scripts.evaluation.protocol import (PROBE_CALLS, TimedChecks, call
                                                  timing_limit_s)
 from workflow_scripts.evaluation.records import TrialRecord
 from workflow_scripts.evaluation.reference import ReferenceFailed, ReferenceSide, ReferenceTrial
+from workflow_scripts.evaluation.reference_timer import ReferenceTimer
 from workflow_scripts.evaluation.sandbox import ChildProcess
 from workflow_scripts.evaluation.start_gate import StartGate
 from workflow_scripts.evaluation.transport import Area, TransportError, dtype_name, tensor_bytes
@@ -409,15 +410,12 @@ class AnswerSession:
         (``timing.paired_blocks``, ABBA order). Returns the answer's last message (``timing`` or its error), its raw
         numbers merged over the blocks and its launches per call; the reference's go to ``paired_reference``."""
         cfg, ref = self.cfg, self.reference
-        protocol = cfg.timing_protocol()
-        blocks = timing.paired_blocks(protocol, cfg.paired_block)
-        paired = cfg.paired_block > 0
+        blocks = timing.paired_blocks(cfg.timing_protocol(), cfg.paired_block)
         floors = cfg.watchdog_limits() or (0.0, 0.0)
         reference_ms = self.reference_ms() or 0.0
         answer_parts: list[timing.RawTimes] = []
         reference_parts: list[timing.RawTimes] = []
         per_call: list[int] = []
-        tm: Message | None = None
         calls = sum(b.discard_first + b.trials for b in blocks)
         self.timed_checks = TimedChecks.choose(calls, ref.output_capacity(), ref.timing_trial is not None,
                                                fresh=ref.fresh_source is not None,
@@ -426,19 +424,36 @@ class AnswerSession:
             failed = self._probe_overhead(ans, reference_ms, floors[0])
         if failed is not None:
             return failed, timing.RawTimes(), None
+        with ReferenceTimer(ref.time_block, ref.torch, ref.device_kind) as timer:
+            tm = self._time_blocks(ans, blocks, timer, answer_parts, reference_parts, per_call)
+        if tm.type != "timing":  # the answer's call failed (runtime_error, cuda_error): nothing timed stands
+            return tm, timing.RawTimes(), None
+        if reference_parts:
+            merged = timing.merge_raw(reference_parts)
+            self.paired_reference = {"stats": timing.stats(merged.trials_ms), "raw": merged.to_dict(),
+                                     "block_trials": cfg.paired_block, "blocks": len(blocks), "order": "ABBA",
+                                     "reference_block_trials": cfg.paired_reference_block,
+                                     "device_ooms": timer.device_ooms}
+            if timer.device_ooms:
+                self.flag("reference_memory_starved")
+        return tm, timing.merge_raw(answer_parts), per_call
+
+    def _time_blocks(self, ans: ChildProcess, blocks: list[timing.TimingProtocol], timer: ReferenceTimer,
+                     answer_parts: list[timing.RawTimes], reference_parts: list[timing.RawTimes],
+                     per_call: list[int]) -> Message:
+        """The answer's blocks and, paired, the reference's (in ``timer``'s thread), ABBA; the parts are appended
+        as they come. Returns the answer's last message: ``timing``, or the error that ended its timing."""
+        cfg, ref = self.cfg, self.reference
+        protocol = cfg.timing_protocol()
+        paired = cfg.paired_block > 0
+        floors = cfg.watchdog_limits() or (0.0, 0.0)
+        reference_ms = self.reference_ms() or 0.0
+        tm: Message | None = None
         for i, block in enumerate(blocks):
             order = ("answer", "reference") if timing.answer_goes_first(i) else ("reference", "answer")
             for side in order if paired else ("answer",):
                 if side == "reference":
-                    t_ref = time.monotonic()
-                    try:
-                        with self._answer_stopped(ans), self._timeline("timing_reference"):
-                            reference_parts.append(ref.time_block(
-                                timing.reference_block(block, cfg.paired_reference_block), protocol.l2_flush_mib,
-                                cfg.cpu_threads))
-                    except ReferenceFailed as e:
-                        raise ReferenceUnusable(str(e)) from None
-                    self._add_phase("timing_reference_s", time.monotonic() - t_ref)
+                    reference_parts.append(self._reference_block(ans, timer, block, protocol.l2_flush_mib))
                     continue
                 seed = self.timed_checks.next_seed()
                 self._send(ans, "time", inputs={"area": "timing", "entries": ref.timing_entries}, seed=seed,
@@ -450,7 +465,7 @@ class AnswerSession:
                                            self.timed_checks)
                 self._merge(tm)
                 if tm.type in ("runtime_error", "cuda_error"):
-                    return tm, timing.RawTimes(), None
+                    return tm
                 if tm.type != "timing":
                     raise ProtocolError(f"unexpected {tm.type} while timing")
                 part = raw_times(tm.header.get("raw"))
@@ -459,12 +474,20 @@ class AnswerSession:
                 answer_parts.append(part)
                 per_call += launch_counts(tm.header.get("launches_per_call"), calls)
         assert tm is not None
-        if reference_parts:
-            merged = timing.merge_raw(reference_parts)
-            self.paired_reference = {"stats": timing.stats(merged.trials_ms), "raw": merged.to_dict(),
-                                     "block_trials": cfg.paired_block, "blocks": len(blocks), "order": "ABBA",
-                                     "reference_block_trials": cfg.paired_reference_block}
-        return tm, timing.merge_raw(answer_parts), per_call
+        return tm
+
+    def _reference_block(self, ans: ChildProcess, timer: ReferenceTimer, block: timing.TimingProtocol,
+                         l2_flush_mib: int) -> timing.RawTimes:
+        """The eager reference's block beside the answer's ``block``, with the answer's tree stopped."""
+        t0 = time.monotonic()
+        try:
+            with self._answer_stopped(ans), self._timeline("timing_reference"):
+                return timer.time_block(timing.reference_block(block, self.cfg.paired_reference_block), l2_flush_mib,
+                                        self.cfg.cpu_threads)
+        except ReferenceFailed as e:
+            raise ReferenceUnusable(str(e)) from None
+        finally:
+            self._add_phase("timing_reference_s", time.monotonic() - t0)
 
     def _probe_overhead(self, ans: ChildProcess, reference_ms: float, floor_s: float) -> Message | None:
         """Before the answer's first timed block, in the same exclusive window: the same loop (inputs, fresh draws,

@@ -98,8 +98,11 @@ def build_row(
 
 def paired_interval(evaluation: dict[str, Any]) -> SpeedupInterval | None:
     """The interval of a correct answer's speedup over the eager reference timed beside it (scoring/significance.py)
-    from the two sides' timed calls in the evaluation; None where either is missing."""
+    from the two sides' timed calls in the evaluation; None where either is missing, or where the reference's blocks
+    met a full card (``device_ooms``: its plan may be a slower fallback, evaluation/reference_timer.py)."""
     paired = evaluation.get("paired_reference") or {}
+    if paired.get("device_ooms"):
+        return None
     answer = (evaluation.get("runtime_stats") or {}).get("trials")
     reference = (paired.get("raw") or {}).get("trials_ms")
     if not answer or not reference:
