@@ -28,10 +28,13 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workflow_scripts.core.records import DeviceRates  # noqa: E402
-from workflow_scripts.scoring.significance import DEFAULT_BAND, SpeedupInterval, noise_band, verdict  # noqa: E402
+from workflow_scripts.scoring.significance import (DEFAULT_BAND, SpeedupInterval, noise_band, problem_band,  # noqa: E402
+                                                   verdict)
 from workflow_scripts.scoring.speed_of_light import ProblemWork, below_floor, floor_ms  # noqa: E402
 
 # Size buckets by the paired eager reference's mean time (ms): the issue's "no size bucket biased by more than 0.5%".
@@ -108,25 +111,41 @@ def interval(record: dict) -> SpeedupInterval | None:
     return SpeedupInterval(low, high) if low and high else None
 
 
+def spread(record: dict) -> float:
+    """The problem's placement spread (evaluation/placement_audit.py), NaN where not measured."""
+    value = (record.get("problem_audit") or {}).get("placement_spread")
+    return float(value) if value else float("nan")
+
+
 def verdict_summary(records: list[dict]) -> dict:
-    """The calibration's verdicts under the default band and under split-half measured bands; the known-speedup
-    answers' under the band the whole calibration measured; the zeros answers' verdicts and flags."""
-    calibration = sorted(((r["problem"], interval(r)) for r in records
+    """The calibration's verdicts under the default band and under split-half measured bands, each problem's band
+    widened by its placement spread (scoring/significance.py problem_band; the default band alone beside it); the
+    known-speedup answers' under the band the whole calibration measured; the zeros answers' verdicts and flags."""
+    calibration = sorted(((r["problem"], interval(r), spread(r)) for r in records
                           if r.get("bench") == "calibration" and r.get("copy") in (None, 0) and interval(r)))
     halves = [calibration[0::2], calibration[1::2]]
-    measured = [noise_band([i for _, i in half], "cuda_events") for half in halves]
-    whole = noise_band([i for _, i in calibration], "cuda_events")
+    measured = [noise_band([i for _, i, _ in half], "cuda_events", [s for _, _, s in half]) for half in halves]
+    whole = noise_band([i for _, i, _ in calibration], "cuda_events", [s for _, _, s in calibration])
     default = DEFAULT_BAND["cuda_events"]
-    split = Counter(verdict(i, measured[1 - h].band) for h, half in enumerate(halves) for _, i in half)
+
+    def judged(band: float, entries: list) -> list[str | None]:
+        return [verdict(i, float(problem_band(band, np.array([s]))[0])) for _, i, s in entries]
+
+    split = Counter(v for h, half in enumerate(halves) for v in judged(measured[1 - h].band, half))
     out: dict = {
         "calibration_answers": len(calibration),
         "default_band": default,
-        "calibration_under_default_band": dict(Counter(verdict(i, default) for _, i in calibration)),
+        "placement_spreads_measured": int(sum(np.isfinite(s) for _, _, s in calibration)),
+        "placement_spreads_above_band": {k: round(s, 4) for k, _, s in calibration if s > 1 + default},
+        "calibration_under_default_band": dict(Counter(judged(default, calibration))),
+        "calibration_under_default_band_without_placement": dict(Counter(verdict(i, default)
+                                                                         for _, i, _ in calibration)),
         "split_half_bands": [round(b.band, 5) for b in measured],
         "calibration_under_split_half_bands": dict(split),
         "whole_calibration_band": round(whole.band, 5),
-        "not_same_under_default": {k: [round(i.low, 4), round(i.high, 4)] for k, i in calibration
-                                   if verdict(i, default) != "same"},
+        "not_same_under_default": {k: [round(i.low, 4), round(i.high, 4), round(s, 4) if np.isfinite(s) else None]
+                                   for (k, i, s), v
+                                   in zip(calibration, judged(default, calibration)) if v != "same"},
     }
     known = [r for r in records if r.get("bench") == "verdicts" and r.get("true_speedup")]
     out["known_speedups"] = {r["answer"]: {

@@ -26,9 +26,9 @@ def test_each_timer_times_in_a_thread_of_its_own() -> None:
         return timing.RawTimes(trials_ms=[1.0])
 
     for _ in range(2):
-        with ReferenceTimer(block, torch, "cpu") as timer:
-            assert timer.time_block().trials_ms == [1.0]
-            timer.time_block()
+        with ReferenceTimer(torch, "cpu") as timer:
+            assert timer.run(block).trials_ms == [1.0]
+            timer.run(block)
         assert seen[-1] == seen[-2]  # one thread for an answer's blocks: the plans it picked stay for them
         assert not any(t.ident == seen[-1] and t.is_alive() for t in threading.enumerate())  # gone with its plans
     assert threading.get_ident() not in seen
@@ -39,8 +39,8 @@ def test_a_failing_block_raises_in_the_caller() -> None:
     def block() -> timing.RawTimes:
         raise ValueError("the reference failed")
 
-    with ReferenceTimer(block, torch, "cpu") as timer, pytest.raises(ValueError, match="the reference failed"):
-        timer.time_block()
+    with ReferenceTimer(torch, "cpu") as timer, pytest.raises(ValueError, match="the reference failed"):
+        timer.run(block)
 
 
 def test_a_reference_timed_on_a_full_card_gives_no_interval() -> None:
@@ -65,9 +65,9 @@ def test_out_of_memory_events_in_the_blocks_are_counted() -> None:
         return timing.RawTimes(trials_ms=[1.0])
 
     before = device_ooms(torch, "cuda")
-    with ReferenceTimer(block, torch, "cuda") as timer:
-        timer.time_block(False)
+    with ReferenceTimer(torch, "cuda") as timer:
+        timer.run(block, False)
         assert timer.device_ooms == 0
-        timer.time_block(True)
-        timer.time_block(True)
+        timer.run(block, True)
+        timer.run(block, True)
     assert timer.device_ooms == 2 and device_ooms(torch, "cuda") == before + 2

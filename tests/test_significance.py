@@ -100,3 +100,24 @@ def test_timing_noise_widens_the_bootstrap_interval() -> None:
     assert noisy_high - noisy_low > 1.2 * (high - low)
     with pytest.raises(ValueError, match="cannot bootstrap"):
         significance.noisy_paired_bootstrap(np.zeros(0), np.zeros(0))
+
+
+def test_a_placement_spread_widens_its_problems_band_only() -> None:
+    """L2/77 on the H200: the reference as its own answer read 1.30 on every block, because its process and the
+    trusted side landed on different placements of the dgrad kernel's buffers (placement_audit). With the spread the
+    trusted side measured, that reads same; a 5% speedup on a problem without spread still reads faster."""
+    calibration_l2_77 = SpeedupInterval(1.298, 1.302)
+    bands = significance.problem_band(0.025, np.array([1.31, np.nan, 0.99, 1.0]))
+    assert bands == pytest.approx([1.025 * 1.31 - 1, 0.025, 0.025, 0.025])
+    assert verdict(calibration_l2_77, 0.025) == "faster"  # what the band alone says
+    assert verdict(calibration_l2_77, bands[0]) == "same"
+    assert verdict(SpeedupInterval(1.045, 1.055), bands[1]) == "faster"
+    assert significance.significantly_fast(np.array([1.298, 1.298]), 1.0, bands[:2]).tolist() == [False, True]
+
+
+def test_the_calibration_band_is_read_net_of_placement_spreads() -> None:
+    calibration = [SpeedupInterval(1.0 + 0.001 * k - 0.002, 1.0 + 0.001 * k + 0.002) for k in range(-20, 21)]
+    outliers = [SpeedupInterval(1.298, 1.302)] * 3  # three problems on split placements
+    spreads = [np.nan] * len(calibration) + [1.31] * 3
+    assert noise_band(calibration + outliers, "cuda_events").band > 0.25  # counted as noise, they take the band
+    assert noise_band(calibration + outliers, "cuda_events", spreads).band == pytest.approx(0.0216, abs=0.0006)

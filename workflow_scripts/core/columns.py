@@ -155,6 +155,12 @@ def _rows_columns() -> dict[str, Column]:
         "tf32_sensitive": Column("the problem as the evaluator audited it: true where the reference's outputs on the "
                                  "first seeded trial move beyond the tolerance with TF32 all on or all off (its "
                                  "verdicts depend on the TF32 mode); null where not measured (the CPU has no TF32)"),
+        "placement_spread": Column("the problem as the evaluator audited it (evaluation/placement_audit.py): the "
+                                   "reference forward's slowest median over its fastest across placements of its "
+                                   "buffers in device memory, timed once per problem in the first exclusive window; "
+                                   "the speed verdicts widen the problem's band by it (scoring/significance.py); null "
+                                   "where not measured (off CUDA, no answer timed, a forward beyond the audit's "
+                                   "budget)", RATIO),
         "eager_status": Column("the baseline stage's eager run: ok or its failure"),
         "compile_status": Column("the baseline stage's torch.compile run: ok or its failure"),
         "require_triton": REQUIRE_TRITON,

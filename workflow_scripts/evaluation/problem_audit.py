@@ -32,6 +32,11 @@ class ProblemAudit:
     # (``tf32_sensitive``): the problem's verdicts depend on the TF32 mode. None: not measured (on the CPU, where
     # there is no TF32, or without room on the device for the two forwards).
     tf32_sensitive: bool | None = None
+    # The reference forward's median at each placement of its buffers in device memory, and the slowest over the
+    # fastest (placement_audit): the noise paired timing cannot cancel. None: not measured (off CUDA, no answer
+    # timed yet, or a forward too long or too large for the audit's budget).
+    placement_ms: list[float] | None = None
+    placement_spread: float | None = None
 
     @property
     def degenerate(self) -> bool:

@@ -24,6 +24,7 @@ import functools
 import json
 import os
 import secrets
+import statistics
 import subprocess
 import sys
 import threading
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from workflow_scripts.evaluation import environment, memory_plan, timing
+from workflow_scripts.evaluation import environment, memory_plan, placement_audit, timing
 from workflow_scripts.evaluation.memory_plan import LARGE_OUTPUT_BYTES, PARALLEL_INPUTS_MIN_BYTES
 from workflow_scripts.evaluation.problem_audit import OutputAudit, ProblemAudit, output_samples, tf32_sensitive
 from workflow_scripts.evaluation.protocol import compare_outputs
@@ -116,6 +117,7 @@ class ReferenceSide:
         self._fresh_get_inputs: Any = None
         self._clock: timing.Clock | None = None
         self._judge_buffer: Any = None  # the answers' outputs copied out on the host (_host_copies)
+        self._placements_tried = False  # audit_placements runs once per problem
         # One per problem (drawn here unless given, to replay a run): the timed values do not change the timing.
         self.timing_seed = timing_seed if timing_seed is not None else secrets.randbelow(2**32 - 1)
         self.input_bytes = 0
@@ -550,13 +552,48 @@ class ReferenceSide:
         return ReferenceTrial(kind, seed, area, entries, structure, outs, ms, rng, [str(o.device) for o in outs])
 
     # -- paired timing -------------------------------------------------------------------------------------------
+    def _timing_clock(self, l2_flush_mib: int) -> timing.Clock:
+        if self._clock is None:
+            self._clock = timing.Clock(self.device_kind, l2_flush_mib)
+        return self._clock
+
+    @property
+    def placements_due(self) -> bool:
+        """The placement audit is yet to be tried: on CUDA, once per problem."""
+        return self.device_kind == "cuda" and self.audit is not None and not self._placements_tried
+
+    def audit_placements(self, protocol: timing.TimingProtocol) -> None:
+        """Once per problem, on CUDA, in the first exclusive window: the reference's speed over placements of its
+        buffers (``placement_audit``), into ``audit``. Skipped where the forward or its copies exceed the audit's
+        budget; a card too full for the copies, or a forward failing on them, leaves it unmeasured."""
+        if not self.placements_due:
+            return
+        self._placements_tried = True
+        if not placement_audit.affordable(self._typical_forward_ms(), tensor_bytes(self.timing_inputs) +
+                                          self.param_bytes, protocol):
+            return
+        try:
+            with self.torch.no_grad():
+                measured = placement_audit.measure(self.torch, self.model, self.timing_inputs,
+                                                   self._timing_clock(protocol.l2_flush_mib), protocol)
+        except Exception:  # noqa: BLE001 - the problem's own code on copies, or the card full: not measured
+            return
+        finally:
+            self.torch.cuda.empty_cache()  # the copies' placements go back before the answer's first block
+        self.audit = dataclasses.replace(self.audit, placement_ms=[round(ms, 5) for ms in measured.medians_ms],
+                                         placement_spread=round(measured.spread, 5))
+
+    def _typical_forward_ms(self) -> float | None:
+        """The seeded forwards' median (the first one's time holds the kernels' and libraries' first-call costs)."""
+        times = [t.forward_ms for t in self.seeded if t.forward_ms is not None]
+        return statistics.median(times) if times else None
+
     def time_block(self, block: timing.TimingProtocol, l2_flush_mib: int, cpu_threads: int | None) -> timing.RawTimes:
         """One block of the eager reference's timing on the timing inputs, by the same ``Clock`` code that times
         answers and baselines (``timing.paired_blocks``). On the CPU with ``cpu_threads`` threads, as the
         baseline's child runs."""
         torch = self.torch
-        if self._clock is None:
-            self._clock = timing.Clock(self.device_kind, l2_flush_mib)
+        self._timing_clock(l2_flush_mib)
         threads = torch.get_num_threads()
         if self.device_kind == "cpu" and cpu_threads:
             torch.set_num_threads(cpu_threads)

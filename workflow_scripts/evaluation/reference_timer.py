@@ -20,9 +20,9 @@ timed on a fallback plan is slower than it should be, and the answer's speedup a
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
-from workflow_scripts.evaluation import timing
+T = TypeVar("T")
 
 
 def device_ooms(torch: Any, device_kind: str) -> int | None:
@@ -35,8 +35,7 @@ def device_ooms(torch: Any, device_kind: str) -> int | None:
 class ReferenceTimer:
     """One answer's reference blocks, run in one thread started for them (a context manager)."""
 
-    def __init__(self, time_block: Callable[..., timing.RawTimes], torch: Any, device_kind: str) -> None:
-        self._time_block = time_block
+    def __init__(self, torch: Any, device_kind: str) -> None:
         self._torch = torch
         self._device_kind = device_kind
         self._thread: ThreadPoolExecutor | None = None
@@ -52,12 +51,13 @@ class ReferenceTimer:
             self._thread.shutdown(wait=True)  # the thread's cuDNN plans go with it
             self._thread = None
 
-    def time_block(self, *args: Any) -> timing.RawTimes:
-        """``ReferenceSide.time_block(*args)`` in this timer's thread; its exceptions are raised here."""
+    def run(self, work: Callable[..., T], *args: Any) -> T:
+        """``work(*args)`` (the reference's timed work: ``ReferenceSide.time_block``, ``audit_placements``) in this
+        timer's thread; its exceptions are raised here."""
         assert self._thread is not None, "ReferenceTimer used outside its with block"
         before = device_ooms(self._torch, self._device_kind)
         try:
-            return self._thread.submit(self._time_block, *args).result()
+            return self._thread.submit(work, *args).result()
         finally:
             after = device_ooms(self._torch, self._device_kind)
             if before is not None and after is not None:

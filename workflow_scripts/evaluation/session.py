@@ -424,7 +424,9 @@ class AnswerSession:
             failed = self._probe_overhead(ans, reference_ms, floors[0])
         if failed is not None:
             return failed, timing.RawTimes(), None
-        with ReferenceTimer(ref.time_block, ref.torch, ref.device_kind) as timer:
+        with ReferenceTimer(ref.torch, ref.device_kind) as timer:
+            if cfg.paired_block > 0 and ref.placements_due:
+                self._audit_placements(ans, timer)
             tm = self._time_blocks(ans, blocks, timer, answer_parts, reference_parts, per_call)
         if tm.type != "timing":  # the answer's call failed (runtime_error, cuda_error): nothing timed stands
             return tm, timing.RawTimes(), None
@@ -476,14 +478,22 @@ class AnswerSession:
         assert tm is not None
         return tm
 
+    def _audit_placements(self, ans: ChildProcess, timer: ReferenceTimer) -> None:
+        """The problem's placement audit (``placement_audit``), in its first timed answer's exclusive window, with
+        the answer's tree stopped."""
+        t0 = time.monotonic()
+        with self._answer_stopped(ans), self._timeline("placement_audit"):
+            timer.run(self.reference.audit_placements, self.cfg.timing_protocol())
+        self._add_phase("placement_audit_s", time.monotonic() - t0)
+
     def _reference_block(self, ans: ChildProcess, timer: ReferenceTimer, block: timing.TimingProtocol,
                          l2_flush_mib: int) -> timing.RawTimes:
         """The eager reference's block beside the answer's ``block``, with the answer's tree stopped."""
         t0 = time.monotonic()
         try:
             with self._answer_stopped(ans), self._timeline("timing_reference"):
-                return timer.time_block(timing.reference_block(block, self.cfg.paired_reference_block), l2_flush_mib,
-                                        self.cfg.cpu_threads)
+                return timer.run(self.reference.time_block, timing.reference_block(
+                    block, self.cfg.paired_reference_block), l2_flush_mib, self.cfg.cpu_threads)
         except ReferenceFailed as e:
             raise ReferenceUnusable(str(e)) from None
         finally:

@@ -88,6 +88,7 @@ def build_row(
         "timing_mode": evaluation.get("timing_mode"),
         "degenerate": (evaluation.get("problem_audit") or {}).get("degenerate"),
         "tf32_sensitive": (evaluation.get("problem_audit") or {}).get("tf32_sensitive"),
+        "placement_spread": (evaluation.get("problem_audit") or {}).get("placement_spread"),
         "eager_status": baseline.get("eager_status"),
         "compile_status": baseline.get("compile_status"),
         "require_triton": bool(answer.get("require_triton", True)),

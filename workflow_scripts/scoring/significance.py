@@ -18,6 +18,10 @@ correct answer gets:
   the interval's low end above 1 + band; ``slower``: its high end below 1 / (1 + band); ``same``: the whole interval
   within [1 / (1 + band), 1 + band]; ``ambiguous`` otherwise;
 - fast_p_significant: correct and the interval's low end above p x (1 + band): a fast_p that noise cannot explain.
+- per problem, the band widened by the placement spread the trusted side measured (``problem_band``;
+  evaluation/placement_audit.py): a kernel whose speed follows where its buffers lie in device memory can put the
+  answer's process and the trusted side on different speeds for every block, which no interval of theirs shows. The
+  calibration's intervals are read net of their problem's spread, so the environment's band is not counted twice.
 
 - a paired bootstrap that includes timing noise (``noisy_paired_bootstrap``): the published bootstrap resamples
   problems and counts each answer fast or not as measured; this one also draws, in every resample, whether each
@@ -102,15 +106,32 @@ def _t(degrees: int) -> float:
     return float(stats.t.ppf(0.5 + CONFIDENCE / 2, max(1, degrees)))
 
 
-def noise_band(calibration: Sequence[SpeedupInterval], timing_mode: str | None) -> NoiseBand:
+def noise_band(calibration: Sequence[SpeedupInterval], timing_mode: str | None,
+               spreads: Sequence[float] | None = None) -> NoiseBand:
     """The band from the calibration models' intervals on this environment (correct answers timed beside the
-    reference), or the timing mode's default where there are fewer than ``MIN_CALIBRATION``."""
-    edges = np.array([max(abs(math.log(i.low)), abs(math.log(i.high))) for i in calibration
+    reference), each net of its problem's placement spread (``spreads``, aligned; NaN or absent: none), or the
+    timing mode's default where there are fewer than ``MIN_CALIBRATION``."""
+    nets = np.log(placement_factor(np.asarray(spreads if spreads is not None else [np.nan] * len(calibration),
+                                              dtype=float)))
+    edges = np.array([max(0.0, max(abs(math.log(i.low)), abs(math.log(i.high))) - net)
+                      for i, net in zip(calibration, nets)
                       if np.isfinite(i.low) and np.isfinite(i.high) and i.low > 0 and i.high > 0])
     if edges.size >= MIN_CALIBRATION:
         return NoiseBand(float(math.expm1(np.quantile(edges, NOISE_QUANTILE))), "calibration", int(edges.size))
     default = DEFAULT_BAND.get(timing_mode or "", max(DEFAULT_BAND.values()))
     return NoiseBand(default, "default", int(edges.size))
+
+
+def placement_factor(spread: np.ndarray) -> np.ndarray:
+    """Per answer, its problem's placement spread as a factor: the spread where measured and above 1, else 1."""
+    spread = np.asarray(spread, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(spread) & (spread > 1), spread, 1.0)
+
+
+def problem_band(band: float, spread: np.ndarray) -> np.ndarray:
+    """Per answer, the band of its problem: (1 + band) x placement spread - 1 (``band`` where none was measured)."""
+    return (1 + band) * placement_factor(spread) - 1
 
 
 def verdict(interval: SpeedupInterval | None, band: float) -> str | None:
@@ -127,8 +148,9 @@ def verdict(interval: SpeedupInterval | None, band: float) -> str | None:
     return "ambiguous"
 
 
-def significantly_fast(low: np.ndarray, p: float, band: float) -> np.ndarray:
-    """Per answer: the interval's low end above p x (1 + band) (NaN, no interval, never is)."""
+def significantly_fast(low: np.ndarray, p: float, band: float | np.ndarray) -> np.ndarray:
+    """Per answer: the interval's low end above p x (1 + band), ``band`` one for all or one per answer (NaN, no
+    interval, never is)."""
     with np.errstate(invalid="ignore"):
         return low > p * (1 + band)
 

@@ -70,7 +70,7 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "keeps_torch_op", "completion_tokens",
 )
 # Columns read where present (rows built before they existed summarize without them: no speed verdicts).
-OPTIONAL_COLUMNS: tuple[str, ...] = ("speedup_eager_low", "speedup_eager_high", "timing_mode")
+OPTIONAL_COLUMNS: tuple[str, ...] = ("speedup_eager_low", "speedup_eager_high", "placement_spread", "timing_mode")
 # What summary.json keeps of a vLLM model's self-parity report (generation/self_parity.py SelfParity.to_dict).
 SELF_PARITY_FIELDS = ("prompts", "identical", "agreement", "token_agreement", "skipped")
 DEFAULT_RESAMPLES = 100_000
@@ -174,6 +174,8 @@ class Outcomes:
     # The interval of the speedup over the paired eager reference (scoring/significance.py), NaN where none.
     speedup_eager_low: np.ndarray
     speedup_eager_high: np.ndarray
+    # The problem's placement spread (evaluation/placement_audit.py), NaN where not measured.
+    placement_spread: np.ndarray
 
     def speedups(self, baseline: str) -> np.ndarray:
         return self.speedup_eager if baseline == "eager" else self.speedup_compile
@@ -262,6 +264,7 @@ def outcomes_by_model(rows: pd.DataFrame) -> dict[str, Outcomes]:
             completion_tokens=_float_array(group["completion_tokens"]),
             speedup_eager_low=_float_array(group["speedup_eager_low"]),
             speedup_eager_high=_float_array(group["speedup_eager_high"]),
+            placement_spread=_float_array(group["placement_spread"]),
         )
     return result
 
@@ -549,9 +552,11 @@ def speed_verdicts_block(outcomes: Mapping[str, Outcomes], order: Sequence[str],
                          seed: int) -> dict[str, Any]:
     """The noise band, per model and level the speed verdicts' counts and eager_fast_p_significant, and the
     fast_eager bootstrap with timing noise of each compared model against the reference."""
-    intervals = [significance.SpeedupInterval(lo, hi) for m, o in outcomes.items() if m in set(calibration)
+    measured = [o for m, o in outcomes.items() if m in set(calibration)]
+    intervals = [significance.SpeedupInterval(lo, hi) for o in measured
                  for lo, hi in zip(o.speedup_eager_low[o.correct], o.speedup_eager_high[o.correct])]
-    band = significance.noise_band(intervals, mode)
+    spreads = [spread for o in measured for spread in o.placement_spread[o.correct]]
+    band = significance.noise_band(intervals, mode, spreads)
     models: dict[str, Any] = {}
     for name in order:
         o = outcomes[name]
@@ -581,13 +586,14 @@ def noisy_bootstrap_block(outcomes: Mapping[str, Outcomes], reference: str, comp
 
 def speed_verdict_counts(o: Outcomes, mask: np.ndarray, band: float) -> dict[str, int]:
     """One model's counts over ``mask``: each verdict (eager_faster, ...) and eager_fast_p_significant per
-    threshold."""
-    low = np.where(o.correct, o.speedup_eager_low, np.nan)
-    high = np.where(o.correct, o.speedup_eager_high, np.nan)
-    verdicts = [significance.verdict(significance.SpeedupInterval(lo, hi), band) if np.isfinite(lo) and
-                np.isfinite(hi) else None for lo, hi in zip(low[mask], high[mask])]
+    threshold, each answer against its problem's band (``band`` widened by the placement spread)."""
+    low = np.where(o.correct, o.speedup_eager_low, np.nan)[mask]
+    high = np.where(o.correct, o.speedup_eager_high, np.nan)[mask]
+    bands = significance.problem_band(band, o.placement_spread[mask])
+    verdicts = [significance.verdict(significance.SpeedupInterval(lo, hi), b) if np.isfinite(lo) and
+                np.isfinite(hi) else None for lo, hi, b in zip(low, high, bands)]
     counts = {field: sum(x == v for x in verdicts) for v, field in zip(significance.VERDICTS, verdict_fields())}
-    counts.update({field: int(significance.significantly_fast(low[mask], p, band).sum())
+    counts.update({field: int(significance.significantly_fast(low, p, bands).sum())
                    for (_, p), field in zip(metrics.THRESHOLDS, significant_fields())})
     return counts
 

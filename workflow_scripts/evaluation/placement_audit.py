@@ -1,0 +1,78 @@
+"""The reference's speed over placements of its buffers in device memory: the part of a problem's timing noise that
+paired timing cannot cancel.
+
+Some cuDNN kernels run at one of two speeds depending on where their buffers lie in device memory (docs/evaluation.md,
+"address-sensitive kernels"): on the H200, L2/77's ConvTranspose3d dgrad kernel took 4.2 or 5.7 ms (the reference as
+its own answer read 1.30), and L2/61 read 0.937 and 1.067; on an H100, L1/58 read 7.6 ms in the answer's process and
+9.0 ms on the trusted side, outputs bit-identical. Which placement a process gets follows what the other processes
+hold when it allocates, so the answer's process and the trusted side can land on different ones whatever either does,
+and each keeps its placement for every block. So the trusted side measures the spread once per problem, in its first
+exclusive window: the reference's forward timed at each of ``PADS`` placements (the cache emptied, a pad held, the
+inputs and the module copied anew, then the protocol's warm-up and ``CALLS`` calls by the clock that times every
+block). The spread (the slowest placement's median over the fastest's) widens that problem's noise band in the speed
+verdicts (``scoring.significance.problem_band``).
+
+The pads are the ones that moved L2/77 between its two speeds inside one process on the H200 (bench/archive/NOTES.md,
+fourteenth session: each of 4 processes switched from pad to pad, each at different pads). A problem whose spread stays
+within the timing noise reads about 1.0: the band is then unchanged in effect.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from workflow_scripts.evaluation import timing
+
+PADS_BYTES = (0, 512, 1 << 20, 3 << 20, (256 << 20) + 512, 300 << 20)
+CALLS = 3  # timed calls per placement (their median), after the protocol's warm-up
+# Exclusive GPU time one problem's audit may take; problems whose forward would need more go unaudited (None).
+BUDGET_S = 2.0
+# A module and inputs this large are not copied (a multi-GB problem's copy could find the card full).
+MAX_COPY_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class PlacementAudit:
+    """The reference forward's median at each placement (ms), in ``PADS_BYTES`` order."""
+
+    medians_ms: list[float]
+
+    @property
+    def spread(self) -> float:
+        return max(self.medians_ms) / min(self.medians_ms)
+
+
+def affordable(forward_ms: float | None, copy_bytes: int, protocol: timing.TimingProtocol) -> bool:
+    """Whether the audit fits ``BUDGET_S`` and ``MAX_COPY_BYTES`` for a forward of ``forward_ms``."""
+    calls = len(PADS_BYTES) * (protocol.warmup + CALLS)
+    return forward_ms is not None and forward_ms * calls <= BUDGET_S * 1e3 and copy_bytes <= MAX_COPY_BYTES
+
+
+def measure(torch: Any, model: Any, inputs: list[Any], clock: timing.Clock, protocol: timing.TimingProtocol
+            ) -> PlacementAudit:
+    """The forward's median over ``CALLS`` calls at each placement. The caller holds the GPU exclusively."""
+    placement_protocol = dataclasses.replace(protocol, trials=CALLS, discard_first=0)
+    medians = []
+    for pad_bytes in PADS_BYTES:
+        medians.append(_median_at(torch, model, inputs, clock, placement_protocol, pad_bytes))
+    return PlacementAudit(medians)
+
+
+def _median_at(torch: Any, model: Any, inputs: list[Any], clock: timing.Clock, protocol: timing.TimingProtocol,
+               pad_bytes: int) -> float:
+    """One placement: after the cache is emptied and ``pad_bytes`` taken, fresh copies of the module and the
+    inputs land where the allocator puts them next."""
+    device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), None)
+    if device is not None and device.type == "cuda":
+        torch.cuda.empty_cache()
+    pad = torch.empty(pad_bytes, dtype=torch.uint8, device=device) if device is not None else None
+    moved = copy.deepcopy(model)
+    copies = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    try:
+        return statistics.median(clock.time_callable(moved, copies, protocol).trials_ms)
+    finally:
+        del pad, moved, copies
