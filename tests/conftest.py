@@ -159,6 +159,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         shutil.rmtree(demo.base.parent, ignore_errors=True)
 
 
+def _link_unless_present(source: str, target: str) -> None:
+    if not os.path.exists(target):
+        os.link(source, target)
+
+
 @pytest.fixture(scope="session")
 def demo_run(request: pytest.FixtureRequest, compile_cache: Path) -> Path:
     """The demo as `make demo` runs it (config.yaml unchanged: every problem, every model, the compiled baselines)
@@ -168,10 +173,11 @@ def demo_run(request: pytest.FixtureRequest, compile_cache: Path) -> Path:
     demo.start_once()  # started at collection, unless its readers were selected only afterwards
     work = demo.finished()
     # What it compiled (in its store's caches/, the default place) serves the session's other runs: hard links,
-    # since the cache replaces files whole (by rename) and never writes into one.
+    # since the cache replaces files whole (by rename) and never writes into one. A file another run of this worker
+    # already put there is the same artifact (its name is its content's key): kept.
     caches = work / yaml.safe_load((work / "config.yaml").read_text())["store"] / "caches"
     if caches.is_dir():
-        shutil.copytree(caches, compile_cache, copy_function=os.link, dirs_exist_ok=True)
+        shutil.copytree(caches, compile_cache, copy_function=_link_unless_present, dirs_exist_ok=True)
     return work
 
 
