@@ -569,8 +569,8 @@ class ReferenceSide:
         if not self.placements_due:
             return
         self._placements_tried = True
-        if not placement_audit.affordable(self._typical_forward_ms(), tensor_bytes(self.timing_inputs) +
-                                          self.param_bytes, protocol):
+        if not placement_audit.affordable(self._typical_forward_ms(),
+                                          tensor_bytes(self.timing_inputs) + self.param_bytes):
             return
         try:
             with self.torch.no_grad():
