@@ -687,3 +687,30 @@ def test_tf32_sensitive_problems_are_listed_beside_the_degenerate_ones() -> None
     assert summary["audit"]["tf32_sensitive_problems"] == [f"L{first.level}/{first.problem_id} {first.problem}"]
     assert summary["models"] == sm.summarize(hand_rows(), reference="ref", resamples=50)["models"]
     assert "TF32-sensitive problems" in sm.markdown_table(summary)
+
+
+def test_a_placement_spread_turns_a_split_calibration_into_same_and_is_listed() -> None:
+    """L2/77 on the H200: the calibration read 1.30 on every block (answer and trusted side on different placements
+    of one cuDNN kernel's buffers). With the spread the trusted side measured for that problem, it reads same and
+    the problem is listed; the answers of other problems keep the environment's band; the published counts stay."""
+    rows = hand_rows()
+    rows["timing_mode"] = "cuda_events"
+    calibration = rows[rows.model == "ref"].assign(model="calibration", correct=True, compiled=True,
+                                                   speedup_compile=1.0)
+    calibration["speedup_eager"] = [1.30] + [1.0] * (len(calibration) - 1)
+    calibration["speedup_eager_low"] = calibration["speedup_eager"] * 0.999
+    calibration["speedup_eager_high"] = calibration["speedup_eager"] * 1.001
+    split = pd.concat([rows, calibration], ignore_index=True)
+    before = sm.summarize(split, reference="ref", resamples=50, calibration=["calibration"])
+    assert before["speed_verdicts"]["models"]["calibration"]["overall"]["eager_faster"] == 1
+    first = (split.model.isin(["calibration", "m", "ref"])) & (split.problem_id == split.problem_id.min()) & (
+        split.level == split.level.min())
+    split["placement_spread"] = np.where(first, 1.31, 1.001)
+    after = sm.summarize(split, reference="ref", resamples=50, calibration=["calibration"])
+    block = after["speed_verdicts"]
+    assert block["models"]["calibration"]["overall"]["eager_faster"] == 0
+    assert block["models"]["calibration"]["overall"]["eager_same"] == len(calibration)
+    listed = block["placement_sensitive_problems"]
+    assert list(listed.values()) == [1.31] and list(listed)[0].startswith(f"L{split.level.min()}/")
+    assert after["models"] == before["models"]  # the published counts
+    assert "Placement-sensitive problems" in sm.markdown_table(after)

@@ -513,7 +513,7 @@ def summarize(
     summary["audit"] = audit_block(outcomes, order, names, audited_problems(rows, "degenerate"), calibration,
                                    audited_problems(rows, "tf32_sensitive"))
     summary["speed_verdicts"] = speed_verdicts_block(outcomes, order, levels, calibration, timing_mode(frame),
-                                                     reference, compared, seed)
+                                                     reference, compared, seed, names)
     return summary
 
 
@@ -538,7 +538,10 @@ SPEED_VERDICTS_NOTE = (
     "mode's default (source: default). eager_fast_p_significant: correct answers whose interval lies above "
     "p x (1 + band). bootstrap_with_timing_noise: the published paired bootstrap's fast_eager comparison, its "
     "resamples also drawing whether each answer is fast from its interval (read as a log-normal 95% interval; "
-    "answers without one count as measured), so the difference's interval includes timing noise.")
+    "answers without one count as measured), so the difference's interval includes timing noise. "
+    "placement_sensitive_problems: the problems whose placement spread (evaluation/placement_audit.py: the "
+    "reference's speed over placements of its buffers in device memory) is beyond the band; every answer is judged "
+    "against its problem's band, (1 + band) x spread - 1, and the calibration's band is read net of the spreads.")
 
 
 def timing_mode(frame: pd.DataFrame) -> str | None:
@@ -549,9 +552,10 @@ def timing_mode(frame: pd.DataFrame) -> str | None:
 
 def speed_verdicts_block(outcomes: Mapping[str, Outcomes], order: Sequence[str], levels: Sequence[int],
                          calibration: Sequence[str], mode: str | None, reference: str, compared: Sequence[str],
-                         seed: int) -> dict[str, Any]:
-    """The noise band, per model and level the speed verdicts' counts and eager_fast_p_significant, and the
-    fast_eager bootstrap with timing noise of each compared model against the reference."""
+                         seed: int, names: Mapping[tuple[int, int], str] | None = None) -> dict[str, Any]:
+    """The noise band, per model and level the speed verdicts' counts and eager_fast_p_significant, the problems
+    whose placement spread is beyond the band (``names``: (level, problem_id) -> name, in the outcomes' order), and
+    the fast_eager bootstrap with timing noise of each compared model against the reference."""
     measured = [o for m, o in outcomes.items() if m in set(calibration)]
     intervals = [significance.SpeedupInterval(lo, hi) for o in measured
                  for lo, hi in zip(o.speedup_eager_low[o.correct], o.speedup_eager_high[o.correct])]
@@ -562,7 +566,8 @@ def speed_verdicts_block(outcomes: Mapping[str, Outcomes], order: Sequence[str],
         o = outcomes[name]
         models[name] = {key: speed_verdict_counts(o, mask, band.band) for key, mask in scope_masks(o, levels).items()}
     return {"note": SPEED_VERDICTS_NOTE, "band": band.band, "source": band.source,
-            "calibration_answers": band.calibration_answers, "timing_mode": mode, "models": models,
+            "calibration_answers": band.calibration_answers, "timing_mode": mode,
+            "placement_sensitive_problems": placement_sensitive(outcomes, names or {}, band.band), "models": models,
             "bootstrap_with_timing_noise": noisy_bootstrap_block(outcomes, reference, compared, seed)}
 
 
@@ -582,6 +587,15 @@ def noisy_bootstrap_block(outcomes: Mapping[str, Outcomes], reference: str, comp
         models[name] = {"delta_pp": delta, "ci95_pp": [low, high]}
     return {"reference": reference, "metric": "fast_eager", "resamples": significance.NOISY_RESAMPLES,
             "models": models}
+
+
+def placement_sensitive(outcomes: Mapping[str, Outcomes], names: Mapping[tuple[int, int], str],
+                        band: float) -> dict[str, float]:
+    """``L<level>/<id> <name>`` -> placement spread of each problem whose spread, as any model's row recorded it, is
+    beyond 1 + ``band``: its verdicts are judged against a band widened by it."""
+    spreads = np.fmax.reduce([o.placement_spread for o in outcomes.values()]) if outcomes else np.array([])
+    return {entry: round(float(spread), 5) for entry, spread in zip(problem_list(dict(names)), spreads)
+            if np.isfinite(spread) and spread > 1 + band}
 
 
 def speed_verdict_counts(o: Outcomes, mask: np.ndarray, band: float) -> dict[str, int]:
@@ -812,6 +826,12 @@ def speed_verdicts_table(summary: Mapping[str, Any]) -> list[str]:
     for name, levels in block["models"].items():
         c = levels["overall"]
         lines.append(_markdown_row([name, *(str(c[f]) for f in verdict_fields() + significant_fields())]))
+    widened = block.get("placement_sensitive_problems") or {}
+    if widened:
+        listed = ", ".join(f"{problem} ({spread:.3f})" for problem, spread in list(widened.items())[:20])
+        lines += ["", f"Placement-sensitive problems (the reference's speed moves with where its buffers lie in "
+                      f"device memory by more than the band; their verdicts use the band widened by that spread): "
+                      f"{len(widened)}: {listed}{', ...' if len(widened) > 20 else ''}."]
     return lines
 
 
