@@ -424,9 +424,9 @@ class AnswerSession:
             failed = self._probe_overhead(ans, reference_ms, floors[0])
         if failed is not None:
             return failed, timing.RawTimes(), None
+        if cfg.paired_block > 0 and ref.placements_due:
+            self._audit_placements(ans)
         with ReferenceTimer(ref.torch, ref.device_kind) as timer:
-            if cfg.paired_block > 0 and ref.placements_due:
-                self._audit_placements(ans, timer)
             tm = self._time_blocks(ans, blocks, timer, answer_parts, reference_parts, per_call)
         if tm.type != "timing":  # the answer's call failed (runtime_error, cuda_error): nothing timed stands
             return tm, timing.RawTimes(), None
@@ -478,12 +478,14 @@ class AnswerSession:
         assert tm is not None
         return tm
 
-    def _audit_placements(self, ans: ChildProcess, timer: ReferenceTimer) -> None:
+    def _audit_placements(self, ans: ChildProcess) -> None:
         """The problem's placement audit (``placement_audit``), in its first timed answer's exclusive window, with
-        the answer's tree stopped."""
+        the answer's tree stopped; in a thread of its own, so the plans it picks with its pads held, and a card its
+        pads fill, stay out of the reference's timing thread and its out-of-memory count."""
         t0 = time.monotonic()
-        with self._answer_stopped(ans), self._timeline("placement_audit"):
-            timer.run(self.reference.audit_placements, self.cfg.timing_protocol())
+        with (self._answer_stopped(ans), self._timeline("placement_audit"),
+              ReferenceTimer(self.reference.torch, self.reference.device_kind) as audit_thread):
+            audit_thread.run(self.reference.audit_placements, self.cfg.timing_protocol())
         self._add_phase("placement_audit_s", time.monotonic() - t0)
 
     def _reference_block(self, ans: ChildProcess, timer: ReferenceTimer, block: timing.TimingProtocol,
