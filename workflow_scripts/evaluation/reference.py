@@ -573,7 +573,9 @@ class ReferenceSide:
                                           tensor_bytes(self.timing_inputs) + self.param_bytes):
             return
         try:
-            with self.torch.no_grad():
+            # The generators as they were: a stochastic reference's forwards here must not move the state later
+            # draws start from.
+            with self.torch.no_grad(), self.torch.random.fork_rng(devices=[self.device.index or 0]):
                 measured = placement_audit.measure(self.torch, self.model, self.timing_inputs,
                                                    self._timing_clock(protocol.l2_flush_mib), protocol)
         except Exception:  # noqa: BLE001 - the problem's own code on copies, or the card full: not measured
