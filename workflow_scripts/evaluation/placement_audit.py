@@ -3,8 +3,9 @@ paired timing cannot cancel.
 
 Some cuDNN kernels run at one of two speeds depending on where their buffers lie in device memory (docs/evaluation.md,
 "address-sensitive kernels"): on the H200, L2/77's ConvTranspose3d dgrad kernel took 4.2 or 5.7 ms (the reference as
-its own answer read 1.30), and L2/61 read 0.937 and 1.067; on an H100, L1/58 read 7.6 ms in the answer's process and
-9.0 ms on the trusted side, outputs bit-identical. Which placement a process gets follows what the other processes
+its own answer read 1.30), and L2/61 read 0.937 and 1.067 (3.24 or 3.49 ms in one plain process, by placement). On
+H100s L1/58 read 7.6 ms in the answer's process and 9.0 ms on the trusted side, outputs bit-identical, in two runs of
+three: the same kind of split, its cause not shown. Which placement a process gets follows what the other processes
 hold when it allocates, so the answer's process and the trusted side can land on different ones whatever either does,
 and each keeps its placement for every block. So the trusted side measures the spread once per problem, in its first
 exclusive window: the reference's forward timed at each of ``PADS_BYTES`` placements (the cache emptied, one more pad

@@ -595,14 +595,14 @@ class ReferenceSide:
         answers and baselines (``timing.paired_blocks``). On the CPU with ``cpu_threads`` threads, as the
         baseline's child runs."""
         torch = self.torch
-        self._timing_clock(l2_flush_mib)
+        clock = self._timing_clock(l2_flush_mib)
         threads = torch.get_num_threads()
         if self.device_kind == "cpu" and cpu_threads:
             torch.set_num_threads(cpu_threads)
         try:
             # Nothing after each call: the reference is trusted (no scrub), and an output aliasing the timing
             # inputs must not be overwritten.
-            return self._clock.time_callable(self.model, self.timing_inputs, block)
+            return clock.time_callable(self.model, self.timing_inputs, block)
         except Exception as e:  # noqa: BLE001 - the problem's own code
             raise ReferenceFailed(_describe(e, "the reference forward (paired timing)")) from None
         finally:

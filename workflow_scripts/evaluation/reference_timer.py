@@ -8,9 +8,9 @@ full (other jobs' memory, or an answer holding the card on purpose) stays for th
 trusted side's seeded forwards run while other work shares the GPU; a thread started for each answer's timing makes
 the reference's timed plan its own, picked at the first timed block: under the exclusive lease, with the answer's
 tree stopped. (It was a suspect for L1/58 on H100s, 7.6 ms in the answer's process and 9.0 ms on the trusted side on
-every block in s20 and s22; the count below read 0 on all 133 problems of s23's H200 calibration, so that split is
-the placement effect of ``placement_audit``, not this. The thread stays: a fallback plan is possible wherever the
-card is full, and an answer can fill it.)
+every block in s20 and s22, before this count existed. In s23 the count read 0 on all 133 problems of the H200
+calibration and on the 24 of the H100 run, where L1/58 read 1.0; what split it is not shown. The thread stays: a
+fallback plan is possible wherever the card is full, and an answer can fill it.)
 
 Why the count: memory another process holds is still taken while the lease is exclusive, so the pick can still fall
 back. Every allocation the caching allocator could not make counts in ``memory_stats()["num_ooms"]`` (cuDNN's

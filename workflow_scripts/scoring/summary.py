@@ -552,7 +552,7 @@ def timing_mode(frame: pd.DataFrame) -> str | None:
 
 def speed_verdicts_block(outcomes: Mapping[str, Outcomes], order: Sequence[str], levels: Sequence[int],
                          calibration: Sequence[str], mode: str | None, reference: str, compared: Sequence[str],
-                         seed: int, names: Mapping[tuple[int, int], str] | None = None) -> dict[str, Any]:
+                         seed: int, names: Mapping[tuple[int, int], str]) -> dict[str, Any]:
     """The noise band, per model and level the speed verdicts' counts and eager_fast_p_significant, the problems
     whose placement spread is beyond the band (``names``: (level, problem_id) -> name, in the outcomes' order), and
     the fast_eager bootstrap with timing noise of each compared model against the reference."""
@@ -567,7 +567,7 @@ def speed_verdicts_block(outcomes: Mapping[str, Outcomes], order: Sequence[str],
         models[name] = {key: speed_verdict_counts(o, mask, band.band) for key, mask in scope_masks(o, levels).items()}
     return {"note": SPEED_VERDICTS_NOTE, "band": band.band, "source": band.source,
             "calibration_answers": band.calibration_answers, "timing_mode": mode,
-            "placement_sensitive_problems": placement_sensitive(outcomes, names or {}, band.band), "models": models,
+            "placement_sensitive_problems": placement_sensitive(outcomes, names, band.band), "models": models,
             "bootstrap_with_timing_noise": noisy_bootstrap_block(outcomes, reference, compared, seed)}
 
 
