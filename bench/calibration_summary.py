@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workflow_scripts.core.records import DeviceRates  # noqa: E402
 from workflow_scripts.scoring.significance import (DEFAULT_BAND, SpeedupInterval, noise_band, problem_band,  # noqa: E402
-                                                   verdict)
+                                                   speedup_interval, verdict)
 from workflow_scripts.scoring.speed_of_light import ProblemWork, below_floor, floor_ms  # noqa: E402
 
 # Size buckets by the paired eager reference's mean time (ms): the issue's "no size bucket biased by more than 0.5%".
@@ -107,6 +107,11 @@ def copies_summary(records: list[dict], slow_above_ms: float | None) -> dict:
 
 
 def interval(record: dict) -> SpeedupInterval | None:
+    """The answer's speedup interval: by the current definition from its timed calls where the record keeps them
+    (gpu_problem_worker.timed_calls, since s24), else as the bench recorded it."""
+    answer, reference, block = (record.get(k) for k in ("answer_trials_ms", "reference_trials_ms", "block_trials"))
+    if answer and reference and block:
+        return speedup_interval(answer, reference, block, min(block, record.get("reference_block_trials") or block))
     low, high = record.get("speedup_low"), record.get("speedup_high")
     return SpeedupInterval(low, high) if low and high else None
 
@@ -150,7 +155,7 @@ def verdict_summary(records: list[dict]) -> dict:
     known = [r for r in records if r.get("bench") == "verdicts" and r.get("true_speedup")]
     out["known_speedups"] = {r["answer"]: {
         "true": round(r["true_speedup"], 4), "status": r["status"], "speedup": r.get("speedup"),
-        "interval": [r.get("speedup_low"), r.get("speedup_high")],
+        "interval": [interval(r).low, interval(r).high] if interval(r) else None,
         "verdict_default_band": verdict(interval(r), default),
         "verdict_calibration_band": verdict(interval(r), whole.band)} for r in known}
     out["degenerate_problems"] = {f"{r['problem']}:{r['answer']}": {

@@ -86,6 +86,18 @@ def ours_answer(key: str, tmp: Path) -> Path | None:
     return path
 
 
+def timed_calls(result) -> dict:
+    """The answer's and the paired reference's timed calls (ms, to 10 ns) with their block sizes; empty when the
+    answer was not timed beside the reference."""
+    paired = result.paired_reference or {}
+    answer = (result.runtime_stats or {}).get("trials")
+    reference = (paired.get("raw") or {}).get("trials_ms")
+    if not answer or not reference:
+        return {}
+    return {"answer_trials_ms": [round(t, 5) for t in answer], "reference_trials_ms": [round(t, 5) for t in reference],
+            "block_trials": paired.get("block_trials"), "reference_block_trials": paired.get("reference_block_trials")}
+
+
 def summarise(result) -> dict:
     checks = (result.timing_raw or {}).get("timed_checks") or {}
     paired = (result.paired_reference or {}).get("stats") or {}
@@ -97,6 +109,9 @@ def summarise(result) -> dict:
             "median_speedup": paired["median"] / result.runtime_stats["median"] if timed else None,
             # its 95% interval, as the rows' speedup_eager_low/high (scoring/significance.py)
             "speedup_low": interval.low if interval else None, "speedup_high": interval.high if interval else None,
+            # both sides' timed calls in the order they ran, and their blocks: calibration_summary re-reads the
+            # interval from them by the current definition
+            **timed_calls(result),
             "problem_audit": result.problem_audit,
             # out-of-memory events on the trusted side while the reference was timed (reference_timer)
             "reference_device_ooms": (result.paired_reference or {}).get("device_ooms"),
@@ -296,9 +311,7 @@ def calibrate_chunk(job: tuple[Path, Path, list[str], str, bool, int, float | No
                       "sm_mhz": r.fingerprint.get("sm_clock_mhz"), "wall_s": round(time.monotonic() - t0, 2),
                       **summarise(r)}
             if copies > 1:
-                record.update(copy=copy, answer_trials_ms=(r.runtime_stats or {}).get("trials"),
-                              reference_trials_ms=((r.paired_reference or {}).get("stats") or {}).get("trials"),
-                              order=(r.paired_reference or {}).get("order"))
+                record.update(copy=copy, order=(r.paired_reference or {}).get("order"))
             if before is not None:  # the unpaired speedup: a baseline process timed just before
                 record.update(eager_ms=before.eager_ms, speedup_vs_baseline=(before.eager_ms / r.runtime_ms)
                               if (before.eager_ms and r.runtime_ms) else None)

@@ -40,6 +40,26 @@ def test_drift_shared_by_both_sides_cancels_in_the_block_ratios() -> None:
     assert verdict(drifting, 0.01) == "same"
 
 
+def test_a_host_stall_in_one_call_leaves_the_verdicts_as_they_were() -> None:
+    """A stall of several milliseconds inside one timed call (the timing thread descheduled between its events), as
+    the H200 of s24 showed, on either side: the verdicts of a 5%-faster answer and of the reference itself stand."""
+    band = 0.01
+    answer, reference = _paired(1.05, 0.003, 6)
+    answer[37] += 10.0  # one call of the answer's fourth block, 5x its time
+    reference[62] += 8.0  # and one of the reference's seventh
+    stalled = speedup_interval(answer, reference, BLOCK, BLOCK)
+    assert stalled is not None and verdict(stalled, band) == "faster" and stalled.low < 1.05 < stalled.high
+    answer, reference = _paired(1.0, 0.003, 7)
+    reference[15] += 10.0
+    itself = speedup_interval(answer, reference, BLOCK, BLOCK)
+    assert itself is not None and verdict(itself, band) == "same"
+    # Stalls in most blocks are the environment's noise, not a tail to trim: the interval says so.
+    answer, reference = _paired(1.05, 0.003, 8)
+    for call in range(5, 100, 20):
+        answer[call] += 10.0
+    assert verdict(speedup_interval(answer, reference, BLOCK, BLOCK), band) == "ambiguous"
+
+
 def test_noisy_timing_is_ambiguous_not_faster() -> None:
     noisy = speedup_interval(*_paired(1.03, 0.3, 4, blocks=3), BLOCK, BLOCK)
     assert verdict(noisy, 0.015) == "ambiguous"

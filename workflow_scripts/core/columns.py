@@ -129,8 +129,8 @@ def _rows_columns() -> dict[str, Column]:
         "speedup_eager": Column("eager_ms / runtime_ms; null unless correct with both times known", RATIO),
         "speedup_compile": Column("compile_ms / runtime_ms; null unless correct with both times known", RATIO),
         "speedup_eager_low": Column("the low end of the 95% interval of the speedup over the eager reference timed "
-                                    "beside the answer (scoring/significance.py: its paired blocks' ratios, or its "
-                                    "calls with fewer than 3 blocks); null without paired timing", RATIO),
+                                    "beside the answer (scoring/significance.py: the trimmed mean of its paired "
+                                    "blocks' log ratios, or its calls with fewer than 3 blocks); null without paired timing", RATIO),
         "speedup_eager_high": Column("the high end of that interval", RATIO),
         "floor_ms": Column("the problem's speed-of-light floor on the run's device (scoring/speed_of_light.py): its "
                            "bytes at the fastest memory traffic the device showed or its FLOPs at the best measured "
