@@ -168,7 +168,8 @@ def probability_fast(speedup: np.ndarray, low: np.ndarray, high: np.ndarray, p: 
     interval (centre the mean of the log ends, spread their half-width / z); without an interval (NaN ends: not
     timed beside the reference) the measured ``speedup > p`` as 1 or 0; an unknown speedup 0. The interval's
     half-width is a t quantile (``speedup_interval``; its degrees of freedom are not in the rows), so reading it
-    with z overstates the spread by t / z: 2.26 / 1.96 at 10 blocks, the noise side of the error."""
+    with z overstates the spread by t / z: 2.57 / 1.96 at 10 blocks (5 degrees of freedom once trimmed), the noise
+    side of the error."""
     centre = (np.log(low) + np.log(high)) / 2
     spread = (np.log(high) - np.log(low)) / (2 * Z95)
     measured = np.where(np.isfinite(speedup) & (speedup > p), 1.0, 0.0)
