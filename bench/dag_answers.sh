@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Issue 34's test answers: three public sets of LLM-written Triton answers to KernelBench level 2, written as cached
+# completions (a ```python fence per file) into the ignored .kb/answers/<model>/level2_<id>.txt, which
+# config/dag_bench.yaml reads and the device call carries. Fetched code is never committed: bring the mirrors first
+# with the search tool's fetch (github:hzeng2000/KernelBench, github:Alisehen/LLMKernel), then
+#   bash bench/dag_answers.sh [MIRRORS (default /work/.mirror)] [IDS (default: config/dag_bench.yaml's 20)]
+# Sources, pinned (both MIT):
+# - hzeng2000/KernelBench 833e16d: KernelBench's own generator, one-shot Triton prompt, temperature 0, one sample:
+#   runs/level_2_backend_triton_model_Kimi-K2-0905/ and ..._grok-code-fast-1/, level_2_problem_<id>_sample_0_kernel.py
+# - Alisehen/LLMKernel d078a38 (CudaForge, DeepSeek, several rounds per problem): the newest
+#   results/level2/<id>_<Name>/code/kernel_<timestamp>.py
+set -euo pipefail
+MIRRORS=${1:-/work/.mirror}
+IDS=${2:-"1 3 4 9 12 14 29 40 48 57 59 63 69 70 74 76 82 86 93 99"}
+OUT=.kb/answers
+HZ="git --git-dir=$MIRRORS/hzeng2000+KernelBench/repo"
+AL="git --git-dir=$MIRRORS/Alisehen+LLMKernel/repo"
+HZ_COMMIT=833e16d179fa5fd2ea8c69f4134658880b841517
+AL_COMMIT=d078a38dfe4b331d7fc71ee22a9f013bf151bb73
+fenced() { printf '```python\n'; cat; printf '\n```\n'; }
+for model in Kimi-K2-0905 grok-code-fast-1; do
+  mkdir -p "$OUT/$model"
+  for id in $IDS; do
+    $HZ show "$HZ_COMMIT:runs/level_2_backend_triton_model_$model/level_2_problem_${id}_sample_0_kernel.py" \
+      | fenced > "$OUT/$model/level2_$id.txt"
+  done
+done
+mkdir -p "$OUT/deepseek-cudaforge"
+for id in $IDS; do
+  newest=$($AL ls-tree -r --name-only "$AL_COMMIT" results/level2/ | grep -E "^results/level2/${id}_[^/]*/code/kernel_.*\.py$" | sort | tail -1)
+  $AL show "$AL_COMMIT:$newest" | fenced > "$OUT/deepseek-cudaforge/level2_$id.txt"
+done
+ls "$OUT"/* | head -3; echo "$(ls $OUT/*/*.txt | wc -l) completions in $OUT"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One device call of issue 34's whole-DAG comparison (bench/dag_vs_kernelbench.py on config/dag_bench.yaml):
+#   SIDE=pipeline bash bench/dag_bench_run.sh      # snakemake to summary.json, baselines included (FRESH=1: from empty)
+#   SIDE=kernelbench bash bench/dag_bench_run.sh   # KernelBench's harness, 4 processes under a GPU lock (resumes)
+# env: SIDE, FRESH (pipeline, default 1), SNAKEMAKE_ARGS, TIMEOUT_S (default 560), RESUME (kernelbench: a
+# kernelbench.jsonl in the repository to continue). Before: bash bench/dag_answers.sh (answers into .kb/answers),
+# `make wheelhouse` then `rm wheelhouse/numpy-*`. Carry: .kb, .kbwheels, wheelhouse.
+set -uo pipefail
+OUT=${OUT:-/tmp/h200-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt"
+B="python3 bench/dag_vs_kernelbench.py --config config/dag_bench.yaml --out $OUT"
+SECONDS=0
+case ${SIDE:?SIDE=pipeline or kernelbench} in
+  pipeline)
+    # A target of its own: KernelBench's pins (another pydantic) go to /tmp/site.
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-pipeline wheelhouse/*.whl || exit 1
+    export PYTHONPATH=/tmp/site-pipeline:$PWD
+    timeout "${TIMEOUT_S:-560}" $B --side pipeline $([ "${FRESH:-1}" = 1 ] && echo --fresh) \
+      --snakemake-args "${SNAKEMAKE_ARGS:---cores 16 --resources gpu=4 gpu_mem_gb=130 mem_mb=110000}" > "$OUT/pipeline.log" 2>&1
+    echo "pipeline: rc=$? in ${SECONDS}s"
+    cp results/dag_bench/tables/gpu_usage.parquet results/dag_bench/tables/gpu_timeline.parquet "$OUT/" 2>/dev/null
+    cp results/dag_bench/summary.json "$OUT/" 2>/dev/null
+    tar czf "$OUT/dag_results.tgz" --exclude=results/dag_bench/.store --exclude=results/dag_bench/.locks results/dag_bench 2>/dev/null
+    tail -c 1500 "$OUT/pipeline.log" ;;
+  kernelbench)
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .kbwheels/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+    [ -n "${RESUME:-}" ] && [ -f "$RESUME" ] && cp "$RESUME" "$OUT/kernelbench.jsonl"
+    timeout "${TIMEOUT_S:-560}" $B --side kernelbench --kb-src .kb/kbsrc --parallel 4 > "$OUT/kernelbench.log" 2>&1
+    echo "kernelbench: rc=$? in ${SECONDS}s"
+    # A harness process cut off by the timeout must not outlive the call holding GPU memory.
+    pkill -9 -f '^([^ ]*/)?python[0-9.]* (-[^ ]+ )*([^ ]*/)?bench/kernelbench_harness\.py' 2>/dev/null
+    tail -c 1500 "$OUT/kernelbench.log" ;;
+esac

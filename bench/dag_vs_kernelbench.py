@@ -1,0 +1,177 @@
+"""Issue 34's comparison: the whole DAG against KernelBench's own harness doing the same work, in one session.
+
+The same configuration drives both sides: its suite (``suite.path``, ``suite.levels``, ``suite.only``) and its
+models (``reference``: the problem's code renamed ModelNew; ``cached``: a completions folder of
+``level<L>_<id>.txt``, the code taken from the completion as the pipeline takes it).
+
+- ``--side pipeline``: ``snakemake --configfile CONFIG <--snakemake-args>`` from an empty results folder to
+  summary.json, baselines included (``--fresh`` removes the configuration's results folder and store first); then
+  the run's GPU usage table (busy share after the first minute).
+- ``--side kernelbench``: KernelBench's harness (bench/kernelbench_harness.py, one fresh process per job) on every
+  answer (``eval_kernel_against_ref``) and every problem (``measure_ref_program_time`` eager and max-autotune),
+  ``--parallel`` processes at a time, each holding one lock file's exclusive flock while KernelBench times (a capable
+  user's four processes under a GPU lock; loading, input building, correctness and the compile outside the
+  warm-up run side by side). Each job's record goes to ``kernelbench.jsonl`` as it ends; a cut-off call resumes
+  from it (the walls of the calls add up).
+
+Both write ``<out>/dag_vs_kernelbench.json``, each side its own key. On the device, the answers come from public
+repositories fetched and carried in an ignored folder (never committed).
+
+    python3 bench/dag_vs_kernelbench.py --config CONFIG --out $OUT --side pipeline --fresh
+    python3 bench/dag_vs_kernelbench.py --config CONFIG --out $OUT --side kernelbench --kb-src .kb/kbsrc
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere
+sys.path.insert(0, str(ROOT / "bench"))
+
+import kernelbench_harness  # noqa: E402
+
+from workflow_scripts.analysis.extract import extract_code  # noqa: E402
+from workflow_scripts.generation.replay import rename_reference_model  # noqa: E402
+from workflow_scripts.suite.kernelbench import problem_files  # noqa: E402
+
+BASELINES = {"eager": ("--baseline",), "compile": ("--baseline", "--compile")}
+
+
+@dataclass(frozen=True)
+class HarnessJob:
+    key: str  # "<level>_<id>:<model or baseline kind>"
+    problem: Path
+    answer: Path | None  # None: a baseline
+    extra: tuple[str, ...]
+
+
+def harness_jobs(config: dict, root: Path, answers_dir: Path) -> list[HarnessJob]:
+    """Per problem its two baselines, then every model's answer that has code (a missing or code-less completion is
+    no work for KernelBench's harness either)."""
+    suite = config["suite"]
+    files = problem_files(root / suite["path"], suite.get("levels", [1, 2]), suite.get("only"))
+    jobs = []
+    for (level, pid), path in files.items():
+        problem = Path(path)
+        jobs += [HarnessJob(f"{level}_{pid}:{kind}", problem, None, extra) for kind, extra in BASELINES.items()]
+        for model, entry in config["models"].items():
+            code = answer_code(entry, root, problem, level, pid)
+            if code is None:
+                continue
+            answer = answers_dir / f"{model}_level{level}_{pid}.py"
+            answer.write_text(code)
+            jobs.append(HarnessJob(f"{level}_{pid}:{model}", problem, answer, ()))
+    return jobs
+
+
+def answer_code(entry: dict, root: Path, problem: Path, level: int, pid: int) -> str | None:
+    if entry["kind"] == "reference":
+        return rename_reference_model(problem.read_text())
+    if entry["kind"] == "cached":
+        completion = root / entry["completions"] / f"level{level}_{pid}.txt"
+        return extract_code(completion.read_text()) if completion.exists() else None
+    raise SystemExit(f"model kind {entry['kind']!r}: this bench knows reference and cached models")
+
+
+def run_kernelbench(config: dict, root: Path, out: Path, kb_src: Path, parallel: int, timeout_s: float) -> dict:
+    records = out / "kernelbench.jsonl"
+    done = {json.loads(line)["key"] for line in records.read_text().splitlines()} if records.exists() else set()
+    write = threading.Lock()
+    lock_file = out / "kernelbench_gpu.lock"
+
+    call_start = time.time()
+
+    def run(job: HarnessJob) -> None:
+        t0 = time.monotonic()
+        try:
+            record = kernelbench_harness.run_in_process(kb_src, job.problem, job.answer, timeout_s, *job.extra,
+                                                        "--gpu-lock", str(lock_file))
+        except subprocess.TimeoutExpired:
+            record = {"error": f"killed after {timeout_s:.0f} s"}
+        with write, records.open("a") as handle:
+            # the call's start and this job's end: a call cut off before its summary still has its wall
+            handle.write(json.dumps({"key": job.key, "wall_s": round(time.monotonic() - t0, 2),
+                                     "call_start": call_start, "end": time.time(), **record}) + "\n")
+
+    with tempfile.TemporaryDirectory(prefix="dag-vs-kb-") as tmp:
+        jobs = [j for j in harness_jobs(config, root, Path(tmp)) if j.key not in done]
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(parallel) as pool:
+            list(pool.map(run, jobs))
+        wall = time.monotonic() - t0
+    lines = [json.loads(line) for line in records.read_text().splitlines()] if records.exists() else []
+    calls: dict[float, float] = {}
+    for r in lines:
+        calls[r["call_start"]] = max(calls.get(r["call_start"], 0.0), r["end"] - r["call_start"])
+    return {"call_wall_s": round(wall, 1), "wall_s_all_calls": round(sum(calls.values()), 1),
+            "jobs_this_call": len(jobs), "jobs_recorded": len(lines),
+            "answers": sum(":" in r["key"] and r["key"].split(":")[1] not in BASELINES for r in lines),
+            "failed_jobs": sorted(r["key"] for r in lines if r.get("error")), "parallel": parallel,
+            "job_wall_s_sum": round(sum(r["wall_s"] for r in lines), 1)}
+
+
+def run_pipeline(config_path: Path, config: dict, root: Path, snakemake_args: str, fresh: bool) -> dict:
+    results = root / config["results_dir"]
+    if fresh:
+        for folder in (results, root / config["store"]):
+            if folder.resolve().is_relative_to(root.resolve()):
+                shutil.rmtree(folder, ignore_errors=True)
+    command = [sys.executable, "-m", "snakemake", "--configfile", str(config_path), *shlex.split(snakemake_args)]
+    t0 = time.monotonic()
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    (results / "dag_bench_snakemake.log").parent.mkdir(parents=True, exist_ok=True)
+    (results / "dag_bench_snakemake.log").write_text(done.stdout + done.stderr)
+    usage = results / "tables" / "gpu_usage.parquet"
+    return {"command": shlex.join(command), "returncode": done.returncode, "wall_s": round(wall, 1),
+            "summary_json": (results / "summary.json").exists(),
+            "gpu_usage": _usage(usage) if usage.exists() else None}
+
+
+def _usage(path: Path) -> list[dict]:
+    import pandas as pd
+
+    return json.loads(pd.read_parquet(path).to_json(orient="records"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--side", choices=("pipeline", "kernelbench"), required=True)
+    parser.add_argument("--kb-src", type=Path, help="KernelBench's source at the pinned revision (kernelbench side)")
+    parser.add_argument("--parallel", type=int, default=4, help="KernelBench harness processes at a time")
+    parser.add_argument("--timeout-s", type=float, default=900, help="per KernelBench harness process")
+    parser.add_argument("--snakemake-args", default="--cores all --resources gpu=4",
+                        help="the pipeline's command line after --configfile")
+    parser.add_argument("--fresh", action="store_true", help="pipeline: empty results folder and store first")
+    args = parser.parse_args()
+    config = yaml.safe_load(args.config.read_text())
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.side == "kernelbench" and args.kb_src is None:
+        parser.error("--side kernelbench needs --kb-src")
+    result = (run_pipeline(args.config, config, ROOT, args.snakemake_args, args.fresh) if args.side == "pipeline"
+              else run_kernelbench(config, ROOT, args.out, args.kb_src, args.parallel, args.timeout_s))
+    summary_path = args.out / "dag_vs_kernelbench.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    summary.setdefault(args.side, []).append(result)
+    summary_path.write_text(json.dumps(summary, indent=1))
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
