@@ -47,7 +47,7 @@ def test_every_kind_routes_to_a_rule_that_exists_and_runs_its_stage() -> None:
         assert (ROOT / "workflow_scripts" / "stages" / f"{kind.rule}.py").is_file(), kind
 
 
-@pytest.mark.parametrize("files", [["config.yaml"], ["config/study.yaml"], ["config/h200.yaml"]])
+@pytest.mark.parametrize("files", [["config.yaml"], ["config/study.yaml"], ["config/h200.yaml"], ["config/dag_bench.yaml"]])
 def test_every_configured_model_is_served_by_one_rule(files: list[str]) -> None:
     models = configuration.load([ROOT / name for name in files])["models"]
     rules = {kind.rule for kind in KINDS.values()}
