@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import psutil
 import pytest
+from gpu_timers import start_timer, stopped
 
-from workflow_scripts.evaluation.baseline import BaselineConfig, measure_baselines
+from workflow_scripts.evaluation.baseline import BaselineConfig, _run_one, measure_baselines
+from workflow_scripts.evaluation.gpu_lock import YieldingLease, acquire_gpu
 
 pytestmark = pytest.mark.integration  # starts processes (evaluator children, the Snakemake CLI)
 
@@ -59,8 +64,70 @@ def test_failing_baseline_keeps_the_problem(tmp_path: Path) -> None:
     assert res.eager_ms is None and res.compile_ms is None and res.compile_time_s is None
 
 
+def test_a_failing_baseline_gives_its_gpu_back(tmp_path: Path) -> None:
+    # The eager call fails inside its exclusive window: the status says so, and the lease is shared again.
+    prob = tmp_path / "98_Broken.py"
+    prob.write_text((PROBLEMS / "1_ElementwiseAdd.py").read_text().replace(
+        "return a + b", "raise RuntimeError('no kernel for this')"))
+    locks = tmp_path / "locks"
+    cfg = BaselineConfig(device="cpu", timing_trials=2, compile_threads=1, lock_dir=str(locks))
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
+            YieldingLease(lease) as lanes:
+        status, _ = _run_one(prob, cfg, lanes, None, "eager")
+        assert status.startswith("error") and "no kernel for this" in status
+        assert lease.mode == "shared"
+    kinds = [json.loads(line)["activity"] for line in (locks / "timeline.jsonl").read_text().splitlines()]
+    assert kinds == ["lease_shared", "lease_wait", "baseline_eager", "lease_exclusive", "lease_shared"]
+
+
 def test_same_timing_protocol_as_answers() -> None:
     from workflow_scripts.evaluation.answer import EvalConfig
 
     for dev in ("cpu", "cuda"):
         assert BaselineConfig(device=dev).timing_protocol() == EvalConfig(device=dev).timing_protocol()
+
+
+def test_a_baseline_steps_aside_while_it_compiles_and_times_alone(tmp_path: Path) -> None:
+    # The compile child under a yielding lease of a GPU that is only a lock file (the child runs on the CPU): a timing
+    # job that comes while it starts and compiles gets the GPU at once, the child's tree stopped meanwhile; the
+    # baseline's own timing runs in an exclusive window of its own.
+    locks = tmp_path / "locks"
+    cfg = BaselineConfig(device="cpu", timing_trials=2, compile_threads=1, lock_dir=str(locks))
+    out: dict = {}
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
+            YieldingLease(lease) as lanes:
+        worker = threading.Thread(target=lambda: out.update(res=_run_one(PROBLEMS / "5_LinearReLU.py", cfg, lanes,
+                                                                           None, "compile")))
+        worker.start()
+        try:
+            child = next_child("workflow_scripts.evaluation.child")  # importing torch: seconds before it compiles
+            timer = start_timer(locks, 1.0)
+            assert timer.stdout is not None and float(timer.stdout.readline()) < 1.0
+            assert stopped(child.pid)
+            timer.wait(10)
+        finally:
+            worker.join(300)
+    status, info = out["res"]
+    assert status == "ok", status
+    assert info["autotune_exclusive"] == "benchmarks" and info["stopped_s"] >= 1.0
+    lines = [json.loads(line) for line in (locks / "timeline.jsonl").read_text().splitlines()]
+    own = [e for e in lines if e.get("purpose") == "baseline"]
+    assert any(e["activity"] == "lease_yielded" and e["end"] - e["start"] >= 1.0 for e in own)
+    (timed,) = [e for e in lines if e["activity"] == "baseline_compile"]
+    assert timed["compile_time_s"] == info["compile_time_s"]
+    assert any(e["activity"] == "lease_exclusive" and e["start"] <= timed["start"] <= timed["end"] <= e["end"]
+               for e in own)  # timed inside the baseline's exclusive window
+
+
+def next_child(marker: str, timeout_s: float = 60.0) -> psutil.Process:
+    """The first process under this one whose command line carries ``marker``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for p in psutil.Process().children(recursive=True):
+            try:
+                if marker in " ".join(p.cmdline()):
+                    return p
+            except psutil.Error:
+                continue
+        time.sleep(0.01)
+    raise AssertionError(f"no process with {marker!r} started")

@@ -256,17 +256,19 @@ TABLES: dict[str, Table] = {
                           "evaluation/timeline.py)", {
         "host": Column("the host the job ran on"),
         "gpu": Column("the GPU's id as the host sees it (CUDA_VISIBLE_DEVICES), or cpu where no GPU is leased"),
-        "activity": Column("lease_shared, lease_exclusive, lease_wait (an upgrade to exclusive waiting), timing_answer, "
-                       "timing_reference, timing_probe (an evaluation's timed blocks), baseline_eager or "
-                       "baseline_compile (a baseline's runs)"),
+        "activity": Column("lease_shared, lease_exclusive, lease_wait (an upgrade to exclusive waiting), lease_yielded "
+                           "(a baseline's shared lease standing aside for another job's timing), timing_answer, "
+                           "timing_reference, timing_probe (an evaluation's timed blocks), baseline_eager or "
+                           "baseline_compile (a baseline's timings), baseline_autotune (a baseline's autotuning "
+                           "benchmarks)"),
         "purpose": Column("for lease intervals, what held the GPU: evaluate, baseline or vllm; null otherwise"),
         "problem": Column("the problem file's name without .py, for timed intervals; null for leases"),
         "answer": Column("the answer file timed (its path in the job's folder: one per answer judged), for an "
                          "evaluation's timed blocks; null otherwise"),
         "start": Column("when the interval began, after the run's first interval", SECONDS),
         "seconds": Column("how long it lasted", SECONDS),
-        "compile_time_s": Column("for baseline_compile, the part spent compiling and autotuning (the rest timed "
-                                 "it); null otherwise", SECONDS),
+        "compile_time_s": Column("for baseline_compile, how long the compiled module's first call (compiling and "
+                                 "autotuning) took before this timing; null otherwise", SECONDS),
         "pid": Column("the process that wrote the line"),
     }),
     "gpu_usage": Table("how busy each GPU was: one row per host x GPU of the timeline (<results>/tables/"
@@ -278,16 +280,18 @@ TABLES: dict[str, Table] = {
         "steady_from_s": Column("where the busy share starts: a minute after the first interval (0 for runs of "
                                 "a minute or less)", SECONDS),
         "busy_share_steady": Column("busy seconds / wall seconds from steady_from_s on", FRACTION),
-        "exclusive_s": Column("seconds an evaluation held it exclusively (lease_exclusive)", SECONDS),
+        "exclusive_s": Column("seconds a job held it exclusively (lease_exclusive)", SECONDS),
         "exclusive_idle_s": Column("of those, seconds without timed work (an exclusive window's own overhead)",
                                    SECONDS),
-        "lease_wait_s": Column("seconds evaluations waited to time on it (lease_wait, summed)", SECONDS),
+        "lease_wait_s": Column("seconds jobs waited to time on it (lease_wait, summed)", SECONDS),
         "answers_timed": Column("answers with timed blocks on it", COUNT),
         "seconds_per_answer": Column("median over those answers of their timed blocks' seconds (the answer's, "
                                      "the paired reference's, the probe's)", SECONDS),
         "baselines": Column("problems whose baselines ran on it", COUNT),
-        "seconds_per_baseline": Column("median over those problems of both baseline runs' seconds", SECONDS),
-        "compile_seconds_per_baseline": Column("median of the compile run's compiling and autotuning seconds", SECONDS),
+        "seconds_per_baseline": Column("median over those problems of their baseline intervals' seconds (both "
+                                       "timings and the autotuning windows)", SECONDS),
+        "compile_seconds_per_baseline": Column("median of the compiled module's first call's seconds (compiling and "
+                                               "autotuning)", SECONDS),
     }),
     "bootstrap": Table("the paired bootstrap: one row per compared model x metric (<results>/tables/"
                        "bootstrap.parquet)", {

@@ -32,8 +32,8 @@ TIMELINE_FILE = "timeline.jsonl"
 # the timeline's tables are that run's (the lines of earlier runs stay in the files).
 RUN_START_FILE = "run_start.json"
 TIMED_KINDS = ("timing_answer", "timing_reference", "timing_probe", "placement_audit", "baseline_eager",
-               "baseline_compile", "device_rates")
-LEASE_KINDS = ("lease_shared", "lease_exclusive", "lease_wait")
+               "baseline_compile", "baseline_autotune", "device_rates")
+LEASE_KINDS = ("lease_shared", "lease_exclusive", "lease_wait", "lease_yielded")
 
 
 @dataclass

@@ -20,7 +20,8 @@ helpers it starts that run only the problem's own code. Everything that decides 
   start), ``triton_stub_cache``;
 * the job around it: ``gpu_lock`` (which GPU, shared or exclusive, once the problem's expected memory fits there),
   ``resources`` (what a job declares, and asks its GPU for), ``jobs``,
-  ``environment`` (the fingerprint); ``baseline`` (the baselines' trusted side).
+  ``environment`` (the fingerprint); ``baseline`` (the baselines' trusted side) and the parent half of
+  ``baseline_windows`` (a baseline's exclusive windows on its GPU).
 
 **The answer's process** runs ``child`` and, for an answer, ``child_answer`` with the checks it runs in that
 process, ``integrity`` (the audit-hook monitor and the launch counter) and ``tamper`` (the identity snapshot), with
@@ -29,7 +30,8 @@ the child halves of ``channel`` (``Sender``, ``read_command``), ``transport`` (t
 everything in that process is the answer's to read and rewrite: what it reports is evidence, never a verdict.
 
 **A baseline's process** runs ``child``'s baseline role: the problem's own code (trusted), isolated the same way so
-that a crash or a hang costs only that baseline.
+that a crash or a hang costs only that baseline, with the child half of ``baseline_windows`` (Inductor's autotuning
+benchmarks wrapped to ask the trusted side for the GPU alone).
 
 Trust model
 ===========

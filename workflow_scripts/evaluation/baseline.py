@@ -7,35 +7,136 @@ with the same :class:`workflow_scripts.evaluation.timing.TimingProtocol` as answ
 trial, trial count, L2 flush, ``torch.no_grad()``, output scrubbing between calls). Baselines are timed on
 KernelBench's seed-42 inputs.
 
+GPU: the job holds its GPU shared and yielding (``gpu_lock.YieldingLease``: while a timing job waits, the child is
+held stopped and the timer goes first) and exclusively only while something is measured (``baseline_windows``): the
+eager timing, the compiled module's timing, and Inductor's autotuning benchmarks during its first call. Loading,
+building inputs, tracing, code generation and Triton compilation run beside other jobs' correctness work.
+
 Compile: ``torch._dynamo.reset()`` first; the first call (tracing + Inductor code generation + autotuning) is
-timed separately as ``compile_time_s`` and is not part of ``compile_stats``. On CPU Inductor generates C++
-(``compile_backend = "inductor-cpp"``), on CUDA Triton kernels (``"inductor"``). A failing baseline records its
-status (``"error: ..."``, ``"timeout"``, ``"crash: ..."``) and the problem stays in every table; its speedup is
-null. ``compile_max_abs_diff_vs_eager`` records how far the compiled output is from eager on the timing inputs.
+timed separately as ``compile_time_s`` (less the waits for exclusive windows) and is not part of ``compile_stats``.
+On CPU Inductor generates C++ (``compile_backend = "inductor-cpp"``), on CUDA Triton kernels (``"inductor"``). A
+failing baseline records its status (``"error: ..."``, ``"timeout"``, ``"crash: ..."``) and the problem stays in every
+table; its speedup is null. ``compile_max_abs_diff_vs_eager`` records how far the compiled output is from eager on the
+timing inputs.
 
 CLI: ``python -m workflow_scripts baseline --problem P.py --device cpu|cuda --out OUT.json``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workflow_scripts.core.records import TIMING_MODES, headline_ms
 from workflow_scripts.core.hashing import sha256_file
 from workflow_scripts.evaluation import compile_cache, environment, gpu_lock, resources, timeline, timing
-from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, ProtocolError
+from workflow_scripts.evaluation.baseline_windows import DONE, GRANT, REQUEST, ExclusiveWindows
+from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, Message, ProtocolError
 from workflow_scripts.evaluation.config import BaselineConfig
 from workflow_scripts.evaluation.records import BaselineResult
 from workflow_scripts.evaluation.sandbox import ChildProcess
 
+# The longest the parent waits for a message in one go: between waits it closes an autotune window whose linger is
+# over and reads the deadline again (it moves while the job waits for its GPU or holds its child stopped).
+RECV_SLICE_S = 0.5
 
-def _run_one(problem_path: Path, cfg: BaselineConfig, gpu: str | None, which: str) -> tuple[str, dict[str, Any]]:
-    """One child, one baseline. Returns (status, info)."""
+
+@dataclass
+class _Run:
+    """One baseline child driven under the job's lease: its messages read by its deadline (the seconds the job waited
+    for an exclusive window or held the child stopped come on top: they are no time of the child's), its requests for
+    autotune windows answered on the way (``baseline_windows``)."""
+
+    child: ChildProcess
+    lanes: gpu_lock.YieldingLease | None
+    windows: ExclusiveWindows
+    timeout_s: float
+    started: float = 0.0  # monotonic
+    waited_s: float = 0.0  # for exclusive windows
+    frozen_before: float = 0.0  # the lease's frozen_s when the child started
+
+    def start(self) -> None:
+        """The child started while the lease is held, and followed from then on (stopped whenever the lease steps
+        aside)."""
+        if self.lanes is None:
+            self.child.start()
+        else:
+            with self.lanes.held():
+                self.child.start()
+                assert self.child.proc is not None
+                self.lanes.follow(self.child.proc.pid)
+                self.frozen_before = self.lanes.frozen_s
+        self.started = time.monotonic()
+
+    def frozen_s(self) -> float:
+        return self.lanes.frozen_s - self.frozen_before if self.lanes is not None else 0.0
+
+    def deadline(self) -> float:
+        return self.started + self.timeout_s + self.waited_s + self.frozen_s()
+
+    def left(self) -> float:
+        """What an upgrade may wait: the time left, at least a second (as an evaluation's upgrade)."""
+        return max(1.0, self.deadline() - time.monotonic())
+
+    def recv(self) -> Message:
+        """The child's next message but for its window requests, which are answered here."""
+        while True:
+            m = self._next()
+            if m.type == REQUEST:
+                self.waited_s += self.windows.benchmark(self.left())
+                self.child.send(GRANT, deadline=self.deadline())
+            elif m.type == DONE:
+                self.windows.benchmark_done()
+            else:
+                if not self.windows.users:  # the benchmarks are over: their window closes now
+                    self.windows.close()
+                return m
+
+    def _next(self) -> Message:
+        while True:
+            linger = self.windows.linger_left()
+            if self.child.readable(RECV_SLICE_S if linger is None else min(linger, RECV_SLICE_S)):
+                return self.child.recv(self.deadline())
+            self.windows.close_if_idle()
+            if time.monotonic() >= self.deadline():
+                raise ChildTimeout()
+
+    def timed(self, command: str, activity: str, **fields: Any) -> Message:
+        """``command`` sent and answered in an exclusive window, on the timeline as ``activity``."""
+        self.waited_s += self.windows.enter(self.left())
+        try:
+            with timeline.span(self.windows.lock_dir, activity, self.windows.where, problem=self.windows.problem,
+                               **fields):
+                self.child.send(command, deadline=self.deadline())
+                return self.recv()
+        finally:
+            self.windows.leave()
+            self.windows.close()
+
+    def stop(self) -> None:
+        """The child killed while the lease is held (in the open exclusive window, else with no step-aside starting
+        meanwhile), unfollowed first: its pid, once reused, is never stopped. Then any window closed."""
+        held = contextlib.nullcontext() if self.lanes is None or self.windows.is_open else self.lanes.held()
+        with held:
+            if self.lanes is not None:
+                self.lanes.follow(None)
+            self.child.kill()
+        self.windows.close()
+
+
+def _error(m: Message) -> str:
+    return f"error: {(m.header.get('error') or m.type)[-1500:]}"
+
+
+def _run_one(problem_path: Path, cfg: BaselineConfig, lanes: gpu_lock.YieldingLease | None, gpu: str | None,
+             which: str) -> tuple[str, dict[str, Any]]:
+    """One child, one baseline (``which``: eager or compile). Returns (status, info)."""
     base = Path(tempfile.mkdtemp(prefix=f"kbbase-{which}-"))
     work, logs = base / "work", base / "logs"
     work.mkdir()
@@ -43,42 +144,50 @@ def _run_one(problem_path: Path, cfg: BaselineConfig, gpu: str | None, which: st
     cache = Path(cfg.compile_cache) if cfg.compile_cache and which == "compile" else None
     problem_key = sha256_file(problem_path)
     seeded = compile_cache.seed(cache, problem_key, work) if cache else 0
-    init = {"problem": "problem.py", "seed": cfg.seed, "tf32": cfg.tf32, "timing": cfg.timing_protocol().to_dict()}
+    init = {"problem": "problem.py", "seed": cfg.seed, "tf32": cfg.tf32, "timing": cfg.timing_protocol().to_dict(),
+            "exclusive_windows": lanes is not None}
     child = ChildProcess("baseline", work, logs, cfg.device, init, gpu=gpu, isolation=cfg.isolation,
                          # No tree cap: a baseline runs the problem's own code, which builds inputs of up to 16 GiB
                          # in the child (CPU baselines keep RLIMIT_AS).
                          bwrap=cfg.bwrap, limits=dataclasses.replace(cfg.limits(), memory_bytes=None),
                          extra_env={"TORCHINDUCTOR_COMPILE_THREADS": str(cfg.compile_threads), **cfg.cpu_thread_env()})
+    windows = ExclusiveWindows(lanes, cfg.lock_dir, gpu if gpu is not None else cfg.device, problem_path.stem)
+    run = _Run(child, lanes, windows, cfg.effective_timeout())
     t0 = time.monotonic()
-    deadline = t0 + cfg.effective_timeout()
     info: dict[str, Any] = {}
     try:
-        child.start()
-        m = child.recv(deadline)
+        run.start()
+        m = run.recv()
         if m.type != "loaded":
-            return f"error: {(m.header.get('error') or m.type)[-1500:]}", info
+            return _error(m), info
         info["tf32"] = m.header.get("tf32")
-        child.send(which, mode=cfg.compile_mode)
-        m = child.recv(deadline)
+        fields: dict[str, Any] = {}
+        if which == "compile":
+            child.send("compile", deadline=run.deadline(), mode=cfg.compile_mode)
+            m = run.recv()
+            if m.type != "compiled":
+                return _error(m), info
+            info.update({k: m.header.get(k) for k in ("compile_time_s", "max_abs_diff_vs_eager", "autotune_exclusive",
+                                                       "windows_granted")})
+            fields["compile_time_s"] = info["compile_time_s"]
+        m = run.timed("eager" if which == "eager" else "time", f"baseline_{which}", **fields)
         if m.type != "timing":
-            return f"error: {(m.header.get('error') or m.type)[-1500:]}", info
+            return _error(m), info
         info["raw"] = m.header.get("raw")
-        info["compile_time_s"] = m.header.get("compile_time_s")
-        info["max_abs_diff_vs_eager"] = m.header.get("max_abs_diff_vs_eager")
         if cache is not None:  # read while the child runs: its private folder goes with it
             info["compile_cache"] = compile_cache.CacheUse(seeded, compile_cache.keep(cache, problem_key,
                                                                                         child.private_dir())).to_dict()
         child.send("finish")
         return "ok", info
-    except ChildTimeout:
+    except (ChildTimeout, gpu_lock.GpuLockTimeout):
         return f"timeout after {cfg.effective_timeout():.0f}s", info
     except ChildDied:
         return f"crash: the child {child.death_reason()}: {child.log_tail(800)}", info
     except ProtocolError as e:
         return f"error: protocol: {e}", info
     finally:
-        child.kill()
-        info["wall_s"] = time.monotonic() - t0
+        run.stop()
+        info.update(wall_s=time.monotonic() - t0, gpu_wait_s=run.waited_s, stopped_s=run.frozen_s())
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -86,20 +195,20 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
     cfg = config or BaselineConfig()
     cfg = dataclasses.replace(cfg, compile_threads=resources.compile_threads(None, cfg.compile_threads))
     problem_path = Path(problem_path)
-    phases: dict[str, float] = {}
     expected = resources.problem_gpu_gib("baseline", problem_path, {}) if cfg.device == "cuda" else None
-    with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=True,
-                                expected_mem_gib=expected, purpose="baseline") as lease:
+    with (gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False,
+                                 expected_mem_gib=expected, purpose="baseline") as lease,
+          gpu_lock.yielding(lease) as lanes):
         gpu = lease.gpu if lease else None
-        where = gpu if gpu is not None else cfg.device
-        with timeline.span(cfg.lock_dir, "baseline_eager", where, problem=problem_path.stem):
-            eager_status, eager = ("skipped", {}) if not cfg.run_eager else _run_one(problem_path, cfg, gpu, "eager")
-        phases["eager_wall_s"] = eager.get("wall_s", 0.0)
-        t_compile = time.time()
-        comp_status, comp = ("skipped", {}) if not cfg.run_compile else _run_one(problem_path, cfg, gpu, "compile")
-        timeline.append(cfg.lock_dir, "baseline_compile", where, t_compile, time.time(), problem=problem_path.stem,
-                        compile_time_s=comp.get("compile_time_s"))
-        phases["compile_wall_s"] = comp.get("wall_s", 0.0)
+        eager_status, eager = ("skipped", {}) if not cfg.run_eager else _run_one(problem_path, cfg, lanes, gpu, "eager")
+        comp_status, comp = ("skipped", {}) if not cfg.run_compile else _run_one(problem_path, cfg, lanes, gpu,
+                                                                                   "compile")
+    # Seconds: each child's wall, the waits for exclusive windows, the child held stopped while the lease stepped
+    # aside; and how many autotune windows the compile child was granted (a count).
+    phases = {"eager_wall_s": eager.get("wall_s", 0.0), "compile_wall_s": comp.get("wall_s", 0.0),
+              "gpu_wait_s": eager.get("gpu_wait_s", 0.0) + comp.get("gpu_wait_s", 0.0),
+              "stopped_s": eager.get("stopped_s", 0.0) + comp.get("stopped_s", 0.0),
+              "autotune_windows": float(comp.get("windows_granted") or 0)}
     eager_stats = timing.stats((eager.get("raw") or {}).get("trials_ms") or []) if eager_status == "ok" else None
     comp_stats = timing.stats((comp.get("raw") or {}).get("trials_ms") or []) if comp_status == "ok" else None
     tf32 = eager.get("tf32") or comp.get("tf32") or environment.tf32_flags_for_mode(cfg.tf32)
@@ -116,6 +225,9 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
         protocol={"seed": cfg.seed, "inputs": "seed 42 (KernelBench)", "timing": cfg.timing_protocol().to_dict(),
                   "precision": "fp32", "integer_inputs": "kept", "no_grad": True, "eval_mode": False,
                   "dynamo_reset": True, "compile_threads": cfg.compile_threads,
-                  "cpu_threads": cfg.cpu_threads if cfg.device == "cpu" else None},
+                  "cpu_threads": cfg.cpu_threads if cfg.device == "cpu" else None,
+                  # How Inductor's autotuning got the GPU alone (baseline_windows): "benchmarks" (each benchmark in
+                  # an exclusive window), "whole_first_call", or None (no GPU lease, or no compiled first call).
+                  "autotune_exclusive": comp.get("autotune_exclusive")},
         phases_s=phases,
     )

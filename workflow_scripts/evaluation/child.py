@@ -250,12 +250,15 @@ def _read_init() -> dict[str, Any]:
 
 
 def _run_baseline(c: _Child, problem: Any, init: dict[str, Any]) -> None:
-    torch = c.torch
+    """The baseline role: the problem's ``Model`` on KernelBench's seed-42 inputs, both built before ``loaded`` (the
+    parent takes its GPU alone only for what is measured: ``baseline_windows``). Commands: ``eager`` (time the
+    model), ``compile`` (``torch.compile`` and its first call; replies ``compiled``), ``time`` (time the compiled
+    module), ``finish``."""
     sender = c.sender
     c.set_seed(c.seed)
     model = c.build_model(problem.Model, problem.get_init_inputs())
-    sender.send({"type": "loaded", "tf32": c.tf32})
     inputs = c.make_inputs(problem, c.seed)  # KernelBench times on the seed-42 inputs
+    sender.send({"type": "loaded", "tf32": c.tf32})
     in_ptrs = {c.untyped_storage(x).data_ptr() for x in inputs if isinstance(x, c.Tensor) and x.numel()}
 
     def after(out: Any, phase: str, ms: float | None = None) -> None:
@@ -264,52 +267,75 @@ def _run_baseline(c: _Child, problem: Any, init: dict[str, Any]) -> None:
             if isinstance(o, c.Tensor) and not (o.numel() and c.untyped_storage(o).data_ptr() in in_ptrs):
                 c.timing.scrub(o)
 
-    eager_ref = None
-    stdin = c.stdin
+    def eager_outputs() -> list[Any]:
+        """Eager's outputs on the host: what the compiled module's first output is compared with."""
+        with c.no_grad():
+            _, o = c.flatten(model(*inputs))
+            return [x.detach().to("cpu").clone() for x in o if isinstance(x, c.Tensor)]
+
+    eager_ref: list[Any] | None = None
+    compiled: Any = None
     while True:
-        cmd = read_command(stdin)
+        cmd = read_command(c.stdin)
         name = cmd.get("cmd")
-        if name == "eager":
-            try:
-                with c.no_grad():
-                    _, o = c.flatten(model(*inputs))
-                    eager_ref = [x.detach().to("cpu").clone() for x in o if isinstance(x, c.Tensor)]
+        try:
+            if name == "eager":
+                eager_ref = eager_outputs()
                 raw = c.clock.time_callable(model, inputs, c.protocol, after)
                 sender.send({"type": "timing", "raw": raw.to_dict()})
-            except Exception:  # noqa: BLE001
-                sender.send({"type": "error", "error": exception_text()})
-        elif name == "compile":
-            try:
-                if eager_ref is None:  # reference values for compile_max_abs_diff_vs_eager
-                    with c.no_grad():
-                        _, o = c.flatten(model(*inputs))
-                        eager_ref = [x.detach().to("cpu").clone() for x in o if isinstance(x, c.Tensor)]
-                torch._dynamo.reset()
-                compiled = torch.compile(model, mode=cmd.get("mode", "max-autotune"), backend="inductor")
-                t0 = time.perf_counter()
-                with c.no_grad():
-                    first = compiled(*inputs)
-                    if c.device_kind == "cuda":
-                        torch.cuda.synchronize()
-                compile_s = time.perf_counter() - t0
-                diff = None
-                _, fo = c.flatten(first)
-                if eager_ref is not None:
-                    try:
-                        diff = max(float((a.double() - b.detach().to("cpu").double()).abs().max()) if a.numel() else 0.0
-                                   for a, b in zip(eager_ref, fo))
-                    except Exception:  # noqa: BLE001
-                        diff = None
-                del first, fo
+            elif name == "compile":
+                eager_ref = eager_ref if eager_ref is not None else eager_outputs()
+                compiled, reply = _compile(c, model, inputs, eager_ref, cmd.get("mode", "max-autotune"),
+                                           bool(init.get("exclusive_windows")))
+                sender.send(reply)
+            elif name == "time":
+                if compiled is None:
+                    raise RuntimeError("'time' before a successful 'compile'")
                 raw = c.clock.time_callable(compiled, inputs, c.protocol, after)
-                sender.send({"type": "timing", "raw": raw.to_dict(), "compile_time_s": compile_s,
-                             "max_abs_diff_vs_eager": diff})
-            except Exception:  # noqa: BLE001
-                sender.send({"type": "error", "error": exception_text()})
-        elif name == "finish":
-            sender.send({"type": "done"})
-            sys.stdout.flush()
-            os._exit(0)
+                sender.send({"type": "timing", "raw": raw.to_dict()})
+            elif name == "finish":
+                sender.send({"type": "done"})
+                sys.stdout.flush()
+                os._exit(0)
+        except Exception:  # noqa: BLE001
+            sender.send({"type": "error", "error": exception_text()})
+
+
+def _compile(c: _Child, model: Any, inputs: list[Any], eager_ref: list[Any], mode: str, windows: bool
+             ) -> tuple[Any, dict[str, Any]]:
+    """``torch.compile`` after ``torch._dynamo.reset()``, and its first call (tracing, Inductor's code generation,
+    autotuning) timed as ``compile_time_s``, less the waits for exclusive windows; the reply. With ``windows`` (a GPU
+    lease) Inductor's GPU benchmarks run in exclusive windows (``baseline_windows``), or the whole first call does
+    where they cannot be reached (the reply's ``autotune_exclusive`` says which)."""
+    from workflow_scripts.evaluation import baseline_windows
+
+    torch = c.torch
+    requests = baseline_windows.WindowRequests(c.sender.send, lambda: read_command(c.stdin))
+    gated = baseline_windows.gate_inductor_benchmarks(requests.ask, requests.done) if windows else None
+    whole = gated == baseline_windows.WHOLE_FIRST_CALL
+    torch._dynamo.reset()
+    compiled = torch.compile(model, mode=mode, backend="inductor")
+    t0 = time.perf_counter()
+    if whole:
+        requests.ask()
+    try:
+        with c.no_grad():
+            first = compiled(*inputs)
+            if c.device_kind == "cuda":
+                torch.cuda.synchronize()
+    finally:
+        if whole:
+            requests.done()
+    compile_s = time.perf_counter() - t0 - requests.waited_s
+    _, outputs = c.flatten(first)
+    try:
+        diff = max((float((a.double() - b.detach().to("cpu").double()).abs().max()) if a.numel() else 0.0
+                    for a, b in zip(eager_ref, outputs)), default=None)
+    except Exception:  # noqa: BLE001 - outputs that do not compare: no distance recorded
+        diff = None
+    return compiled, {"type": "compiled", "compile_time_s": compile_s, "max_abs_diff_vs_eager": diff,
+                      "autotune_exclusive": gated, "window_wait_s": requests.waited_s,
+                      "windows_granted": requests.granted}
 
 
 def main() -> None:

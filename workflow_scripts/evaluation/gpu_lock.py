@@ -25,6 +25,13 @@ the gate shared before locking, so new shared jobs queue behind a waiting timing
 Timeline: each lease writes how long it held its GPU in each mode, and how long an upgrade waited, to the lock
 folder's ``timeline.jsonl`` (``timeline``), beside what the jobs write of their timed work.
 
+Yielding: a baseline job (``YieldingLease``) holds its GPU shared while its child loads, builds inputs and compiles
+(tens of seconds for ``torch.compile``), which would keep every timing job out of that GPU meanwhile. A thread of its
+trusted process watches the gate instead: when a timing job waits, it stops the child's process tree (``freezer``),
+drops the shared lock and takes it back through the gate as ``downgrade`` does, so the waiter times first, then
+resumes the child (``lease_yielded`` on the timeline). The job's own exclusive windows (``YieldingLease.upgrade``)
+are never given up.
+
 Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, expected peak memory if given) next to the lock, removed
 on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live holders'
 expectations and its own fit ``DEVICE_SHARE`` of the card (or the card has no other holder), checked and recorded
@@ -45,16 +52,23 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from workflow_scripts.evaluation import timeline
+from workflow_scripts.evaluation import freezer, timeline
 from workflow_scripts.evaluation.memory_plan import DEVICE_SHARE
 
 DEFAULT_LOCK_DIR = Path("results/.locks")
 HOLDER_SLOTS = 64  # per GPU: more jobs than this on one GPU still run, they just go uncounted
+# A yielding lease (``YieldingLease``) looks at its GPU's gate this often: one non-blocking flock, microseconds, so a
+# timing job that starts waiting is let in within this (plus its own poll) of taking the gate.
+GATE_POLL_S = 0.005
+# How often a lease that stepped aside (or is downgrading) tries to get its shared lock back while another job times:
+# the waits last the other job's timing (seconds), so a slower poll costs little and wakes this host less.
+REENTRY_POLL_S = 0.05
 
 
 class GpuLockTimeout(TimeoutError):
@@ -64,7 +78,7 @@ class GpuLockTimeout(TimeoutError):
 @dataclass
 class GpuLease:
     gpu: str  # the id given to the child as CUDA_VISIBLE_DEVICES
-    mode: str  # "exclusive" | "shared"
+    mode: str  # "exclusive" | "shared" | "released" (a step-aside given up as its job ended: nothing held)
     lock_path: Path
     waited_s: float
     _fd: int = -1
@@ -114,7 +128,6 @@ class GpuLease:
         self.waited_s += waited
         return waited
 
-
     def downgrade(self, poll_s: float = 0.2) -> float:
         """Exclusive -> shared once timing is done, keeping the same GPU (a problem's trusted side lives there).
         Re-enters through the gate, so a timing job already waiting on this GPU goes first. Returns seconds
@@ -124,18 +137,156 @@ class GpuLease:
         t0 = time.monotonic()
         self._since = self._mark("lease_exclusive")
         fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._reenter_shared(poll_s)
+        self.mode = "shared"
+        waited = time.monotonic() - t0
+        self.waited_s += waited
+        return waited
+
+    def timer_waiting(self) -> bool:
+        """Whether a job waits to time on this GPU: it holds the gate exclusively (``upgrade``, ``acquire_gpu``).
+        One non-blocking flock on the gate, released at once."""
+        if self._gate_fd < 0:
+            return False
+        if not _try_lock(self._gate_fd, fcntl.LOCK_SH):
+            return True
+        fcntl.flock(self._gate_fd, fcntl.LOCK_UN)
+        return False
+
+    def step_aside(self, poll_s: float, give_up: Callable[[], bool]) -> bool:
+        """Shared only: let a job waiting to time on this GPU go first. The shared lock is dropped, then taken again
+        through the gate as ``downgrade`` does, once the waiter's timing is done (``lease_yielded`` on the timeline).
+        False: ``give_up`` said to stop waiting (the job is ending) and the lease holds nothing any more."""
+        assert self.mode == "shared", "only a shared lease steps aside"
+        start = self._mark("lease_shared")
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        back = self._reenter_shared(poll_s, give_up)
+        self._since = self._mark("lease_yielded", start)
+        if not back:
+            self.mode = "released"
+        return back
+
+    def _reenter_shared(self, poll_s: float, give_up: Callable[[], bool] | None = None) -> bool:
+        """The shared lock taken again through the gate: while a timing job waits (it holds the gate) or times (it
+        holds the lock), this side waits, so the waiter goes first. False: ``give_up`` returned True first."""
         while True:
             if self._gate_fd < 0 or _try_lock(self._gate_fd, fcntl.LOCK_SH):
                 ok = _try_lock(self._fd, fcntl.LOCK_SH)
                 if self._gate_fd >= 0:
                     fcntl.flock(self._gate_fd, fcntl.LOCK_UN)
                 if ok:
-                    break
+                    return True
+            if give_up is not None and give_up():
+                return False
             time.sleep(poll_s)
-        self.mode = "shared"
-        waited = time.monotonic() - t0
-        self.waited_s += waited
-        return waited
+
+
+class YieldingLease:
+    """A shared lease that steps aside for timing jobs (see the module's "Yielding"): the ``with`` block runs a
+    watcher thread that, while the lease is shared and a timing job waits on the gate, stops the followed process
+    tree (``follow``), lets the timer go first (``GpuLease.step_aside``) and resumes the tree. The job's main thread
+    changes the lease's mode only through ``upgrade``/``downgrade`` here: one lock (``_turn``) lets either the
+    watcher step aside or the job hold an exclusive window, never both. ``frozen_s``: how long the tree was held
+    stopped, which is no time of the job's (its deadline moves by it)."""
+
+    def __init__(self, lease: GpuLease, poll_s: float = GATE_POLL_S) -> None:
+        self.lease = lease
+        self._poll_s = poll_s
+        self._turn = threading.Lock()  # held by the watcher while it steps aside, by the job from upgrade to downgrade
+        self._pid_lock = threading.Lock()  # the followed pid is not changed while its tree is being stopped
+        self._pid: int | None = None
+        self._stop = threading.Event()
+        self._frozen_s = 0.0
+        self._frozen_since: float | None = None
+        self._watcher = threading.Thread(target=self._watch, name=f"gpu{lease.gpu}-yield", daemon=True)
+
+    def __enter__(self) -> YieldingLease:
+        self._watcher.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()  # a step-aside in progress gives up waiting: the job is ending
+        self._watcher.join()
+
+    @property
+    def frozen_s(self) -> float:
+        """Seconds the followed tree has been held stopped so far (a stop in progress included)."""
+        since = self._frozen_since
+        return self._frozen_s + (time.monotonic() - since if since is not None else 0.0)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """The block runs while the lease is held and no step-aside starts (one in progress ends first): e.g. a
+        child started in it and ``follow``ed before the watcher could step aside without stopping it."""
+        with self._turn:
+            yield
+
+    def follow(self, pid: int | None) -> None:
+        """The process tree stopped whenever the lease is not held (the job's current child); None: none. Set to
+        None before the child is killed, so its pid, once reused, is never stopped."""
+        with self._pid_lock:
+            self._pid = pid
+
+    def upgrade(self, timeout_s: float) -> float:
+        """Exclusive from now (``GpuLease.upgrade``, at most ``timeout_s``: GpuLockTimeout, the lease stays shared),
+        once a step-aside in progress has ended; the seconds the upgrade waited. The watcher leaves the lease alone
+        until ``downgrade``."""
+        self._turn.acquire()
+        try:
+            return self.lease.upgrade(timeout_s=timeout_s)
+        except BaseException:
+            self._turn.release()
+            raise
+
+    def downgrade(self) -> None:
+        """Shared again (``GpuLease.downgrade``: a timing job already waiting goes first), the followed tree stopped
+        while this side has no lock; the watcher may step aside again."""
+        try:
+            with self._stopped_tree():
+                self.lease.downgrade(poll_s=REENTRY_POLL_S)
+        finally:
+            self._turn.release()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            if not self._turn.acquire(blocking=False):
+                continue  # the job holds (or is taking) an exclusive window
+            try:
+                if self.lease.mode == "shared" and self.lease.timer_waiting():
+                    with self._stopped_tree():
+                        self.lease.step_aside(REENTRY_POLL_S, self._stop.is_set)
+            finally:
+                self._turn.release()
+
+    @contextlib.contextmanager
+    def _stopped_tree(self) -> Iterator[None]:
+        """The followed tree stopped for the block (``freezer``): while this job holds no lock its child must touch
+        neither the GPU nor the CPU; the seconds go to ``frozen_s``."""
+        with self._pid_lock:
+            tree = freezer.FrozenTree(self._pid) if self._pid is not None else None
+            if tree is not None:
+                tree.freeze()
+        if tree is None:
+            yield
+            return
+        self._frozen_since = time.monotonic()
+        try:
+            yield
+        finally:
+            tree.thaw()
+            # Added before the start is cleared: a reader in between over-counts (a later deadline), never under.
+            self._frozen_s += time.monotonic() - self._frozen_since
+            self._frozen_since = None
+
+
+@contextlib.contextmanager
+def yielding(lease: GpuLease | None) -> Iterator[YieldingLease | None]:
+    """``lease`` as a ``YieldingLease`` for the ``with`` block; None where no lease is taken (the CPU)."""
+    if lease is None:
+        yield None
+        return
+    with YieldingLease(lease) as lanes:
+        yield lanes
 
 
 def visible_gpus(configured: Sequence[str | int] | None = None) -> list[str]:
@@ -336,7 +487,8 @@ def acquire_gpu(
         try:
             yield lease
         finally:
-            lease._mark(f"lease_{lease.mode}")
+            if lease.mode != "released":  # a lease that gave up re-entering wrote its last interval then
+                lease._mark(f"lease_{lease.mode}")
     finally:
         for fd in fds.values():
             with contextlib.suppress(OSError):

@@ -1,9 +1,9 @@
 """The run's GPU timeline and how busy each GPU was (issue 34), from the lines every job appended to its host's
 ``timeline.jsonl`` (``evaluation/timeline.py``): ``spans`` is one row per interval, ``usage`` one row per host and
 GPU. Busy means timed work (``core.records.TIMED_KINDS``: an answer's, the paired reference's and the probe's timed
-blocks, and the baselines' runs, whose compilation and autotuning hold the GPU too: ``compile_time_s`` says how
-much); the share is taken after the first minute, which holds the run's start (environment, prompts, the first
-processes) rather than the steady state the study runs in."""
+blocks, and the baselines' timings and autotuning windows; a baseline's compilation runs under its shared lease and
+is not busy time: ``compile_time_s`` says how long it took); the share is taken after the first minute, which holds
+the run's start (environment, prompts, the first processes) rather than the steady state the study runs in."""
 
 from __future__ import annotations
 

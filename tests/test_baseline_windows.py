@@ -1,0 +1,136 @@
+"""A baseline's exclusive windows (issue 34): the child's benchmarks wrapped (``baseline_windows.ExclusiveCalls``,
+``WindowRequests``) ask the parent for the GPU alone over the real channel, and the parent (``baseline._Run`` with
+``ExclusiveWindows`` on a yielding lease of a temporary lock folder) grants, lingers and gives the GPU back."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts.evaluation.baseline import _Run
+from workflow_scripts.evaluation.baseline_windows import LINGER_S, ExclusiveWindows
+from workflow_scripts.evaluation.gpu_lock import YieldingLease, acquire_gpu
+from workflow_scripts.evaluation.sandbox import ChildProcess
+
+pytestmark = pytest.mark.integration  # starts a child process
+
+# The child: Inductor's benchmarker in shape (the CUDA-graph benchmark runs the plain one), its methods wrapped as the
+# baseline child wraps Inductor's; each benchmark reports whether the GPU was this job's alone while it ran (the
+# child's own shared flock on the GPU's lock file is refused only while a holder has it exclusively).
+CHILD = """
+import fcntl, json, os, sys, time
+from workflow_scripts.evaluation.baseline_windows import (INDUCTOR_GPU_BENCHMARKS, LINGER_S, ExclusiveCalls,
+                                                          WindowRequests)
+from workflow_scripts.evaluation.channel import Sender, read_command
+
+init = json.loads(sys.stdin.buffer.readline())
+sender, stdin = Sender(int(init["fd"])), sys.stdin.buffer
+
+
+def alone():
+    fd = os.open(init["lock"], os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+class Benchmarker:
+    def benchmark_gpu(self, fn):
+        return fn()
+
+    def benchmark_gpu_with_cuda_graph(self, fn):
+        return self.benchmark_gpu(fn)
+
+
+bench = Benchmarker()
+requests = WindowRequests(sender.send, lambda: read_command(stdin))
+ExclusiveCalls(requests.ask, requests.done).install(bench, INDUCTOR_GPU_BENCHMARKS)
+sender.send({"type": "loaded", "alone": alone()})
+read_command(stdin)  # compile
+burst = [bench.benchmark_gpu(alone) for _ in range(3)] + [bench.benchmark_gpu_with_cuda_graph(alone)]
+time.sleep(5 * LINGER_S)  # compiling the next layer: the window closes meanwhile
+between = alone()
+later = bench.benchmark_gpu(alone)
+sender.send({"type": "compiled", "burst": burst, "between": between, "later": later, "granted": requests.granted})
+read_command(stdin)  # time
+sender.send({"type": "timing", "alone": alone()})
+read_command(stdin)
+"""
+
+
+def script_child(tmp_path: Path, init: dict) -> ChildProcess:
+    """A real ChildProcess whose interpreter runs CHILD instead of the evaluation child."""
+    script, python = tmp_path / "child.py", tmp_path / "python"
+    script.write_text(CHILD)
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")  # the child module's arguments are ignored
+    python.chmod(0o755)
+    return ChildProcess("baseline", tmp_path / "work", tmp_path / "logs", "cpu", init, isolation="none",
+                        python=str(python))
+
+
+def test_benchmarks_run_alone_a_burst_in_one_window(tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
+            YieldingLease(lease) as lanes:
+        run = _Run(script_child(tmp_path, {"lock": str(lease.lock_path)}), lanes,
+                   ExclusiveWindows(lanes, locks, "0", "p"), timeout_s=60.0)
+        try:
+            run.start()
+            loaded = run.recv()
+            assert loaded.type == "loaded" and loaded.header["alone"] is False  # it starts under the shared lease
+            run.child.send("compile")
+            m = run.recv()
+            assert m.type == "compiled", m.header
+            assert m.header["burst"] == [True] * 4 and m.header["later"] is True  # each benchmark ran alone
+            assert m.header["between"] is False  # the window closed after its linger
+            assert m.header["granted"] == 5  # the nested CUDA-graph benchmark asked once
+            assert lease.mode == "shared" and not run.windows.is_open  # closed once the child answered
+            assert run.timed("time", "baseline_compile").header["alone"] is True
+            assert lease.mode == "shared"
+        finally:
+            run.stop()
+    lines = [json.loads(line) for line in (locks / "timeline.jsonl").read_text().splitlines()]
+    exclusive = [(e["start"], e["end"]) for e in lines if e["activity"] == "lease_exclusive"]
+    autotune = [(e["start"], e["end"]) for e in lines if e["activity"] == "baseline_autotune"]
+    timed = [(e["start"], e["end"]) for e in lines if e["activity"] == "baseline_compile"]
+    assert len(exclusive) == 3 and len(autotune) == 2 and len(timed) == 1  # the burst's, the later one's, the timing's
+    for (start, end), (held_from, held_to) in zip(autotune + timed, exclusive):
+        assert held_from <= start <= end <= held_to  # each inside its exclusive window
+    burst_held = exclusive[0][1] - autotune[0][1]
+    assert burst_held >= LINGER_S * 0.9  # the window lingered after the burst's last benchmark
+
+
+def test_an_idle_window_closes_after_its_linger_and_a_user_keeps_it_open(tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
+            YieldingLease(lease) as lanes:
+        windows = ExclusiveWindows(lanes, locks, "0", "p")
+        assert windows.linger_left() is None
+        windows.benchmark(timeout_s=5.0)
+        assert lease.mode == "exclusive" and windows.linger_left() is None  # in use: no linger
+        windows.close_if_idle()
+        assert lease.mode == "exclusive"
+        windows.benchmark_done()
+        assert 0.0 < windows.linger_left() <= LINGER_S
+        windows.close_if_idle()
+        assert lease.mode == "exclusive"  # still lingering
+        fd = os.open(lease.lock_path, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):  # nobody else gets in meanwhile
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            while windows.linger_left():
+                pass
+            windows.close_if_idle()
+            assert lease.mode == "shared" and not windows.is_open
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared work is let in again
+        finally:
+            os.close(fd)

@@ -1,0 +1,184 @@
+"""A baseline job's exclusive windows on its GPU (issue 34): both sides, and the messages between them.
+
+A baseline job holds its GPU shared and yielding (``gpu_lock.YieldingLease``); it takes the GPU alone only for what
+is measured on it: the eager and the compiled module's timing, and the benchmarks with which Inductor's
+max-autotune picks its kernels during the compiled module's first call (picks made beside another job's work would
+be another GPU's). For the latter the child (trusted code: the problem's own ``Model``) routes every GPU benchmark of
+Inductor's through ``gate_inductor_benchmarks``: before one it sends ``REQUEST`` and blocks on its stdin until the
+parent's ``GRANT`` (it runs nothing meanwhile), after it it sends ``DONE``. The parent (``ExclusiveWindows``) upgrades
+its lease for a request and keeps the window ``LINGER_S`` after the last benchmark, so a burst of candidates shares
+one window. Where Inductor's benchmarker is not found (another torch), the child asks for one window around its
+whole first call instead; the result records which (``BENCHMARKS`` or ``WHOLE_FIRST_CALL``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from workflow_scripts.evaluation import gpu_lock, timeline
+
+REQUEST = "autotune_request"  # child -> parent message: a GPU benchmark is about to run
+GRANT = "autotune_go"  # parent -> child command: the window is open, the benchmark may run
+DONE = "autotune_done"  # child -> parent message: the benchmark ended
+# How long a window stays open after a benchmark ended: max-autotune benchmarks a layer's candidates back to back
+# (milliseconds apart, compiling in between), and each new window would cost a downgrade and an upgrade (the GPU
+# drained of shared work each time); a tenth of a second keeps a burst in one window and gives the GPU back soon after.
+LINGER_S = 0.1
+# What ``gate_inductor_benchmarks`` managed: every GPU benchmark in a window, or (no benchmarker found) one window
+# around the compiled module's whole first call.
+BENCHMARKS = "benchmarks"
+WHOLE_FIRST_CALL = "whole_first_call"
+# Inductor's benchmarker methods that run candidates on the GPU (the second captures a CUDA graph, runs it once, then
+# calls the first): each outermost call is one benchmark.
+INDUCTOR_GPU_BENCHMARKS = ("benchmark_gpu", "benchmark_gpu_with_cuda_graph")
+
+
+class ExclusiveCalls:
+    """Child side: each outermost call of a wrapped method runs between ``ask`` (returns once the window is granted)
+    and ``done``; calls made inside it (one benchmark method calling another) run in that same window, and a call
+    from another thread meanwhile waits for it to end (one benchmark at a time)."""
+
+    def __init__(self, ask: Callable[[], None], done: Callable[[], None]) -> None:
+        self._ask, self._done = ask, done
+        self._lock = threading.RLock()  # one benchmark at a time: the messages of two would interleave
+        self._depth = 0
+
+    def wrap(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def in_window(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                if self._depth == 0:
+                    self._ask()
+                self._depth += 1
+                try:
+                    return method(*args, **kwargs)
+                finally:
+                    self._depth -= 1
+                    if self._depth == 0:
+                        self._done()
+
+        return in_window
+
+    def install(self, obj: object, names: tuple[str, ...]) -> list[str]:
+        """Each of ``obj``'s methods ``names`` replaced, on the instance, by its wrapped self; the names wrapped."""
+        wrapped = [name for name in names if callable(getattr(obj, name, None))]
+        for name in wrapped:
+            setattr(obj, name, self.wrap(getattr(obj, name)))
+        return wrapped
+
+
+def gate_inductor_benchmarks(ask: Callable[[], None], done: Callable[[], None]) -> str:
+    """Child side, before ``torch.compile``'s first call: Inductor's GPU benchmarks (select_algorithm, the caching
+    autotuner's ``bench``, coordinate descent, pad_mm: all go through the module's one ``benchmarker`` instance) in
+    exclusive windows. ``BENCHMARKS``; ``WHOLE_FIRST_CALL`` where that instance or its ``benchmark_gpu`` is missing,
+    or where autotuning runs in subprocesses (``autotune_in_subproc``: their benchmarker is not this one), and the
+    caller then asks for one window around the whole first call."""
+    try:
+        from torch._inductor import config as inductor_config
+        from torch._inductor.runtime.benchmarking import benchmarker
+    except ImportError:
+        return WHOLE_FIRST_CALL
+    if getattr(inductor_config, "autotune_in_subproc", False) or not callable(getattr(benchmarker, "benchmark_gpu",
+                                                                                      None)):
+        return WHOLE_FIRST_CALL
+    ExclusiveCalls(ask, done).install(benchmarker, INDUCTOR_GPU_BENCHMARKS)
+    return BENCHMARKS
+
+
+@dataclass
+class ExclusiveWindows:
+    """Parent side: the job's exclusive windows on its GPU. A window opens for a user (``enter``: a timing, or a
+    benchmark the child asked for) by upgrading the lease and stays open while any user is in it; ``close_if_idle``
+    closes it ``LINGER_S`` after its last user left, ``close`` at once. Benchmark windows go on the timeline as
+    ``baseline_autotune`` (from the first grant to the last benchmark's end; the linger after it is the window's
+    own overhead). Without a lease (the CPU) only the bookkeeping runs."""
+
+    lanes: gpu_lock.YieldingLease | None
+    lock_dir: Path | str | None
+    where: str  # the timeline's gpu: the leased GPU's id, or the device
+    problem: str
+    users: int = 0
+    is_open: bool = False
+    idle_since: float | None = None  # monotonic: when the last user left
+    autotune_start: float | None = None  # epoch: this window's first benchmark
+    autotune_end: float | None = None  # epoch: its last benchmark's end
+
+    def enter(self, timeout_s: float) -> float:
+        """A user in the window, opened if it is not (waiting at most ``timeout_s``: GpuLockTimeout); the seconds
+        waited for the GPU."""
+        waited = 0.0
+        if not self.is_open:
+            if self.lanes is not None:
+                waited = self.lanes.upgrade(timeout_s)
+            self.is_open = True
+        self.users += 1
+        self.idle_since = None
+        return waited
+
+    def leave(self) -> None:
+        self.users -= 1
+        if self.users == 0:
+            self.idle_since = time.monotonic()
+
+    def benchmark(self, timeout_s: float) -> float:
+        """A benchmark the child asked for (``REQUEST``) in the window; the seconds waited for the GPU. The caller
+        sends ``GRANT`` then."""
+        waited = self.enter(timeout_s)
+        if self.autotune_start is None:
+            self.autotune_start = time.time()
+        return waited
+
+    def benchmark_done(self) -> None:
+        """The child's ``DONE``."""
+        self.autotune_end = time.time()
+        self.leave()
+
+    def linger_left(self) -> float | None:
+        """Seconds until an idle window closes (``close_if_idle``); None when none is open or it is in use."""
+        if not self.is_open or self.users or self.idle_since is None:
+            return None
+        return max(0.0, self.idle_since + LINGER_S - time.monotonic())
+
+    def close_if_idle(self) -> None:
+        if self.linger_left() == 0.0:
+            self.close()
+
+    def close(self) -> None:
+        """The window closed now, whoever is in it (the child answered, failed or is ending): the lease shared again."""
+        if not self.is_open:
+            return
+        if self.autotune_start is not None:
+            timeline.append(self.lock_dir, "baseline_autotune", self.where, self.autotune_start,
+                            self.autotune_end or time.time(), problem=self.problem)
+        self.autotune_start = self.autotune_end = None
+        self.users, self.is_open, self.idle_since = 0, False, None
+        if self.lanes is not None:
+            self.lanes.downgrade()
+
+
+class WindowRequests:
+    """Child side: ``ask`` sends ``REQUEST`` and blocks until the parent's ``GRANT`` (a parent that says anything
+    else is not following the protocol, and the child ends); ``done`` sends ``DONE``. ``waited_s``: the seconds spent
+    waiting for grants, which the compile time leaves out (the GPU was busy, nothing was compiled)."""
+
+    def __init__(self, send: Callable[[dict[str, Any]], None], read: Callable[[], dict[str, Any]]) -> None:
+        self._send, self._read = send, read
+        self.waited_s = 0.0
+        self.granted = 0
+
+    def ask(self) -> None:
+        t0 = time.monotonic()
+        self._send({"type": REQUEST})
+        if self._read().get("cmd") != GRANT:
+            os._exit(3)
+        self.waited_s += time.monotonic() - t0
+        self.granted += 1
+
+    def done(self) -> None:
+        self._send({"type": DONE})
