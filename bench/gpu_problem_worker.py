@@ -17,6 +17,10 @@ $OUT/gpu_problem_worker.jsonl, written as the run goes:
   bench/known_speedups/chain.py against answers 5% faster, as fast and 5% slower (true speedups 20/19, 1, 20/21);
   with ``--problems`` (e.g. L1_23), each problem's reference as its own answer beside the cheat suite's zeros
   answer (tests/cheats/answers/cheats/softmax_zeros.py). ``calibration_summary.py`` reads their verdicts.
+* ``baselines``: each problem's eager and torch.compile (max-autotune) baselines as the pipeline's baseline stage
+  measures them (issue 34: the compiled time with the compile off the exclusive lease, against an older commit's run
+  through h200_worker_run.sh's ``baselines`` mode), ``--parallel`` jobs at a time on the GPU: times, compile seconds,
+  the waits for exclusive windows and the autotune windows granted.
 * ``scaling``: the same answers as ``throughput``, problems handed to one worker process per visible GPU, each
   leasing a GPU through the lock files as pipeline jobs do, then to one worker on the first GPU alone; the ratio
   of the two walls (done-when 4, two GPUs against one).
@@ -282,6 +286,26 @@ def run_calibration(args, tmp: Path) -> None:
         list(pool.map(calibrate_chunk, chunks))
 
 
+def run_baselines(args, tmp: Path) -> None:
+    done = {r["problem"] for r in read_log(args.out) if r.get("bench") == "baselines"}
+    todo = [k for k in (args.problems or all_problems(args.suite)) if k not in done]
+    jobs = [(args.suite, args.out, key) for key in todo]
+    with ProcessPoolExecutor(args.parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(baseline_job, jobs))
+
+
+def baseline_job(job: tuple[Path, Path, str]) -> None:
+    """One problem's baselines as the baseline stage measures them (both, max-autotune), one record."""
+    suite, out, key = job
+    t0 = time.monotonic()
+    r = measure_baselines(problem_file(suite, key), BaselineConfig(device=DEVICE, lock_dir="/tmp/bench-locks"))
+    log(out, {"bench": "baselines", "problem": key, "wall_s": round(time.monotonic() - t0, 2),
+              "eager_ms": r.eager_ms, "eager_status": r.eager_status, "compile_ms": r.compile_ms,
+              "compile_status": r.compile_status, "compile_time_s": r.compile_time_s,
+              "autotune_exclusive": (r.protocol or {}).get("autotune_exclusive"),
+              "phases_s": {k: round(v, 3) for k, v in (r.phases_s or {}).items()}})
+
+
 def gpu_ids() -> list[str]:
     from workflow_scripts.evaluation.gpu_lock import visible_gpus
 
@@ -460,7 +484,7 @@ def run_throughput(args, tmp: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bench", choices=["big", "spin", "calibration", "throughput", "scaling",
-                                          "inputs_check", "verdicts"])
+                                          "inputs_check", "verdicts", "baselines"])
     parser.add_argument("--suite", type=Path, required=True)
     parser.add_argument("--problems", nargs="*", default=[])
     parser.add_argument("--skip", type=int, default=0)
@@ -486,7 +510,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         {"big": run_big, "spin": run_spin, "calibration": run_calibration, "throughput": run_throughput,
-         "scaling": run_scaling, "inputs_check": run_inputs_check, "verdicts": run_verdicts}[args.bench](args, Path(tmp))
+         "scaling": run_scaling, "inputs_check": run_inputs_check, "verdicts": run_verdicts,
+         "baselines": run_baselines}[args.bench](args, Path(tmp))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (the device tool, nvidia-h200) for bench/gpu_problem_worker.py. Usage:
 #   bash bench/h200_worker_run.sh "big spin"            # benches to run (also: cost), in order, each under its own timeout
-#   env: RESUME (a gpu_problem_worker.jsonl to continue), PLANS_ARGS, PLANS_TIMEOUT, RATES_TIMEOUT, VERDICT_PROBLEMS, VERDICT_TIMEOUT, PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_ARGS, BIG_TIMEOUT, BALLAST_GIB (GPU memory another process holds during big: an H200 as an 80 GB card), TP_PROBLEMS, TP_TIMEOUT, TP_ARGS, SCALING_PROBLEMS, SCALING_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS, COPIES, COPIES_PROBLEMS, COPIES_TIMEOUT, OLD_CODE, COST_ROUNDS, COST_PROBLEMS, COST_TIMEOUT
+#   env: RESUME (a gpu_problem_worker.jsonl to continue), BASE_PROBLEMS, BASE_PARALLEL, BASE_ROUNDS, BASE_TIMEOUT, BASE_OLD_CODE, PLANS_ARGS, PLANS_TIMEOUT, RATES_TIMEOUT, VERDICT_PROBLEMS, VERDICT_TIMEOUT, PYTEST_FILES, PYTEST_TIMEOUT, BIG_PROBLEMS, BIG_ARGS, BIG_TIMEOUT, BALLAST_GIB (GPU memory another process holds during big: an H200 as an 80 GB card), TP_PROBLEMS, TP_TIMEOUT, TP_ARGS, SCALING_PROBLEMS, SCALING_TIMEOUT, CAL_TIMEOUT, CAL_PARALLEL, CAL_PROBLEMS, CAL_ARGS, COPIES, COPIES_PROBLEMS, COPIES_TIMEOUT, OLD_CODE, COST_ROUNDS, COST_PROBLEMS, COST_TIMEOUT
 # Carry: .kb (KernelBench problems, and KernelBench's harness source in .kb/kbsrc), .kbwheels (pydantic and its
 # dependencies for KernelBench's eval.py; psutil and nvidia-ml-py for the evaluator: requirements/gpu-host.txt).
 set -uo pipefail
@@ -56,6 +56,14 @@ for bench in $1; do
     cost) for r in $(seq ${COST_ROUNDS:-2}); do
         (cd "${OLD_CODE:-.kb/old}" && PYTHONPATH=/tmp/site timeout ${COST_TIMEOUT:-120} python3 bench/gpu_problem_worker.py calibration --suite "$OLDPWD/.kb" --problems ${COST_PROBLEMS:-L2_12 L2_71 L2_40 L2_76 L2_99 L2_82 L1_1 L1_88} --out "$OUT/old$r") >> "$OUT/cost.log" 2>&1
         timeout ${COST_TIMEOUT:-120} $B calibration --suite .kb --problems ${COST_PROBLEMS:-L2_12 L2_71 L2_40 L2_76 L2_99 L2_82 L1_1 L1_88} --out "$OUT/new$r" >> "$OUT/cost.log" 2>&1
+      done ;;
+    # The baselines (eager and max-autotune) of BASE_PROBLEMS, BASE_PARALLEL jobs at a time, rounds alternating an
+    # older commit's baseline code and this one's (issue 34: the compiled time with the compile off the exclusive
+    # lease). BASE_OLD_CODE: `git archive <commit> workflow_scripts` unpacked in an ignored folder with this bench/
+    # beside it (carried, never committed).
+    baselines) for r in $(seq ${BASE_ROUNDS:-1}); do
+        (cd "${BASE_OLD_CODE:-.kb/base_old}" && PYTHONPATH=/tmp/site:$PWD timeout ${BASE_TIMEOUT:-240} python3 bench/gpu_problem_worker.py baselines --parallel ${BASE_PARALLEL:-4} --suite "$OLDPWD/.kb" --problems ${BASE_PROBLEMS:-L2_12 L2_40 L2_76 L2_82} --out "$OUT/base_old$r") >> "$OUT/baselines.log" 2>&1
+        timeout ${BASE_TIMEOUT:-240} $B baselines --parallel ${BASE_PARALLEL:-4} --suite .kb --problems ${BASE_PROBLEMS:-L2_12 L2_40 L2_76 L2_82} --out "$OUT/base_new$r" >> "$OUT/baselines.log" 2>&1
       done ;;
     # The device's copy and multiply rates (the speed-of-light floors, issue 35), as the device_rates rule measures.
     plans) timeout ${PLANS_TIMEOUT:-150} python3 bench/cudnn_plan_probe.py --problem .kb/KernelBench/level1/58_conv_transposed_3D__asymmetric_input__asymmetric_kernel.py ${PLANS_ARGS:-} >> "$OUT/cudnn_plans.jsonl" 2>> "$OUT/plans.log" ;;
