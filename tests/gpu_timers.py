@@ -3,6 +3,8 @@ exist: the locks are files). Imported by test modules (pytest puts tests/ on sys
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,3 +37,17 @@ def start_timer(lock_dir: Path, hold_s: float) -> subprocess.Popen:
 
 def stopped(pid: int) -> bool:
     return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+
+
+def lock_refused(lock_file: Path | str, operation: int) -> bool:
+    """Whether a non-blocking flock ``operation`` on a descriptor of our own is refused: LOCK_SH, another holder has
+    the GPU exclusively; LOCK_EX, someone holds it at all (no gate taken, so a yielding lease does not step aside for
+    this probe)."""
+    fd = os.open(lock_file, os.O_RDWR)
+    try:
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)

@@ -23,24 +23,18 @@ pytestmark = pytest.mark.integration  # starts a child process
 # baseline child wraps Inductor's; each benchmark reports whether the GPU was this job's alone while it ran (the
 # child's own shared flock on the GPU's lock file is refused only while a holder has it exclusively).
 CHILD = """
-import fcntl, json, os, sys, time
+import fcntl, json, sys, time
 from workflow_scripts.evaluation.baseline_windows import (INDUCTOR_GPU_BENCHMARKS, LINGER_S, ExclusiveCalls,
                                                           WindowRequests)
 from workflow_scripts.evaluation.channel import Sender, read_command
+from tests.gpu_timers import lock_refused
 
 init = json.loads(sys.stdin.buffer.readline())
 sender, stdin = Sender(int(init["fd"])), sys.stdin.buffer
 
 
 def alone():
-    fd = os.open(init["lock"], os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    return lock_refused(init["lock"], fcntl.LOCK_SH)
 
 
 class Benchmarker:

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
-import os
 import select
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpu_timers import start_timer, stopped
+from gpu_timers import lock_refused, start_timer, stopped
 
-from workflow_scripts.evaluation.gpu_lock import GpuLockTimeout, YieldingLease, acquire_gpu, visible_gpus
+from workflow_scripts.evaluation.gpu_lock import GpuLease, GpuLockTimeout, YieldingLease, acquire_gpu, visible_gpus
 
 pytestmark = pytest.mark.integration  # starts processes (evaluator children, the Snakemake CLI)
 
@@ -255,85 +256,66 @@ BUSY_CHILD = "while True: pass"  # a baseline child at work: running (R), never 
 
 
 def _others_exclusive(lock_dir: Path) -> bool:
-    """Whether another holder has GPU 0 exclusively: a shared flock on a descriptor of our own is refused."""
-    fd = os.open(lock_dir / "gpu0.lock", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    return lock_refused(lock_dir / "gpu0.lock", fcntl.LOCK_SH)
 
 
 def _shared_held(lock_dir: Path) -> bool:
-    """Whether someone holds GPU 0 at all: an exclusive flock on a descriptor of our own is refused (no gate taken,
-    so a yielding lease does not step aside for this probe)."""
-    fd = os.open(lock_dir / "gpu0.lock", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    return lock_refused(lock_dir / "gpu0.lock", fcntl.LOCK_EX)
 
 
 def _timeline(lock_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (lock_dir / "timeline.jsonl").read_text().splitlines()]
 
 
-def test_a_yielding_lease_steps_aside_for_a_timing_job_with_its_child_stopped(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _yielding_lease_following_a_busy_child(lock_dir: Path) -> Iterator[tuple[GpuLease, YieldingLease, int]]:
+    """A baseline's yielding shared lease on GPU 0 of ``lock_dir``, following a busy child; the child unfollowed
+    before the lease ends, and killed after."""
     child = subprocess.Popen([sys.executable, "-c", BUSY_CHILD])
     try:
-        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="baseline") as lease, \
+        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=lock_dir, purpose="baseline") as lease, \
                 YieldingLease(lease) as lanes:
             with lanes.held():
                 lanes.follow(child.pid)
-            timer = start_timer(tmp_path, 1.0)
-            assert timer.stdout is not None
-            waited = float(timer.stdout.readline())  # printed once the timer holds the GPU
-            assert waited < 1.0  # the shared holder stepped aside at once (the timer's own start aside)
-            assert _others_exclusive(tmp_path) and stopped(child.pid)  # frozen during the timer's window
-            assert lanes.frozen_s > 0.0
-            timer.wait(10)
-            deadline = time.monotonic() + 2.0
-            while stopped(child.pid) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert not stopped(child.pid)  # running again once the lease is back
-            assert lease.mode == "shared" and _shared_held(tmp_path) and not _others_exclusive(tmp_path)
+            yield lease, lanes, child.pid
             with lanes.held():
                 lanes.follow(None)
-        yielded = [e for e in _timeline(tmp_path) if e["activity"] == "lease_yielded"]
-        assert len(yielded) == 1 and yielded[0]["purpose"] == "baseline"
-        assert yielded[0]["end"] - yielded[0]["start"] >= 1.0  # it stood aside for the timer's whole hold
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_yielding_lease_steps_aside_for_a_timing_job_with_its_child_stopped(tmp_path: Path) -> None:
+    with _yielding_lease_following_a_busy_child(tmp_path) as (lease, lanes, child):
+        timer = start_timer(tmp_path, 1.0)
+        assert timer.stdout is not None
+        waited = float(timer.stdout.readline())  # printed once the timer holds the GPU
+        assert waited < 1.0  # the shared holder stepped aside at once (the timer's own start aside)
+        assert _others_exclusive(tmp_path) and stopped(child)  # frozen during the timer's window
+        assert lanes.frozen_s > 0.0
+        timer.wait(10)
+        deadline = time.monotonic() + 2.0
+        while stopped(child) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not stopped(child)  # running again once the lease is back
+        assert lease.mode == "shared" and _shared_held(tmp_path) and not _others_exclusive(tmp_path)
+    yielded = [e for e in _timeline(tmp_path) if e["activity"] == "lease_yielded"]
+    assert len(yielded) == 1 and yielded[0]["purpose"] == "baseline"
+    assert yielded[0]["end"] - yielded[0]["start"] >= 1.0  # it stood aside for the timer's whole hold
 
 
 def test_a_yielding_lease_never_steps_aside_in_its_own_exclusive_window(tmp_path: Path) -> None:
-    child = subprocess.Popen([sys.executable, "-c", BUSY_CHILD])
-    try:
-        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="baseline") as lease, \
-                YieldingLease(lease) as lanes:
-            with lanes.held():
-                lanes.follow(child.pid)
-            lanes.upgrade(timeout_s=5.0)
-            timer = start_timer(tmp_path, 0.5)
-            assert timer.stdout is not None
-            time.sleep(1.5)  # the timer waits on the gate all along
-            assert lease.mode == "exclusive" and not stopped(child.pid)
-            assert not select.select([timer.stdout], [], [], 0)[0]  # it has not got the GPU
-            t_down = time.monotonic()
-            lanes.downgrade()  # the timer goes first: the downgrade returns once it is done
-            assert time.monotonic() - t_down >= 0.4 and lease.mode == "shared"
-            assert float(timer.stdout.readline()) >= 1.4
-            timer.wait(10)
-            with lanes.held():
-                lanes.follow(None)
-        kinds = [e["activity"] for e in _timeline(tmp_path) if e["purpose"] == "baseline"]  # the timer's lines apart
-        assert kinds == ["lease_shared", "lease_wait", "lease_exclusive", "lease_shared"]  # no lease_yielded
-    finally:
-        child.kill()
-        child.wait()
+    with _yielding_lease_following_a_busy_child(tmp_path) as (lease, lanes, child):
+        lanes.upgrade(timeout_s=5.0)
+        timer = start_timer(tmp_path, 0.5)
+        assert timer.stdout is not None
+        time.sleep(1.5)  # the timer waits on the gate all along
+        assert lease.mode == "exclusive" and not stopped(child)
+        assert not select.select([timer.stdout], [], [], 0)[0]  # it has not got the GPU
+        t_down = time.monotonic()
+        lanes.downgrade()  # the timer goes first: the downgrade returns once it is done
+        assert time.monotonic() - t_down >= 0.4 and lease.mode == "shared"
+        assert float(timer.stdout.readline()) >= 1.4
+        timer.wait(10)
+    kinds = [e["activity"] for e in _timeline(tmp_path) if e["purpose"] == "baseline"]  # the timer's lines apart
+    assert kinds == ["lease_shared", "lease_wait", "lease_exclusive", "lease_shared"]  # no lease_yielded
