@@ -2,7 +2,7 @@
 # One device call of issue 34's whole-DAG comparison (bench/dag_vs_kernelbench.py on config/dag_bench.yaml):
 #   SIDE=pipeline bash bench/dag_bench_run.sh      # snakemake to summary.json, baselines included (FRESH=1: from empty)
 #   SIDE=kernelbench bash bench/dag_bench_run.sh   # KernelBench's harness, 4 processes under a GPU lock (resumes)
-# env: SIDE, FRESH (pipeline, default 1), SNAKEMAKE_ARGS, TIMEOUT_S (default 560), RESUME (kernelbench: a
+# env: SIDE, FRESH (pipeline, default 1; 0 goes on from a cut-off call), SNAKEMAKE_ARGS, TIMEOUT_S (default 540), RESUME (kernelbench: a
 # kernelbench.jsonl in the repository to continue). Before: bash bench/dag_answers.sh (answers into .kb/answers),
 # `make wheelhouse` then `rm wheelhouse/numpy-*`. Carry: .kb, .kbwheels, wheelhouse.
 set -uo pipefail
@@ -17,7 +17,8 @@ case ${SIDE:?SIDE=pipeline or kernelbench} in
     # A target of its own: KernelBench's pins (another pydantic) go to /tmp/site.
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-pipeline wheelhouse/*.whl || exit 1
     export PYTHONPATH=/tmp/site-pipeline:$PWD
-    timeout "${TIMEOUT_S:-560}" $B --side pipeline $([ "${FRESH:-1}" = 1 ] && echo --fresh) \
+    # FRESH=0 on a warm machine (its results/ kept) goes on from a call that was cut off.
+    $B --side pipeline $([ "${FRESH:-1}" = 1 ] && echo --fresh) --pipeline-timeout-s "${TIMEOUT_S:-540}" \
       --snakemake-args "${SNAKEMAKE_ARGS:---cores 16 --resources gpu=4 gpu_mem_gb=130 mem_mb=110000}" > "$OUT/pipeline.log" 2>&1
     echo "pipeline: rc=$? in ${SECONDS}s"
     cp results/dag_bench/tables/gpu_usage.parquet results/dag_bench/tables/gpu_timeline.parquet "$OUT/" 2>/dev/null

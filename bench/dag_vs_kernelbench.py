@@ -6,12 +6,14 @@ models (``reference``: the problem's code renamed ModelNew; ``cached``: a comple
 
 - ``--side pipeline``: ``snakemake --configfile CONFIG <--snakemake-args>`` from an empty results folder to
   summary.json, baselines included (``--fresh`` removes the configuration's results folder and store first); then
-  the run's GPU usage table (busy share after the first minute).
+  the run's GPU usage table (busy share after the first minute). Cut off after ``--pipeline-timeout-s``, a later
+  call without ``--fresh`` (on the same warm machine) goes on.
 - ``--side kernelbench``: KernelBench's harness (bench/kernelbench_harness.py, one fresh process per job) on every
   answer (``eval_kernel_against_ref``) and every problem (``measure_ref_program_time`` eager and max-autotune),
   ``--parallel`` processes at a time, each holding one lock file's exclusive flock while KernelBench times (a capable
-  user's four processes under a GPU lock; loading, input building, correctness and the compile outside the
-  warm-up run side by side). Each job's record goes to ``kernelbench.jsonl`` as it ends; a cut-off call resumes
+  user's four processes under a GPU lock: loading, input building and correctness run side by side, and another
+  process's correctness can run during a timing; max-autotune compiles lazily in KernelBench's warm-up, so inside
+  the lock). Each job's record goes to ``kernelbench.jsonl`` as it ends; a cut-off call resumes
   from it (the walls of the calls add up).
 
 Both write ``<out>/dag_vs_kernelbench.json``, each side its own key. On the device, the answers come from public
@@ -25,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
+import signal
 import shutil
 import subprocess
 import sys
@@ -124,7 +128,11 @@ def run_kernelbench(config: dict, root: Path, out: Path, kb_src: Path, parallel:
             "job_wall_s_sum": round(sum(r["wall_s"] for r in lines), 1)}
 
 
-def run_pipeline(config_path: Path, config: dict, root: Path, snakemake_args: str, fresh: bool) -> dict:
+def run_pipeline(config_path: Path, config: dict, root: Path, out: Path, snakemake_args: str, fresh: bool,
+                 timeout_s: float) -> dict:
+    """The run, its output streamed to ``<out>/snakemake.log``; after ``timeout_s`` its whole process group is
+    stopped (the jobs too: none may keep the GPU), and a later call without ``fresh`` goes on from the files made
+    (the default profile reruns incomplete jobs); the walls of the calls add up."""
     results = root / config["results_dir"]
     if fresh:
         for folder in (results, root / config["store"]):
@@ -132,13 +140,21 @@ def run_pipeline(config_path: Path, config: dict, root: Path, snakemake_args: st
                 shutil.rmtree(folder, ignore_errors=True)
     command = [sys.executable, "-m", "snakemake", "--configfile", str(config_path), *shlex.split(snakemake_args)]
     t0 = time.monotonic()
-    done = subprocess.run(command, cwd=root, capture_output=True, text=True)
-    wall = time.monotonic() - t0
-    (results / "dag_bench_snakemake.log").parent.mkdir(parents=True, exist_ok=True)
-    (results / "dag_bench_snakemake.log").write_text(done.stdout + done.stderr)
+    with (out / "snakemake.log").open("a") as log:
+        run = subprocess.Popen(command, cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            returncode: int | None = run.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGTERM)  # Snakemake stops its jobs and marks them incomplete
+            try:
+                run.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(run.pid, signal.SIGKILL)
+                run.wait()
+            returncode = None
     usage = results / "tables" / "gpu_usage.parquet"
-    return {"command": shlex.join(command), "returncode": done.returncode, "wall_s": round(wall, 1),
-            "summary_json": (results / "summary.json").exists(),
+    return {"command": shlex.join(command), "returncode": returncode, "timed_out": returncode is None,
+            "wall_s": round(time.monotonic() - t0, 1), "summary_json": (results / "summary.json").exists(),
             "gpu_usage": _usage(usage) if usage.exists() else None}
 
 
@@ -156,6 +172,7 @@ def main() -> None:
     parser.add_argument("--kb-src", type=Path, help="KernelBench's source at the pinned revision (kernelbench side)")
     parser.add_argument("--parallel", type=int, default=4, help="KernelBench harness processes at a time")
     parser.add_argument("--timeout-s", type=float, default=900, help="per KernelBench harness process")
+    parser.add_argument("--pipeline-timeout-s", type=float, default=500, help="the pipeline's run in this call")
     parser.add_argument("--snakemake-args", default="--cores all --resources gpu=4",
                         help="the pipeline's command line after --configfile")
     parser.add_argument("--fresh", action="store_true", help="pipeline: empty results folder and store first")
@@ -164,7 +181,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.side == "kernelbench" and args.kb_src is None:
         parser.error("--side kernelbench needs --kb-src")
-    result = (run_pipeline(args.config, config, ROOT, args.snakemake_args, args.fresh) if args.side == "pipeline"
+    result = (run_pipeline(args.config, config, ROOT, args.out, args.snakemake_args, args.fresh,
+                           args.pipeline_timeout_s) if args.side == "pipeline"
               else run_kernelbench(config, ROOT, args.out, args.kb_src, args.parallel, args.timeout_s))
     summary_path = args.out / "dag_vs_kernelbench.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}

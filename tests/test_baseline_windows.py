@@ -9,11 +9,12 @@ import json
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from workflow_scripts.evaluation.baseline import _Run
-from workflow_scripts.evaluation.baseline_windows import LINGER_S, ExclusiveWindows
+from workflow_scripts.evaluation.baseline_windows import LINGER_S, ExclusiveWindows, bypasses_benchmarker
 from workflow_scripts.evaluation.gpu_lock import YieldingLease, acquire_gpu
 from workflow_scripts.evaluation.sandbox import ChildProcess
 
@@ -128,3 +129,13 @@ def test_an_idle_window_closes_after_its_linger_and_a_user_keeps_it_open(tmp_pat
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared work is let in again
         finally:
             os.close(fd)
+
+
+def test_settings_that_send_benchmarks_past_the_benchmarker_take_the_whole_first_call() -> None:
+    defaults = {"autotune_in_subproc": False, "max_autotune_gemm_backends": "ATEN,TRITON,CPP",
+                "pipeline_max_autotune_gemm": False, "profile_bandwidth_with_do_bench_using_profiling": False}
+    assert not bypasses_benchmarker(SimpleNamespace(**defaults))
+    for key, value in {"autotune_in_subproc": True, "max_autotune_gemm_backends": "ATEN,TRITON,CUTLASS",
+                       "pipeline_max_autotune_gemm": True,
+                       "profile_bandwidth_with_do_bench_using_profiling": True}.items():
+        assert bypasses_benchmarker(SimpleNamespace(**{**defaults, key: value})), key

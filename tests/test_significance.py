@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from workflow_scripts.scoring import significance
 from workflow_scripts.scoring.significance import SpeedupInterval, noise_band, speedup_interval, verdict
@@ -58,6 +59,18 @@ def test_a_host_stall_in_one_call_leaves_the_verdicts_as_they_were() -> None:
     for call in range(5, 100, 20):
         answer[call] += 10.0
     assert verdict(speedup_interval(answer, reference, BLOCK, BLOCK), band) == "ambiguous"
+
+
+def test_the_trimmed_interval_is_yuens_and_the_t_interval_where_nothing_is_cut() -> None:
+    four = np.array([0.01, 0.03, -0.02, 0.02])  # 4 blocks: nothing cut
+    centre, half = significance.trimmed_mean_interval(four)
+    assert centre == pytest.approx(four.mean())
+    assert half == pytest.approx(stats.t.ppf(0.975, 3) * four.std(ddof=1) / 2)
+    ten = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 90.0])  # 2 cut from each end, 6 kept
+    centre, half = significance.trimmed_mean_interval(ten)
+    winsorized = np.array([2.0, 2.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 7.0, 7.0])
+    assert centre == pytest.approx(4.5)  # the mean of 2..7: the outlier gone
+    assert half == pytest.approx(stats.t.ppf(0.975, 5) * np.sqrt(9 * winsorized.var(ddof=1) / (6 * 5)))
 
 
 def test_noisy_timing_is_ambiguous_not_faster() -> None:

@@ -13,7 +13,8 @@ eager timing, the compiled module's timing, and Inductor's autotuning benchmarks
 building inputs, tracing, code generation and Triton compilation run beside other jobs' correctness work.
 
 Compile: ``torch._dynamo.reset()`` first; the first call (tracing + Inductor code generation + autotuning) is
-timed separately as ``compile_time_s`` (less the waits for exclusive windows) and is not part of ``compile_stats``.
+timed separately as ``compile_time_s`` (less the waits for exclusive windows and the time the child was held
+stopped) and is not part of ``compile_stats``.
 On CPU Inductor generates C++ (``compile_backend = "inductor-cpp"``), on CUDA Triton kernels (``"inductor"``). A
 failing baseline records its status (``"error: ..."``, ``"timeout"``, ``"crash: ..."``) and the problem stays in every
 table; its speedup is null. ``compile_max_abs_diff_vs_eager`` records how far the compiled output is from eager on the
@@ -59,6 +60,8 @@ class _Run:
     timeout_s: float
     started: float = 0.0  # monotonic
     waited_s: float = 0.0  # for exclusive windows
+    # Of frozen_s, what fell while the child waited for a window it asked for: its own clock leaves that out already.
+    frozen_in_requests_s: float = 0.0
     frozen_before: float = 0.0  # the lease's frozen_s when the child started
 
     def start(self) -> None:
@@ -89,7 +92,9 @@ class _Run:
         while True:
             m = self._next()
             if m.type == REQUEST:
+                frozen_before = self.frozen_s()
                 self.waited_s += self.windows.benchmark(self.left())
+                self.frozen_in_requests_s += self.frozen_s() - frozen_before
                 self.child.send(GRANT, deadline=self.deadline())
             elif m.type == DONE:
                 self.windows.benchmark_done()
@@ -163,12 +168,17 @@ def _run_one(problem_path: Path, cfg: BaselineConfig, lanes: gpu_lock.YieldingLe
         info["tf32"] = m.header.get("tf32")
         fields: dict[str, Any] = {}
         if which == "compile":
+            frozen_before = run.frozen_s()
             child.send("compile", deadline=run.deadline(), mode=cfg.compile_mode)
             m = run.recv()
             if m.type != "compiled":
                 return _error(m), info
             info.update({k: m.header.get(k) for k in ("compile_time_s", "max_abs_diff_vs_eager", "autotune_exclusive",
                                                        "windows_granted")})
+            # The child's clock ran on while the lease stepped aside with the child stopped: no compiling then.
+            stopped = run.frozen_s() - frozen_before - run.frozen_in_requests_s
+            if info["compile_time_s"] is not None:
+                info["compile_time_s"] = max(0.0, info["compile_time_s"] - stopped)
             fields["compile_time_s"] = info["compile_time_s"]
         m = run.timed("eager" if which == "eager" else "time", f"baseline_{which}", **fields)
         if m.type != "timing":

@@ -77,18 +77,28 @@ def gate_inductor_benchmarks(ask: Callable[[], None], done: Callable[[], None]) 
     """Child side, before ``torch.compile``'s first call: Inductor's GPU benchmarks (select_algorithm, the caching
     autotuner's ``bench``, coordinate descent, pad_mm: all go through the module's one ``benchmarker`` instance) in
     exclusive windows. ``BENCHMARKS``; ``WHOLE_FIRST_CALL`` where that instance or its ``benchmark_gpu`` is missing,
-    or where autotuning runs in subprocesses (``autotune_in_subproc``: their benchmarker is not this one), and the
-    caller then asks for one window around the whole first call."""
+    or where a setting sends benchmarks past it (``bypasses_benchmarker``), and the caller then asks for one window
+    around the whole first call."""
     try:
         from torch._inductor import config as inductor_config
         from torch._inductor.runtime.benchmarking import benchmarker
     except ImportError:
         return WHOLE_FIRST_CALL
-    if getattr(inductor_config, "autotune_in_subproc", False) or not callable(getattr(benchmarker, "benchmark_gpu",
-                                                                                      None)):
+    if bypasses_benchmarker(inductor_config) or not callable(getattr(benchmarker, "benchmark_gpu", None)):
         return WHOLE_FIRST_CALL
     ExclusiveCalls(ask, done).install(benchmarker, INDUCTOR_GPU_BENCHMARKS)
     return BENCHMARKS
+
+
+def bypasses_benchmarker(inductor_config: Any) -> bool:
+    """Whether Inductor's settings send some GPU benchmarks past its ``benchmarker`` instance (all off by default in
+    torch 2.13): autotuning in subprocesses (their benchmarker is not this one), CUTLASS among the GEMM backends
+    (select_algorithm benchmarks it in a subprocess), pipelined GEMM autotuning, and bandwidth profiling by
+    ``do_bench_using_profiling``."""
+    backends = str(getattr(inductor_config, "max_autotune_gemm_backends", "")).upper().split(",")
+    return (bool(getattr(inductor_config, "autotune_in_subproc", False)) or "CUTLASS" in backends
+            or bool(getattr(inductor_config, "pipeline_max_autotune_gemm", False))
+            or bool(getattr(inductor_config, "profile_bandwidth_with_do_bench_using_profiling", False)))
 
 
 @dataclass

@@ -273,18 +273,16 @@ def _run_baseline(c: _Child, problem: Any, init: dict[str, Any]) -> None:
             _, o = c.flatten(model(*inputs))
             return [x.detach().to("cpu").clone() for x in o if isinstance(x, c.Tensor)]
 
-    eager_ref: list[Any] | None = None
     compiled: Any = None
     while True:
         cmd = read_command(c.stdin)
         name = cmd.get("cmd")
         try:
-            if name == "eager":
-                eager_ref = eager_outputs()
+            if name == "eager":  # its own child: no compiled module to compare, nothing but the timing here
                 raw = c.clock.time_callable(model, inputs, c.protocol, after)
                 sender.send({"type": "timing", "raw": raw.to_dict()})
             elif name == "compile":
-                eager_ref = eager_ref if eager_ref is not None else eager_outputs()
+                eager_ref = eager_outputs()
                 compiled, reply = _compile(c, model, inputs, eager_ref, cmd.get("mode", "max-autotune"),
                                            bool(init.get("exclusive_windows")))
                 sender.send(reply)

@@ -54,6 +54,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -255,6 +256,12 @@ class YieldingLease:
                 if self.lease.mode == "shared" and self.lease.timer_waiting():
                     with self._stopped_tree():
                         self.lease.step_aside(REENTRY_POLL_S, self._stop.is_set)
+            except OSError as e:  # a lock call failed: hold the shared lock again and stop yielding, visibly
+                if self.lease.mode == "shared":
+                    fcntl.flock(self.lease._fd, fcntl.LOCK_SH)
+                warnings.warn(f"GPU {self.lease.gpu}: the baseline's lease stops stepping aside for timing jobs: {e}",
+                              RuntimeWarning, stacklevel=1)
+                return
             finally:
                 self._turn.release()
 
