@@ -108,7 +108,10 @@ def copies_summary(records: list[dict], slow_above_ms: float | None) -> dict:
 
 def interval(record: dict) -> SpeedupInterval | None:
     """The answer's speedup interval: by the current definition from its timed calls where the record keeps them
-    (gpu_problem_worker.timed_calls, since s24), else as the bench recorded it."""
+    (gpu_problem_worker.timed_calls, since s24), else as the bench recorded it; none where the reference met a full
+    card (scoring.rows.paired_interval's rule)."""
+    if record.get("reference_device_ooms"):
+        return None
     answer, reference, block = (record.get(k) for k in ("answer_trials_ms", "reference_trials_ms", "block_trials"))
     if answer and reference and block:
         return speedup_interval(answer, reference, block, min(block, record.get("reference_block_trials") or block))
