@@ -33,8 +33,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workflow_scripts.core.records import DeviceRates  # noqa: E402
+from workflow_scripts.scoring.rows import paired_interval  # noqa: E402
 from workflow_scripts.scoring.significance import (DEFAULT_BAND, SpeedupInterval, noise_band, problem_band,  # noqa: E402
-                                                   speedup_interval, verdict)
+                                                   verdict)
 from workflow_scripts.scoring.speed_of_light import ProblemWork, below_floor, floor_ms  # noqa: E402
 
 # Size buckets by the paired eager reference's mean time (ms): the issue's "no size bucket biased by more than 0.5%".
@@ -107,14 +108,17 @@ def copies_summary(records: list[dict], slow_above_ms: float | None) -> dict:
 
 
 def interval(record: dict) -> SpeedupInterval | None:
-    """The answer's speedup interval: by the current definition from its timed calls where the record keeps them
-    (gpu_problem_worker.timed_calls, since s24), else as the bench recorded it; none where the reference met a full
-    card (scoring.rows.paired_interval's rule)."""
+    """The answer's speedup interval: where the record keeps its timed calls (gpu_problem_worker.timed_calls, since
+    s24), by the rows' own rule from them (scoring.rows.paired_interval: none where the reference met a full card);
+    else as the bench recorded it."""
+    if record.get("answer_trials_ms") and record.get("reference_trials_ms"):
+        return paired_interval({"runtime_stats": {"trials": record["answer_trials_ms"]},
+                                "paired_reference": {"raw": {"trials_ms": record["reference_trials_ms"]},
+                                                     "block_trials": record.get("block_trials"),
+                                                     "reference_block_trials": record.get("reference_block_trials"),
+                                                     "device_ooms": record.get("reference_device_ooms")}})
     if record.get("reference_device_ooms"):
         return None
-    answer, reference, block = (record.get(k) for k in ("answer_trials_ms", "reference_trials_ms", "block_trials"))
-    if answer and reference and block:
-        return speedup_interval(answer, reference, block, min(block, record.get("reference_block_trials") or block))
     low, high = record.get("speedup_low"), record.get("speedup_high")
     return SpeedupInterval(low, high) if low and high else None
 

@@ -194,7 +194,7 @@ class YieldingLease:
         self.lease = lease
         self._poll_s = poll_s
         self._turn = threading.Lock()  # held by the watcher while it steps aside, by the job from upgrade to downgrade
-        self._pid_lock = threading.Lock()  # the followed pid is not changed while its tree is being stopped
+        self._pid_lock = threading.Lock()  # the followed pid is not changed while its tree is stopped
         self._pid: int | None = None
         self._stop = threading.Event()
         self._frozen_s = 0.0
@@ -269,21 +269,18 @@ class YieldingLease:
     def _stopped_tree(self) -> Iterator[None]:
         """The followed tree stopped for the block (``freezer``): while this job holds no lock its child must touch
         neither the GPU nor the CPU; the seconds go to ``frozen_s``."""
-        with self._pid_lock:
-            tree = freezer.FrozenTree(self._pid) if self._pid is not None else None
-            if tree is not None:
-                tree.freeze()
-        if tree is None:
-            yield
-            return
-        self._frozen_since = time.monotonic()
-        try:
-            yield
-        finally:
-            tree.thaw()
-            # Added before the start is cleared: a reader in between over-counts (a later deadline), never under.
-            self._frozen_s += time.monotonic() - self._frozen_since
-            self._frozen_since = None
+        with self._pid_lock, freezer.frozen(self._pid) as tree:
+            if tree is None:
+                yield
+                return
+            self._frozen_since = time.monotonic()
+            try:
+                yield
+            finally:
+                # Added before the start is cleared (and before the thaw): a reader in between over-counts (a later
+                # deadline), never under.
+                self._frozen_s += time.monotonic() - self._frozen_since
+                self._frozen_since = None
 
 
 @contextlib.contextmanager
