@@ -19,7 +19,7 @@ case ${SIDE:?SIDE=pipeline or kernelbench} in
     export PYTHONPATH=/tmp/site-pipeline:$PWD
     # FRESH=0 on a warm machine (its results/ kept) goes on from a call that was cut off.
     $B --side pipeline $([ "${FRESH:-1}" = 1 ] && echo --fresh) --pipeline-timeout-s "${TIMEOUT_S:-540}" \
-      --snakemake-args "${SNAKEMAKE_ARGS:---cores 16 --resources gpu=4 gpu_mem_gb=130 mem_mb=110000}" > "$OUT/pipeline.log" 2>&1
+      --snakemake-args "${SNAKEMAKE_ARGS:---cores all}" > "$OUT/pipeline.log" 2>&1
     echo "pipeline: rc=$? in ${SECONDS}s"
     cp results/dag_bench/tables/gpu_usage.parquet results/dag_bench/tables/gpu_timeline.parquet "$OUT/" 2>/dev/null
     cp results/dag_bench/summary.json "$OUT/" 2>/dev/null

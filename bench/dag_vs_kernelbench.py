@@ -173,7 +173,7 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=4, help="KernelBench harness processes at a time")
     parser.add_argument("--timeout-s", type=float, default=900, help="per KernelBench harness process")
     parser.add_argument("--pipeline-timeout-s", type=float, default=500, help="the pipeline's run in this call")
-    parser.add_argument("--snakemake-args", default="--cores all --resources gpu=4",
+    parser.add_argument("--snakemake-args", default="--cores all",
                         help="the pipeline's command line after --configfile")
     parser.add_argument("--fresh", action="store_true", help="pipeline: empty results folder and store first")
     args = parser.parse_args()

@@ -15,8 +15,9 @@ from workflow_scripts.core.configuration import ConfigError, check_yaml_syntax, 
 from workflow_scripts.core.layout import ResultsLayout
 from workflow_scripts.core.progress import report_progress
 from workflow_scripts.evaluation.config import fill_protocol_defaults
-from workflow_scripts.evaluation.environment import live_facts
-from workflow_scripts.evaluation.resources import compile_threads, job_memory
+from workflow_scripts.evaluation.environment import gpu_memory_gib, live_facts
+from workflow_scripts.evaluation.gpu_lock import visible_gpus
+from workflow_scripts.evaluation.resources import compile_threads, host_memory_bytes, host_resources, job_memory
 from workflow_scripts.evaluation.timeline import mark_run_start
 from workflow_scripts.generation.kinds import calibration_models, kind_of, models_for_rule
 from workflow_scripts.generation.preflight import RunContext, startup_problems
@@ -69,6 +70,24 @@ LEVELS = config["suite"]["levels"]
 EVAL = config["evaluation"]
 DEVICE = EVAL["device"]
 MODELS = list(config["models"])
+
+
+def _bound_by_the_host():
+    """A local run bounds what its jobs take at once by this host's GPUs and memory (evaluation/resources.py
+    host_resources: `gpu`, `gpu_mem_gb`, `mem_mb`), each only where --resources (or a profile) sets none, so the
+    README's `snakemake --cores all` keeps every GPU busy without flags. A run given --jobs (a cluster's: Snakemake's
+    scheduler, too, takes `_nodes` for a submission) leaves it to the executor, each job getting its own allocation;
+    a dry run prints what each job declares, unclipped by the bounds. (The executor itself is not known yet here.)"""
+    submits = workflow.global_resources["_nodes"].value is not None
+    if not workflow.is_main_process or submits or workflow.output_settings.dryrun:
+        return
+    gpus = visible_gpus(EVAL.get("gpus")) if DEVICE == "cuda" else []
+    for name, value in host_resources(DEVICE, gpus, gpu_memory_gib, host_memory_bytes()).items():
+        if workflow.global_resources.get(name).value is None:
+            workflow.register_resource(name, value)
+
+
+_bound_by_the_host()
 # Snakemake runs ready jobs of higher priority first. Completions and answer tables come before any evaluation, so a
 # problem's first evaluate job finds every model's answers written and judges them all against one reference side
 # (its companions, stages/evaluate.py). In the default order, evaluate jobs of the first models started before the
@@ -206,7 +225,8 @@ def run_cores():
 
 
 def gpu_resources():
-    """GPU jobs take one unit of `gpu` (bound it with --resources gpu=N); their memory is memory_resources'."""
+    """GPU jobs take one unit of `gpu` (a local run gives each GPU JOBS_PER_GPU units, _bound_by_the_host); their
+    memory is memory_resources'."""
     return {"gpu": 1 if DEVICE == "cuda" else 0}
 
 

@@ -208,15 +208,24 @@ def test_the_memory_a_process_may_still_take_respects_its_cgroups_limit() -> Non
             (cgroup / name).write_text(str(limit))
         code = ("import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
                 "from workflow_scripts.evaluation import memory_cap, reference; "
-                "print(memory_cap.cgroup_headroom(), reference.available_memory())")
+                "print(memory_cap.cgroup_headroom(), reference.available_memory(), memory_cap.cgroup_limit())")
         procs = cgroup / "cgroup.procs"
         # The child joins the cgroup before it measures: the shell moves itself in, then execs Python.
         out = subprocess.run(["sh", "-c", f'echo $$ > {procs} && exec "$0" -c "$1" /dev/null', sys.executable,
                               code], capture_output=True, text=True, cwd=REPO, check=True).stdout.split()
-        headroom, available = int(out[0]), int(out[1])
-        assert 0 < headroom < limit and available <= headroom
+        headroom, available, least_limit = int(out[0]), int(out[1]), int(out[2])
+        assert 0 < headroom < limit and available <= headroom and headroom < least_limit <= limit
     finally:
         cgroup.rmdir()
+
+
+def test_nested_limits_give_the_least_headroom_and_the_least_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job's cgroup inside a node's: what may still be taken is the tightest of limit - usage, what a run may plan
+    with the tightest limit (evaluation/resources.py host_memory_bytes)."""
+    monkeypatch.setattr(memory_cap, "_cgroup_limits", lambda: [(8 << 30, 2 << 30), (4 << 30, 7 << 29)])
+    assert memory_cap.cgroup_headroom() == 1 << 29 and memory_cap.cgroup_limit() == 4 << 30
+    monkeypatch.setattr(memory_cap, "_cgroup_limits", lambda: [])
+    assert memory_cap.cgroup_headroom() is None and memory_cap.cgroup_limit() is None
 
 
 def test_the_watcher_polls_between_timed_trials_never_during_one() -> None:

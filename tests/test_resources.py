@@ -5,6 +5,7 @@ declaring it per job (rules/common.smk memory_resources)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import resource
 import subprocess
@@ -16,8 +17,9 @@ import pytest
 import yaml
 
 from workflow_scripts.devtools.workspace import copy_workflow
-from workflow_scripts.evaluation.resources import (FLOOR_MEM_MB, MAX_COMPILE_THREADS, Memory, Sizes, baseline_memory,
-                                                   compile_threads, evaluate_memory, job_memory, problem_gpu_gib,
+from workflow_scripts.evaluation.resources import (FLOOR_MEM_MB, HOST_MEMORY_SHARE, JOBS_PER_GPU, MAX_COMPILE_THREADS,
+                                                   Memory, Sizes, baseline_memory, compile_threads, evaluate_memory,
+                                                   host_memory_bytes, host_resources, job_memory, problem_gpu_gib,
                                                    table_sizes)
 from workflow_scripts.suite.sizes import problem_sizes, with_sizes
 from workflow_scripts.suite.kernelbench import index_suite
@@ -271,3 +273,40 @@ def test_the_baseline_rule_reserves_its_compile_workers_as_threads(tmp_path: Pat
     half = compile_threads(8)  # half of this host's cores, or of 8 where it has more
     assert planned("--cores", "8") == {f"{half}/{half}"}
     assert planned("--cores", "8", "--configfile", "config.yaml", "three.yaml") == {"3/3"}
+
+
+# -- what a local run gives its jobs at once --------------------------------------------------------------------------
+
+
+def test_a_local_run_is_bounded_by_the_host_s_gpus_and_memory() -> None:
+    cards = {"0": 139.8, "1": 139.8}
+    found = host_resources("cuda", ["0", "1"], cards.get, 128 * GIB)
+    assert found == {"gpu": 2 * JOBS_PER_GPU, "gpu_mem_gb": 279,
+                     "mem_mb": int(128 * GIB * HOST_MEMORY_SHARE / 1e6)}
+    # What cannot be read stays unbounded: a card NVML does not answer for, the host's memory, a host with no GPU.
+    assert host_resources("cuda", ["0", "1"], {"0": 139.8}.get, None) == {"gpu": 2 * JOBS_PER_GPU}
+    assert host_resources("cuda", [], cards.get, GIB) == {"mem_mb": int(GIB * HOST_MEMORY_SHARE / 1e6)}
+    # On the CPU no job declares a GPU: only the host's memory is bounded.
+    assert host_resources("cpu", ["0"], cards.get, GIB) == {"mem_mb": int(GIB * HOST_MEMORY_SHARE / 1e6)}
+
+
+@pytest.mark.integration
+def test_the_readme_command_gives_each_visible_gpu_its_jobs_unless_told_otherwise(tmp_path: Path) -> None:
+    work = copy_workflow(tmp_path / "wf")
+    (work / "cuda.yaml").write_text("evaluation:\n  device: cuda\n")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1"}  # two GPUs, as visible_gpus reads them first
+
+    def provided(*args: str) -> dict[str, int]:
+        proc = subprocess.run([sys.executable, "-m", "snakemake", "results/demo/problems.parquet", "--cores", "1",
+                               "--forcerun", "problems", "--configfile", "config.yaml", "cuda.yaml", *args],
+                              cwd=work, capture_output=True, text=True, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return {name: int(value) for name, value in re.findall(r'Resource\("(\w+)", (\d+)\)', proc.stderr)}
+
+    found = provided()
+    assert found["gpu"] == 2 * JOBS_PER_GPU and found["mem_mb"] == int(host_memory_bytes() * HOST_MEMORY_SHARE / 1e6)
+    # The command line's bound wins, the others stay the host's.
+    told = provided("--resources", "gpu=3")
+    assert told["gpu"] == 3 and told["mem_mb"] == found["mem_mb"]
+    # A run given --jobs (a cluster's submission, as profiles/slurm) bounds nothing by the submitting host.
+    assert not {"gpu", "mem_mb", "gpu_mem_gb"} & set(provided("--jobs", "2"))

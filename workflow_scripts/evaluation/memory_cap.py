@@ -120,8 +120,20 @@ def cgroup_headroom() -> int | None:
     """Bytes this process's memory cgroup can still be charged before a limit on it or on any cgroup above it is
     reached (the least of limit - usage over them), e.g. a Slurm job's memory; None where no limit applies or none
     can be read. The host's ``MemAvailable`` does not see such limits."""
+    limits = _cgroup_limits()
+    return min((max(0, limit - usage) for limit, usage in limits), default=None)
+
+
+def cgroup_limit() -> int | None:
+    """The least memory limit on this process's cgroup or any above it; None where none applies or none can be read."""
+    return min((limit for limit, _ in _cgroup_limits()), default=None)
+
+
+def _cgroup_limits() -> list[tuple[int, int]]:
+    """(limit, usage) in bytes of each memory cgroup from this process's up to its hierarchy's root that has a
+    limit, over every mounted hierarchy (v2, or v1's memory controller)."""
     own = _own_paths()
-    least: int | None = None
+    found: list[tuple[int, int]] = []
     for mount, fstype, opts in _mounts():
         if fstype == "cgroup2":
             rel, limit_file, usage_file = own.get("2"), "memory.max", "memory.current"
@@ -138,11 +150,11 @@ def cgroup_headroom() -> int | None:
         while True:
             limit, usage = _read_int(cgroup / limit_file), _read_int(cgroup / usage_file)
             if 0 <= limit < 1 << 62 and usage >= 0:  # "max" (v2) reads -1; v1's unlimited is near 2^63
-                least = min(least if least is not None else limit, max(0, limit - usage))
+                found.append((limit, usage))
             if cgroup == root:
                 break
             cgroup = cgroup.parent
-    return least
+    return found
 
 
 def _usable(root: CgroupRoot) -> bool:

@@ -18,8 +18,11 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
+import psutil
+
+from workflow_scripts.evaluation.memory_cap import cgroup_limit
 from workflow_scripts.evaluation.memory_plan import (CHILD_PROCESS_BYTES, CUDA_CONTEXT_BYTES, GIB,
                                                     LARGE_OUTPUT_BYTES, PARALLEL_INPUTS_MIN_BYTES)
 
@@ -41,6 +44,14 @@ CUDA_CONTEXT_GIB = CUDA_CONTEXT_BYTES / GIB  # per process on the GPU (memory_pl
 # 2 x outputs + parameters + 3.8 GiB (level 2 problem 65, a convolution whose intermediate dwarfs its input).
 INTERMEDIATES_GIB = 4.0
 LARGE_OUTPUT_GIB = LARGE_OUTPUT_BYTES / GIB  # reference timing outputs this large wait on the host
+# Evaluate and baseline jobs one GPU runs side by side where a local run does not bound `gpu` itself (--resources
+# gpu=N, rules/common.smk). Only what is timed holds a GPU exclusively (gpu_lock): while one job times, the others
+# start their answer processes, compile, build inputs and check correctness. The whole-DAG bench runs with it
+# (bench/dag_bench_run.sh).
+JOBS_PER_GPU = 4
+# The share of the host's memory (or of what the run's cgroups allow) a local run lets its jobs declare at once
+# (Snakemake's `mem_mb`) where --resources sets none: the rest is Snakemake's own, the page cache's and the system's.
+HOST_MEMORY_SHARE = 0.9
 # torch.compile's worker processes in a baseline's compile child (TORCHINDUCTOR_COMPILE_THREADS): Inductor compiles
 # the autotuning candidates' Triton kernels in them in parallel. A baseline job takes half the run's cores, so other
 # jobs keep the rest, and at most this many.
@@ -232,3 +243,26 @@ def _estimate(job: str, sizes: Sizes | None, evaluation: Mapping[str, Any], answ
     if job == "baseline":
         return baseline_memory(sizes, evaluation)
     raise ValueError(f"no memory estimate for job {job!r} (evaluate, baseline)")
+
+
+def host_resources(device: str, gpus: Sequence[str], card_gib: Callable[[str], float | None],
+                   host_bytes: int | None) -> dict[str, int]:
+    """What a local run on this host gives its jobs at once, as Snakemake's global resources: ``mem_mb``
+    (``HOST_MEMORY_SHARE`` of ``host_bytes``, in Snakemake's 10^6-byte MB) and on CUDA ``gpu`` (``JOBS_PER_GPU`` per
+    GPU of ``gpus``) and ``gpu_mem_gb`` (the cards' memory summed, in GiB: Snakemake's bound is host-wide; each card is
+    guarded by its own lock, gpu_lock). A value that cannot be read is left out, which leaves it unbounded."""
+    found: dict[str, int] = {}
+    if host_bytes:
+        found["mem_mb"] = int(host_bytes * HOST_MEMORY_SHARE / 1e6)
+    if device == "cuda" and gpus:
+        found["gpu"] = JOBS_PER_GPU * len(gpus)
+        cards = [card_gib(gpu) for gpu in gpus]
+        if all(cards):
+            found["gpu_mem_gb"] = int(sum(cards))
+    return found
+
+
+def host_memory_bytes() -> int | None:
+    """The host's memory, bounded by this process's memory cgroups' limits (a container's, a Slurm job's)."""
+    total, limit = int(psutil.virtual_memory().total), cgroup_limit()
+    return total if limit is None else min(total, limit)
