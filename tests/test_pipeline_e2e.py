@@ -159,10 +159,21 @@ def test_a_judging_job_logs_each_answer_as_it_is_judged(demo: Path) -> None:
     logs = [log.read_text() for log in (demo / RESULTS / "logs" / "evaluations").glob("*/level*.log")]
     judging = [text for text in logs if "evaluation computed" in text]
     assert judging
+    ran = 0
     for text in judging:
         lines = re.findall(r"^judged (\S+) \((\d+) of (\d+)\): (\w+), [\d.]+ s into", text, re.MULTILINE)
-        assert lines, text[-2000:]
-        assert [int(k) for _, k, _, _ in lines] == list(range(1, int(lines[0][2]) + 1)), lines
+        # A job whose answers had no code to run (a model without a completion for the problem, started before the
+        # other models' answer tables were written) records them without judging: a line each, all the same.
+        unrun = re.findall(r"^recorded (\S+) without running it: (missing_completion|no_code)$", text, re.MULTILINE)
+        assert lines or unrun, text[-2000:]
+        ran += bool(lines)
+        if lines:
+            assert [int(k) for _, k, _, _ in lines] == list(range(1, int(lines[0][2]) + 1)), lines
+    assert ran >= len(judging) - 2  # at most the two problems test_a_problem_is_judged_once_for_all_models allows
+    # The demo's one answer without a completion file (weak, level 2 problem 4) is recorded by exactly one job.
+    weak = [log for log in (demo / RESULTS / "logs" / "evaluations").glob("*/level2_4.log")
+            if "recorded weak without running it: missing_completion" in log.read_text()]
+    assert len(weak) == 1, weak
 
 
 def test_the_run_prints_its_progress_and_eta(demo: Path) -> None:

@@ -182,6 +182,8 @@ def _evaluate_missing(answers: list[Answer], args: argparse.Namespace, config: E
     for key, answer in missing.items():
         if answer.row["extract_status"] != "ok":
             results[key] = failed_without_running(answer.row, config.device)
+            # The progress line of an answer with nothing to run: every answer a job records shows in its log.
+            print(f"recorded {answer.model} without running it: {results[key]['status']}", flush=True)
         else:
             runnable[key] = answer
     if not runnable:
