@@ -75,9 +75,9 @@ def script_child(tmp_path: Path, init: dict) -> ChildProcess:
 def test_benchmarks_run_alone_a_burst_in_one_window(tmp_path: Path) -> None:
     locks = tmp_path / "locks"
     with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
-            YieldingLease(lease) as lanes:
-        run = _Run(script_child(tmp_path, {"lock": str(lease.lock_path)}), lanes,
-                   ExclusiveWindows(lanes, locks, "0", "p"), timeout_s=60.0)
+            YieldingLease(lease) as yielding_lease:
+        run = _Run(script_child(tmp_path, {"lock": str(lease.lock_path)}), yielding_lease,
+                   ExclusiveWindows(yielding_lease, locks, "0", "p"), timeout_s=60.0)
         try:
             run.start()
             loaded = run.recv()
@@ -107,8 +107,8 @@ def test_benchmarks_run_alone_a_burst_in_one_window(tmp_path: Path) -> None:
 def test_an_idle_window_closes_after_its_linger_and_a_user_keeps_it_open(tmp_path: Path) -> None:
     locks = tmp_path / "locks"
     with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
-            YieldingLease(lease) as lanes:
-        windows = ExclusiveWindows(lanes, locks, "0", "p")
+            YieldingLease(lease) as yielding_lease:
+        windows = ExclusiveWindows(yielding_lease, locks, "0", "p")
         assert windows.linger_left() is None
         windows.benchmark(timeout_s=5.0)
         assert lease.mode == "exclusive" and windows.linger_left() is None  # in use: no linger

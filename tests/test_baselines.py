@@ -72,8 +72,8 @@ def test_a_failing_baseline_gives_its_gpu_back(tmp_path: Path) -> None:
     locks = tmp_path / "locks"
     cfg = BaselineConfig(device="cpu", timing_trials=2, compile_threads=1, lock_dir=str(locks))
     with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
-            YieldingLease(lease) as lanes:
-        status, _ = _run_one(prob, cfg, lanes, None, "eager")
+            YieldingLease(lease) as yielding_lease:
+        status, _ = _run_one(prob, cfg, yielding_lease, None, "eager")
         assert status.startswith("error") and "no kernel for this" in status
         assert lease.mode == "shared"
     kinds = [json.loads(line)["activity"] for line in (locks / "timeline.jsonl").read_text().splitlines()]
@@ -95,9 +95,9 @@ def test_a_baseline_steps_aside_while_it_compiles_and_times_alone(tmp_path: Path
     cfg = BaselineConfig(device="cpu", timing_trials=2, compile_threads=1, lock_dir=str(locks))
     out: dict = {}
     with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
-            YieldingLease(lease) as lanes:
-        worker = threading.Thread(target=lambda: out.update(res=_run_one(PROBLEMS / "5_LinearReLU.py", cfg, lanes,
-                                                                           None, "compile")))
+            YieldingLease(lease) as yielding_lease:
+        worker = threading.Thread(target=lambda: out.update(
+            res=_run_one(PROBLEMS / "5_LinearReLU.py", cfg, yielding_lease, None, "compile")))
         worker.start()
         try:
             child = next_child("workflow_scripts.evaluation.child")  # importing torch: seconds before it compiles

@@ -274,25 +274,25 @@ def _yielding_lease_following_a_busy_child(lock_dir: Path) -> Iterator[tuple[Gpu
     child = subprocess.Popen([sys.executable, "-c", BUSY_CHILD])
     try:
         with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=lock_dir, purpose="baseline") as lease, \
-                YieldingLease(lease) as lanes:
-            with lanes.held():
-                lanes.follow(child.pid)
-            yield lease, lanes, child.pid
-            with lanes.held():
-                lanes.follow(None)
+                YieldingLease(lease) as yielding_lease:
+            with yielding_lease.held():
+                yielding_lease.follow(child.pid)
+            yield lease, yielding_lease, child.pid
+            with yielding_lease.held():
+                yielding_lease.follow(None)
     finally:
         child.kill()
         child.wait()
 
 
 def test_a_yielding_lease_steps_aside_for_a_timing_job_with_its_child_stopped(tmp_path: Path) -> None:
-    with _yielding_lease_following_a_busy_child(tmp_path) as (lease, lanes, child):
+    with _yielding_lease_following_a_busy_child(tmp_path) as (lease, yielding_lease, child):
         timer = start_timer(tmp_path, 1.0)
         assert timer.stdout is not None
         waited = float(timer.stdout.readline())  # printed once the timer holds the GPU
         assert waited < 1.0  # the shared holder stepped aside at once (the timer's own start aside)
         assert _others_exclusive(tmp_path) and stopped(child)  # frozen during the timer's window
-        assert lanes.frozen_s > 0.0
+        assert yielding_lease.frozen_s > 0.0
         timer.wait(10)
         deadline = time.monotonic() + 2.0
         while stopped(child) and time.monotonic() < deadline:
@@ -305,15 +305,15 @@ def test_a_yielding_lease_steps_aside_for_a_timing_job_with_its_child_stopped(tm
 
 
 def test_a_yielding_lease_never_steps_aside_in_its_own_exclusive_window(tmp_path: Path) -> None:
-    with _yielding_lease_following_a_busy_child(tmp_path) as (lease, lanes, child):
-        lanes.upgrade(timeout_s=5.0)
+    with _yielding_lease_following_a_busy_child(tmp_path) as (lease, yielding_lease, child):
+        yielding_lease.upgrade(timeout_s=5.0)
         timer = start_timer(tmp_path, 0.5)
         assert timer.stdout is not None
         time.sleep(1.5)  # the timer waits on the gate all along
         assert lease.mode == "exclusive" and not stopped(child)
         assert not select.select([timer.stdout], [], [], 0)[0]  # it has not got the GPU
         t_down = time.monotonic()
-        lanes.downgrade()  # the timer goes first: the downgrade returns once it is done
+        yielding_lease.downgrade()  # the timer goes first: the downgrade returns once it is done
         assert time.monotonic() - t_down >= 0.4 and lease.mode == "shared"
         assert float(timer.stdout.readline()) >= 1.4
         timer.wait(10)

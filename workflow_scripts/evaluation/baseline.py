@@ -55,7 +55,7 @@ class _Run:
     autotune windows answered on the way (``baseline_windows``)."""
 
     child: ChildProcess
-    lanes: gpu_lock.YieldingLease | None
+    yielding_lease: gpu_lock.YieldingLease | None
     windows: ExclusiveWindows
     timeout_s: float
     started: float = 0.0  # monotonic
@@ -67,18 +67,18 @@ class _Run:
     def start(self) -> None:
         """The child started while the lease is held, and followed from then on (stopped whenever the lease steps
         aside)."""
-        if self.lanes is None:
+        if self.yielding_lease is None:
             self.child.start()
         else:
-            with self.lanes.held():
+            with self.yielding_lease.held():
                 self.child.start()
                 assert self.child.proc is not None
-                self.lanes.follow(self.child.proc.pid)
-                self.frozen_before = self.lanes.frozen_s
+                self.yielding_lease.follow(self.child.proc.pid)
+                self.frozen_before = self.yielding_lease.frozen_s
         self.started = time.monotonic()
 
     def frozen_s(self) -> float:
-        return self.lanes.frozen_s - self.frozen_before if self.lanes is not None else 0.0
+        return self.yielding_lease.frozen_s - self.frozen_before if self.yielding_lease is not None else 0.0
 
     def deadline(self) -> float:
         return self.started + self.timeout_s + self.waited_s + self.frozen_s()
@@ -127,10 +127,11 @@ class _Run:
     def stop(self) -> None:
         """The child killed while the lease is held (in the open exclusive window, else with no step-aside starting
         meanwhile), unfollowed first: its pid, once reused, is never stopped. Then any window closed."""
-        held = contextlib.nullcontext() if self.lanes is None or self.windows.is_open else self.lanes.held()
+        lease = self.yielding_lease
+        held = contextlib.nullcontext() if lease is None or self.windows.is_open else lease.held()
         with held:
-            if self.lanes is not None:
-                self.lanes.follow(None)
+            if lease is not None:
+                lease.follow(None)
             self.child.kill()
         self.windows.close()
 
@@ -139,7 +140,7 @@ def _error(m: Message) -> str:
     return f"error: {(m.header.get('error') or m.type)[-1500:]}"
 
 
-def _run_one(problem_path: Path, cfg: BaselineConfig, lanes: gpu_lock.YieldingLease | None, gpu: str | None,
+def _run_one(problem_path: Path, cfg: BaselineConfig, yielding_lease: gpu_lock.YieldingLease | None, gpu: str | None,
              which: str) -> tuple[str, dict[str, Any]]:
     """One child, one baseline (``which``: eager or compile). Returns (status, info)."""
     base = Path(tempfile.mkdtemp(prefix=f"kbbase-{which}-"))
@@ -150,14 +151,14 @@ def _run_one(problem_path: Path, cfg: BaselineConfig, lanes: gpu_lock.YieldingLe
     problem_key = sha256_file(problem_path)
     seeded = compile_cache.seed(cache, problem_key, work) if cache else 0
     init = {"problem": "problem.py", "seed": cfg.seed, "tf32": cfg.tf32, "timing": cfg.timing_protocol().to_dict(),
-            "exclusive_windows": lanes is not None}
+            "exclusive_windows": yielding_lease is not None}
     child = ChildProcess("baseline", work, logs, cfg.device, init, gpu=gpu, isolation=cfg.isolation,
                          # No tree cap: a baseline runs the problem's own code, which builds inputs of up to 16 GiB
                          # in the child (CPU baselines keep RLIMIT_AS).
                          bwrap=cfg.bwrap, limits=dataclasses.replace(cfg.limits(), memory_bytes=None),
                          extra_env={"TORCHINDUCTOR_COMPILE_THREADS": str(cfg.compile_threads), **cfg.cpu_thread_env()})
-    windows = ExclusiveWindows(lanes, cfg.lock_dir, gpu if gpu is not None else cfg.device, problem_path.stem)
-    run = _Run(child, lanes, windows, cfg.effective_timeout())
+    windows = ExclusiveWindows(yielding_lease, cfg.lock_dir, gpu if gpu is not None else cfg.device, problem_path.stem)
+    run = _Run(child, yielding_lease, windows, cfg.effective_timeout())
     t0 = time.monotonic()
     info: dict[str, Any] = {}
     try:
@@ -208,11 +209,12 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
     expected = resources.problem_gpu_gib("baseline", problem_path, {}) if cfg.device == "cuda" else None
     with (gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False,
                                  expected_mem_gib=expected, purpose="baseline") as lease,
-          gpu_lock.yielding(lease) as lanes):
+          gpu_lock.yielding(lease) as yielding_lease):
         gpu = lease.gpu if lease else None
-        eager_status, eager = ("skipped", {}) if not cfg.run_eager else _run_one(problem_path, cfg, lanes, gpu, "eager")
-        comp_status, comp = ("skipped", {}) if not cfg.run_compile else _run_one(problem_path, cfg, lanes, gpu,
-                                                                                   "compile")
+        eager_status, eager = (("skipped", {}) if not cfg.run_eager
+                               else _run_one(problem_path, cfg, yielding_lease, gpu, "eager"))
+        comp_status, comp = (("skipped", {}) if not cfg.run_compile
+                             else _run_one(problem_path, cfg, yielding_lease, gpu, "compile"))
     # Seconds: each child's wall, the waits for exclusive windows, the child held stopped while the lease stepped
     # aside; and how many autotune windows the compile child was granted (a count).
     phases = {"eager_wall_s": eager.get("wall_s", 0.0), "compile_wall_s": comp.get("wall_s", 0.0),

@@ -109,7 +109,7 @@ class ExclusiveWindows:
     ``baseline_autotune`` (from the first grant to the last benchmark's end; the linger after it is the window's
     own overhead). Without a lease (the CPU) only the bookkeeping runs."""
 
-    lanes: gpu_lock.YieldingLease | None
+    yielding_lease: gpu_lock.YieldingLease | None
     lock_dir: Path | str | None
     where: str  # the timeline's gpu: the leased GPU's id, or the device
     problem: str
@@ -124,8 +124,8 @@ class ExclusiveWindows:
         waited for the GPU."""
         waited = 0.0
         if not self.is_open:
-            if self.lanes is not None:
-                waited = self.lanes.upgrade(timeout_s)
+            if self.yielding_lease is not None:
+                waited = self.yielding_lease.upgrade(timeout_s)
             self.is_open = True
         self.users += 1
         self.idle_since = None
@@ -168,8 +168,8 @@ class ExclusiveWindows:
                             self.autotune_end or time.time(), problem=self.problem)
         self.autotune_start = self.autotune_end = None
         self.users, self.is_open, self.idle_since = 0, False, None
-        if self.lanes is not None:
-            self.lanes.downgrade()
+        if self.yielding_lease is not None:
+            self.yielding_lease.downgrade()
 
 
 class WindowRequests:

@@ -289,8 +289,8 @@ def yielding(lease: GpuLease | None) -> Iterator[YieldingLease | None]:
     if lease is None:
         yield None
         return
-    with YieldingLease(lease) as lanes:
-        yield lanes
+    with YieldingLease(lease) as yielding_lease:
+        yield yielding_lease
 
 
 def visible_gpus(configured: Sequence[str | int] | None = None) -> list[str]:
