@@ -21,8 +21,6 @@ case ${SIDE:?SIDE=pipeline or kernelbench} in
     $B --side pipeline $([ "${FRESH:-1}" = 1 ] && echo --fresh) --pipeline-timeout-s "${TIMEOUT_S:-540}" \
       --snakemake-args "${SNAKEMAKE_ARGS:---cores all}" > "$OUT/pipeline.log" 2>&1
     echo "pipeline: rc=$? in ${SECONDS}s"
-    cp results/dag_bench/tables/gpu_usage.parquet results/dag_bench/tables/gpu_timeline.parquet "$OUT/" 2>/dev/null
-    cp results/dag_bench/summary.json "$OUT/" 2>/dev/null
     tar czf "$OUT/dag_results.tgz" --exclude=results/dag_bench/.store --exclude=results/dag_bench/.locks results/dag_bench 2>/dev/null
     tail -c 1500 "$OUT/pipeline.log" ;;
   kernelbench)

@@ -140,6 +140,9 @@ def run_pipeline(config_path: Path, config: dict, root: Path, out: Path, snakema
                 shutil.rmtree(folder, ignore_errors=True)
     command = [sys.executable, "-m", "snakemake", "--configfile", str(config_path), *shlex.split(snakemake_args)]
     t0 = time.monotonic()
+    sampling = threading.Event()
+    sampler = threading.Thread(target=_sample_host, args=(out / "host_load.jsonl", sampling), daemon=True)
+    sampler.start()
     with (out / "snakemake.log").open("a") as log:
         run = subprocess.Popen(command, cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -152,16 +155,43 @@ def run_pipeline(config_path: Path, config: dict, root: Path, out: Path, snakema
                 os.killpg(run.pid, signal.SIGKILL)
                 run.wait()
             returncode = None
-    usage = results / "tables" / "gpu_usage.parquet"
+    wall = time.monotonic() - t0
+    sampling.set()
+    sampler.join()
     return {"command": shlex.join(command), "returncode": returncode, "timed_out": returncode is None,
-            "wall_s": round(time.monotonic() - t0, 1), "summary_json": (results / "summary.json").exists(),
-            "gpu_usage": _usage(usage) if usage.exists() else None}
+            "wall_s": round(wall, 1), "summary_json": (results / "summary.json").exists(),
+            "gpu_usage": _usage(results, out)}
 
 
-def _usage(path: Path) -> list[dict]:
+def _usage(results: Path, out: Path) -> list[dict]:
+    """The run's GPU usage: the rule's table, or (a call cut off before the rule ran) the same reading of the lines
+    the jobs wrote so far (scoring/gpu_timeline.py); the raw lines go to ``out`` either way."""
     import pandas as pd
 
-    return json.loads(pd.read_parquet(path).to_json(orient="records"))
+    from workflow_scripts.core.records import TIMELINE_FILE
+    from workflow_scripts.scoring.gpu_timeline import load_spans, usage
+
+    locks = results / ".locks"
+    for timeline in locks.glob(f"*/{TIMELINE_FILE}"):
+        shutil.copy(timeline, out / f"timeline_{timeline.parent.name}.jsonl")
+    table = results / "tables" / "gpu_usage.parquet"
+    found = pd.read_parquet(table) if table.exists() else usage(load_spans(locks))
+    return json.loads(found.to_json(orient="records"))
+
+
+def _sample_host(path: Path, stop: threading.Event, every_s: float = 5.0) -> None:
+    """The host's CPU use and load every ``every_s`` while the pipeline runs (is the run bound by the host or by
+    the GPU?), one JSON line each."""
+    import psutil
+
+    psutil.cpu_percent()
+    with path.open("a") as handle:
+        while not stop.wait(every_s):
+            memory = psutil.virtual_memory()
+            handle.write(json.dumps({"time": round(time.time(), 1), "cpu_percent": psutil.cpu_percent(),
+                                     "load_1m": os.getloadavg()[0], "memory_used_gib": round(memory.used / 2**30, 1)})
+                         + "\n")
+            handle.flush()
 
 
 def main() -> None:

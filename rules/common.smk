@@ -17,7 +17,8 @@ from workflow_scripts.core.progress import report_progress
 from workflow_scripts.evaluation.config import fill_protocol_defaults
 from workflow_scripts.evaluation.environment import gpu_memory_gib, live_facts
 from workflow_scripts.evaluation.gpu_lock import visible_gpus
-from workflow_scripts.evaluation.resources import compile_threads, host_memory_bytes, host_resources, job_memory
+from workflow_scripts.evaluation.resources import (baseline_slots, compile_threads, host_memory_bytes, host_resources,
+                                                   job_memory)
 from workflow_scripts.evaluation.timeline import mark_run_start
 from workflow_scripts.generation.kinds import calibration_models, kind_of, models_for_rule
 from workflow_scripts.generation.preflight import RunContext, startup_problems
@@ -72,9 +73,23 @@ DEVICE = EVAL["device"]
 MODELS = list(config["models"])
 
 
+def run_cores():
+    """The run's total cores (--cores), or None where it sets none (a cluster run's submitting process): Snakemake
+    refuses to read workflow.cores there."""
+    try:
+        return workflow.cores
+    except WorkflowError:
+        return None
+
+
+def baseline_threads():
+    """A baseline job's compile workers, which its rule reserves as threads (evaluation/resources.py)."""
+    return compile_threads(run_cores(), config["baselines"]["compile_threads"])
+
+
 def _bound_by_the_host():
     """A local run bounds what its jobs take at once by this host's GPUs and memory (evaluation/resources.py
-    host_resources: `gpu`, `gpu_mem_gb`, `mem_mb`), each only where --resources (or a profile) sets none, so the
+    host_resources: `gpu`, `gpu_mem_gb`, `mem_mb`, `baselines`), each only where --resources (or a profile) sets none, so the
     README's `snakemake --cores all` keeps every GPU busy without flags. A run given --jobs (a cluster's: Snakemake's
     scheduler, too, takes `_nodes` for a submission) leaves it to the executor, each job getting its own allocation;
     a dry run prints what each job declares, unclipped by the bounds. (The executor itself is not known yet here.)"""
@@ -82,7 +97,8 @@ def _bound_by_the_host():
     if not workflow.is_main_process or submits or workflow.output_settings.dryrun:
         return
     gpus = visible_gpus(EVAL.get("gpus")) if DEVICE == "cuda" else []
-    for name, value in host_resources(DEVICE, gpus, gpu_memory_gib, host_memory_bytes()).items():
+    slots = baseline_slots(workflow.cores, baseline_threads())
+    for name, value in host_resources(DEVICE, gpus, gpu_memory_gib, host_memory_bytes(), slots).items():
         if workflow.global_resources.get(name).value is None:
             workflow.register_resource(name, value)
 
@@ -93,6 +109,9 @@ _bound_by_the_host()
 # (its companions, stages/evaluate.py). In the default order, evaluate jobs of the first models started before the
 # other models' answers existed: 62 of the demo's 78 evaluate jobs judged answers, for 13 problems (bench/archive/NOTES.md, fifteenth session).
 ANSWERS_FIRST = 10
+# Baselines next, before any evaluation (rules/evaluation.smk): each takes a baseline slot (baseline_slots) and compiles
+# beside the evaluations, which take the other cores.
+BASELINES_EARLY = 5
 for _name in [config["summary"]["reference"], *(config["summary"]["compare"] or [])]:
     if _name not in config["models"]:
         raise WorkflowError(f"summary names model {_name!r}, which is not under models: (models: {MODELS})")
@@ -213,15 +232,6 @@ if _STARTUP:
 def self_parity_files(names):
     """The self-parity reports of the models among ``names`` that ask for one (a vLLM entry's self_parity)."""
     return [LAYOUT.self_parity(name) for name in names if config["models"][name].get("self_parity")]
-
-
-def run_cores():
-    """The run's total cores (--cores), or None where it sets none (a cluster run's submitting process): Snakemake
-    refuses to read workflow.cores there."""
-    try:
-        return workflow.cores
-    except WorkflowError:
-        return None
 
 
 def gpu_resources():

@@ -64,11 +64,16 @@ rule baseline:
         locks=LAYOUT.locks(),
     log:
         LAYOUT.log("baselines/level{level}_{problem_id}"),
-    # torch.compile's worker processes: half the cores this run may use unless configured (evaluation/resources.py).
-    threads: compile_threads(run_cores(), config["baselines"]["compile_threads"])
+    # torch.compile's worker processes: a quarter of the cores this run may use unless configured
+    # (evaluation/resources.py).
+    threads: baseline_threads()
+    # Before the evaluations: a baseline compiles for tens of seconds beside them instead of after them.
+    priority: BASELINES_EARLY
     resources:
         # Two children (eager, compile), each up to the timeout, plus time waiting for the GPU lock.
         runtime=2 * int(config["baselines"]["timeout_s"] // 60) + 10,
+        # A local run lets a few compile at once (evaluation/resources.py baseline_slots).
+        baselines=1,
         **gpu_resources(),
         **memory_resources("baseline"),
     conda:

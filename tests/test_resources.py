@@ -18,7 +18,8 @@ import yaml
 
 from workflow_scripts.devtools.workspace import copy_workflow
 from workflow_scripts.evaluation.resources import (FLOOR_MEM_MB, HOST_MEMORY_SHARE, JOBS_PER_GPU, MAX_COMPILE_THREADS,
-                                                   Memory, Sizes, baseline_memory, compile_threads, evaluate_memory,
+                                                   Memory, Sizes, baseline_memory, baseline_slots, compile_threads,
+                                                   evaluate_memory,
                                                    host_memory_bytes, host_resources, job_memory, problem_gpu_gib,
                                                    table_sizes)
 from workflow_scripts.suite.sizes import problem_sizes, with_sizes
@@ -238,17 +239,26 @@ def test_jobs_of_a_large_and_a_small_problem_declare_different_memory(tmp_path: 
     assert cpu[("evaluate", large)]["gpu_mem_gb"] == "0" and int(cpu[("evaluate", large)]["mem_mb"]) > 50_000
 
 
-def test_a_baseline_compiles_with_half_the_run_s_cores_unless_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_baseline_compiles_with_a_quarter_of_the_run_s_cores_unless_configured(monkeypatch: pytest.MonkeyPatch
+                                                                                   ) -> None:
     import os
 
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)))  # a 32-core host
-    assert [compile_threads(cores) for cores in (1, 2, 3, 8, 16, 64, None)] == [1, 1, 1, 4, MAX_COMPILE_THREADS,
-                                                                               MAX_COMPILE_THREADS, MAX_COMPILE_THREADS]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))  # a 64-core host
+    assert [compile_threads(cores) for cores in (1, 4, 7, 8, 16, 32, 64, None)] == [1, 1, 1, 2, 4, MAX_COMPILE_THREADS,
+                                                                                  MAX_COMPILE_THREADS,
+                                                                                  MAX_COMPILE_THREADS]
     assert compile_threads(64, configured=3) == 3
-    # A cluster job evaluates the rule again inside its allocation (here 4 CPUs of a node its --cores calls 64):
+    # A cluster job evaluates the rule again inside its allocation (here 8 CPUs of a node its --cores calls 64):
     # never more than the submitting process asked for.
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
     assert compile_threads(64) == 2 and compile_threads(None) == 2
+
+
+def test_baselines_together_take_at_most_half_the_run_s_cores() -> None:
+    # The H200 host's 16 cores: two baselines of 4 workers, 8 cores left to the evaluations.
+    assert baseline_slots(16, compile_threads(16)) * compile_threads(16) <= 8
+    assert [baseline_slots(cores, threads) for cores, threads in ((16, 4), (128, 8), (2, 1), (1, 1), (4, 8))] == [
+        2, 8, 1, 1, 1]  # always one at least, even where one baseline's workers outnumber half the cores
 
 
 @pytest.mark.integration
@@ -270,8 +280,8 @@ def test_the_baseline_rule_reserves_its_compile_workers_as_threads(tmp_path: Pat
             pairs.add(f"{flag}/{threads.group(1) if threads else 1}")
         return pairs
 
-    half = compile_threads(8)  # half of this host's cores, or of 8 where it has more
-    assert planned("--cores", "8") == {f"{half}/{half}"}
+    quarter = compile_threads(8)  # a quarter of this host's cores, or of 8 where it has more
+    assert planned("--cores", "8") == {f"{quarter}/{quarter}"}
     assert planned("--cores", "8", "--configfile", "config.yaml", "three.yaml") == {"3/3"}
 
 
@@ -280,14 +290,15 @@ def test_the_baseline_rule_reserves_its_compile_workers_as_threads(tmp_path: Pat
 
 def test_a_local_run_is_bounded_by_the_host_s_gpus_and_memory() -> None:
     cards = {"0": 139.8, "1": 139.8}
-    found = host_resources("cuda", ["0", "1"], cards.get, 128 * GIB)
-    assert found == {"gpu": 2 * JOBS_PER_GPU, "gpu_mem_gb": 279,
+    found = host_resources("cuda", ["0", "1"], cards.get, 128 * GIB, baselines=2)
+    # Each baseline slot comes on top of the GPUs' evaluation places: a baseline takes none of them.
+    assert found == {"gpu": 2 * JOBS_PER_GPU + 2, "gpu_mem_gb": 279, "baselines": 2,
                      "mem_mb": int(128 * GIB * HOST_MEMORY_SHARE / 1e6)}
     # What cannot be read stays unbounded: a card NVML does not answer for, the host's memory, a host with no GPU.
-    assert host_resources("cuda", ["0", "1"], {"0": 139.8}.get, None) == {"gpu": 2 * JOBS_PER_GPU}
-    assert host_resources("cuda", [], cards.get, GIB) == {"mem_mb": int(GIB * HOST_MEMORY_SHARE / 1e6)}
-    # On the CPU no job declares a GPU: only the host's memory is bounded.
-    assert host_resources("cpu", ["0"], cards.get, GIB) == {"mem_mb": int(GIB * HOST_MEMORY_SHARE / 1e6)}
+    assert host_resources("cuda", ["0", "1"], {"0": 139.8}.get, None) == {"gpu": 2 * JOBS_PER_GPU + 1, "baselines": 1}
+    assert host_resources("cuda", [], cards.get, GIB) == {"mem_mb": int(GIB * HOST_MEMORY_SHARE / 1e6), "baselines": 1}
+    # On the CPU no job declares a GPU: the host's memory and the baselines' cores are bounded.
+    assert host_resources("cpu", ["0"], cards.get, GIB) == {"mem_mb": int(GIB * HOST_MEMORY_SHARE / 1e6), "baselines": 1}
 
 
 @pytest.mark.integration
@@ -304,9 +315,11 @@ def test_the_readme_command_gives_each_visible_gpu_its_jobs_unless_told_otherwis
         return {name: int(value) for name, value in re.findall(r'Resource\("(\w+)", (\d+)\)', proc.stderr)}
 
     found = provided()
-    assert found["gpu"] == 2 * JOBS_PER_GPU and found["mem_mb"] == int(host_memory_bytes() * HOST_MEMORY_SHARE / 1e6)
+    # --cores 1: one baseline at a time, its place on top of the two GPUs' evaluation places.
+    assert found["baselines"] == 1 and found["gpu"] == 2 * JOBS_PER_GPU + 1
+    assert found["mem_mb"] == int(host_memory_bytes() * HOST_MEMORY_SHARE / 1e6)
     # The command line's bound wins, the others stay the host's.
     told = provided("--resources", "gpu=3")
     assert told["gpu"] == 3 and told["mem_mb"] == found["mem_mb"]
     # A run given --jobs (a cluster's submission, as profiles/slurm) bounds nothing by the submitting host.
-    assert not {"gpu", "mem_mb", "gpu_mem_gb"} & set(provided("--jobs", "2"))
+    assert not {"gpu", "mem_mb", "gpu_mem_gb", "baselines"} & set(provided("--jobs", "2"))

@@ -53,9 +53,14 @@ JOBS_PER_GPU = 4
 # (Snakemake's `mem_mb`) where --resources sets none: the rest is Snakemake's own, the page cache's and the system's.
 HOST_MEMORY_SHARE = 0.9
 # torch.compile's worker processes in a baseline's compile child (TORCHINDUCTOR_COMPILE_THREADS): Inductor compiles
-# the autotuning candidates' Triton kernels in them in parallel. A baseline job takes half the run's cores, so other
-# jobs keep the rest, and at most this many.
+# the autotuning candidates' Triton kernels in them in parallel. A baseline job takes a quarter of the run's cores, at
+# most this many, and baselines together at most BASELINES_CORE_SHARE of them (baseline_slots): a baseline is tens of
+# seconds of compiling with the GPU only in short windows, so the run starts them first and keeps them going beside
+# the evaluations, whose cores are the rest. (With half the cores each, two baselines on an H200 host's 16 cores left
+# no core for an evaluation: they ran after every evaluation, one or two at a time; bench/README.md, s26.)
 MAX_COMPILE_THREADS = 8
+COMPILE_CORE_FRACTION = 4  # a baseline's workers: the run's cores divided by this
+BASELINES_CORE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -78,14 +83,20 @@ class Memory:
 
 def compile_threads(cores: int | None, configured: int | None = None) -> int:
     """A baseline job's compile workers (and the threads its rule reserves): the configuration's
-    ``baselines.compile_threads`` where set, else half of the cores this process may run on (its CPU affinity) or of
-    ``cores`` (the run's --cores) where fewer, from 1 to ``MAX_COMPILE_THREADS``. The affinity keeps a cluster job's
-    own evaluation of the rule (on the node, inside its allocation) at or below what the submitting process asked
-    for."""
+    ``baselines.compile_threads`` where set, else a quarter (``COMPILE_CORE_FRACTION``) of the cores this process may
+    run on (its CPU affinity) or of ``cores`` (the run's --cores) where fewer, from 1 to ``MAX_COMPILE_THREADS``. The
+    affinity keeps a cluster job's own evaluation of the rule (on the node, inside its allocation) at or below what
+    the submitting process asked for."""
     if configured:
         return int(configured)
     usable = len(os.sched_getaffinity(0))
-    return max(1, min(MAX_COMPILE_THREADS, min(cores or usable, usable) // 2))
+    return max(1, min(MAX_COMPILE_THREADS, min(cores or usable, usable) // COMPILE_CORE_FRACTION))
+
+
+def baseline_slots(cores: int, threads: int) -> int:
+    """How many baseline jobs a local run lets compile at once (Snakemake's ``baselines`` resource): together at most
+    ``BASELINES_CORE_SHARE`` of its ``cores`` at ``threads`` each, and at least one."""
+    return max(1, int(cores * BASELINES_CORE_SHARE) // max(1, threads))
 
 
 def forward_gib(inputs: float, outputs: float, params: float) -> float:
@@ -246,16 +257,18 @@ def _estimate(job: str, sizes: Sizes | None, evaluation: Mapping[str, Any], answ
 
 
 def host_resources(device: str, gpus: Sequence[str], card_gib: Callable[[str], float | None],
-                   host_bytes: int | None) -> dict[str, int]:
+                   host_bytes: int | None, baselines: int = 1) -> dict[str, int]:
     """What a local run on this host gives its jobs at once, as Snakemake's global resources: ``mem_mb``
-    (``HOST_MEMORY_SHARE`` of ``host_bytes``, in Snakemake's 10^6-byte MB) and on CUDA ``gpu`` (``JOBS_PER_GPU`` per
-    GPU of ``gpus``) and ``gpu_mem_gb`` (the cards' memory summed, in GiB: Snakemake's bound is host-wide; each card is
-    guarded by its own lock, gpu_lock). A value that cannot be read is left out, which leaves it unbounded."""
-    found: dict[str, int] = {}
+    (``HOST_MEMORY_SHARE`` of ``host_bytes``, in Snakemake's 10^6-byte MB), ``baselines`` (the baseline jobs that
+    compile at once: ``baseline_slots``) and on CUDA ``gpu`` (``JOBS_PER_GPU`` per GPU of ``gpus``, and one more for
+    each baseline slot: a baseline job holds its GPU shared and steps aside for timing, so it takes no evaluation's
+    place) and ``gpu_mem_gb`` (the cards' memory summed, in GiB: Snakemake's bound is host-wide; each card is guarded
+    by its own lock, gpu_lock). A value that cannot be read is left out, which leaves it unbounded."""
+    found: dict[str, int] = {"baselines": baselines}
     if host_bytes:
         found["mem_mb"] = int(host_bytes * HOST_MEMORY_SHARE / 1e6)
     if device == "cuda" and gpus:
-        found["gpu"] = JOBS_PER_GPU * len(gpus)
+        found["gpu"] = JOBS_PER_GPU * len(gpus) + baselines
         cards = [card_gib(gpu) for gpu in gpus]
         if all(cards):
             found["gpu_mem_gb"] = int(sum(cards))
