@@ -43,6 +43,7 @@ CLI: ``python -m workflow_scripts evaluate --problem P.py --answer A.py --device
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import sys
@@ -84,10 +85,10 @@ class ProblemEvaluator:
     previous one is checked; their CUDA contexts are created one at a time in the gaps between timings
     (``start_gate``), so no process starts during a timing."""
 
-    def __init__(self, problem_path: Path, config: EvalConfig, lease: gpu_lock.GpuLease | None) -> None:
+    def __init__(self, problem_path: Path, config: EvalConfig, lease: gpu_lock.YieldingLease | None) -> None:
         self.problem_path = Path(problem_path)
         self.cfg = config
-        self.lease = lease
+        self.lease = lease  # shared, stepping aside for other jobs' timing between this job's GPU steps (gpu_turn)
         self.gpu = lease.gpu if lease else None
         self.base = Path(tempfile.mkdtemp(prefix="kbeval-"))
         self.triton_template: Path | None = None
@@ -97,22 +98,26 @@ class ProblemEvaluator:
         self._count = 0
         self._slots: list[AnswerSlot] = []  # every slot started, so close() leaves no process behind
         self._early: deque[AnswerSlot] = deque()  # started while the problem was prepared
-        self.gate = StartGate(config.effective_timeout())
+        self.gate = StartGate(config.effective_timeout(), self.gpu_turn)
         # Triton's driver helpers as an earlier problem's first answer process built them (compiled by gcc in every
         # process that starts without them): the whole first batch starts before this problem's first is ready.
         home = triton_stub_cache.template_home(config)
         if home is not None and triton_stub_cache.load_template(home, self.base / "triton-template"):
             self.triton_template = self.base / "triton-template"
 
+    def gpu_turn(self) -> contextlib.AbstractContextManager[None]:
+        """A block of this job's own GPU work: the lease does not step aside for another job's timing during it
+        (``gpu_lock.YieldingLease.held``)."""
+        return self.lease.held() if self.lease is not None else contextlib.nullcontext()
+
     def prepare(self, answers: int = 1) -> None:
         """The trusted side of the problem. The first answer's child starts meanwhile (its interpreter, torch, CUDA
         context and Triton get ready while the inputs are built) and, where the inputs are small enough, the rest of
         the first batch of the ``answers`` to come (``_early_count``): their host parts overlap the preparation, and
-        their device parts follow one at a time (``start_gate``) instead of holding up the first answer's timing.
-        Each gets its areas once they exist."""
+        their device parts follow one at a time (``start_gate``) instead of holding up the first answer's timing (on
+        a GPU, after the preparation: each is a GPU turn of the job, as the preparation is). Each gets its areas once
+        they exist."""
         t0 = time.monotonic()
-        cfg = self.cfg
-        reference = None
         self.phases["triton_driver_shared"] = float(self.triton_template is not None)  # built by an earlier problem
         try:
             self._early.append(self.start_slot())
@@ -123,18 +128,9 @@ class ProblemEvaluator:
         self.phases["children_started_early"] = float(len(self._early))
         self.phases["prepare_children_start_s"] = time.monotonic() - t0  # the early count's probe included
         try:
-            t_init = time.monotonic()
-            reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32,
-                                      timing_seed=cfg.timing_seed, cast_integers=cfg.integer_inputs == "cast")
-            self.phases["prepare_reference_init_s"] = time.monotonic() - t_init  # its model built on the device
-            reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer,
-                              atol=cfg.atol, rtol=cfg.rtol, answer_processes=min(answers, cfg.prestart_count() + 1))
-            self.reference = reference  # only a fully prepared side judges answers
-            self.phases.update(reference.prepare_phases)
+            self._prepare_reference(answers)
         except ReferenceFailed as e:
             self.reference_error = str(e)[:4000]
-            if reference is not None:
-                reference.close()
         self.phases["reference_prepare_s"] = time.monotonic() - t0
         if self.reference is not None:
             # The early count guessed the outputs; where they leave no room for every early child's areas, the
@@ -147,6 +143,26 @@ class ProblemEvaluator:
                 surplus.close()
             for slot in self._early:
                 self.hand_areas(slot)
+
+    def _prepare_reference(self, answers: int) -> None:
+        """The trusted side built on the GPU in one of the job's GPU turns; ``self.reference`` once fully prepared."""
+        cfg = self.cfg
+        reference = None
+        try:
+            with self.gpu_turn():
+                t_init = time.monotonic()
+                reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32,
+                                          timing_seed=cfg.timing_seed, cast_integers=cfg.integer_inputs == "cast")
+                self.phases["prepare_reference_init_s"] = time.monotonic() - t_init  # its model built on the device
+                reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer,
+                                  atol=cfg.atol, rtol=cfg.rtol,
+                                  answer_processes=min(answers, cfg.prestart_count() + 1))
+        except ReferenceFailed:
+            if reference is not None:
+                reference.close()
+            raise
+        self.reference = reference  # only a fully prepared side judges answers
+        self.phases.update(reference.prepare_phases)
 
     def _early_count(self, answers: int) -> int:
         """Children to start before the problem is prepared: a batch (``prestart_count``) where the inputs are small
@@ -219,10 +235,15 @@ class ProblemEvaluator:
         except SandboxUnavailable as e:
             raise InfrastructureError(f"the configured sandbox is unavailable: {e}") from None
         if self.cfg.device == "cuda":
-            secret, output = slot.secret, slot.output
-            slot.pinning = threading.Thread(target=lambda: (secret.pin(), output.pin()), daemon=True)
+            slot.pinning = threading.Thread(target=self._pin, args=(slot.secret, slot.output), daemon=True)
             slot.pinning.start()
             self.gate.track_pinning(slot.pinning)  # driver work: ended before any timing
+
+    def _pin(self, *areas: Area) -> None:
+        """Page-locking (driver work) in one of the job's GPU turns."""
+        with self.gpu_turn():
+            for area in areas:
+                area.pin()
 
     def covers(self, workdir: Path) -> tuple[Cover, ...]:
         """What the answer's sandbox shows empty (``confinement.covers``): every folder but the system's, the
@@ -301,9 +322,10 @@ class ProblemEvaluator:
                 results.append(judged(cfg, ev, static, self.phases))
             finally:
                 slot.close()
-                self.reference.release_cached_memory()
+                with self.gpu_turn():
+                    self.reference.release_cached_memory()
                 if self.lease is not None:
-                    self.lease.downgrade()
+                    self.lease.downgrade()  # where the answer was timed
             # From taking up the answer to being ready for the next (what an answer costs the job).
             results[-1].phases_s["answer_wall_s"] = time.monotonic() - t_answer
             if on_result is not None:
@@ -351,10 +373,11 @@ def evaluate_answers(problem_path: Path, answer_paths: list[Path], config: EvalC
             on_result(i, results[i])
     if runnable:
         # Shared while checking correctness; exclusive only while an answer is timed (see gpu_lock).
-        with gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False,
-                                    expected_mem_gib=expected_gpu_gib(problem_path, cfg, len(runnable)),
-                                    purpose="evaluate") as lease:
-            evaluator = ProblemEvaluator(Path(problem_path), cfg, lease)
+        with (gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False,
+                                     expected_mem_gib=expected_gpu_gib(problem_path, cfg, len(runnable)),
+                                     purpose="evaluate") as lease,
+              gpu_lock.yielding(lease) as yielding_lease):
+            evaluator = ProblemEvaluator(Path(problem_path), cfg, yielding_lease)
             try:
                 evaluator.prepare(len(runnable))
                 judged = evaluator.evaluate([(Path(answer_paths[i]), statics[i], configs[i]) for i in runnable],

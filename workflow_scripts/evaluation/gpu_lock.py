@@ -30,7 +30,11 @@ Yielding: a baseline job (``YieldingLease``) holds its GPU shared while its chil
 trusted process watches the gate instead: when a timing job waits, it stops the child's process tree (``freezer``),
 drops the shared lock and takes it back through the gate as ``downgrade`` does, so the waiter times first, then
 resumes the child (``lease_yielded`` on the timeline). The job's own exclusive windows (``YieldingLease.upgrade``)
-are never given up.
+are never given up. An evaluation job yields the same way between its steps: its trusted side's own GPU work (the
+reference side's preparation, each correctness trial, an answer process's device start) runs in ``held`` blocks,
+which the watcher never cuts, and the answer's process, once it runs the answer's code, is the followed tree. Before
+evaluations yielded, a job waiting to time waited for every other evaluation on its GPU to end or to time (their
+shared leases lasted their whole jobs): on an H100, 16% of a 20-problem run's wall was timing (bench/README.md, s26).
 
 Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, expected peak memory if given) next to the lock, removed
 on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live holders'
@@ -193,7 +197,10 @@ class YieldingLease:
     def __init__(self, lease: GpuLease, poll_s: float = GATE_POLL_S) -> None:
         self.lease = lease
         self._poll_s = poll_s
-        self._turn = threading.Lock()  # held by the watcher while it steps aside, by the job from upgrade to downgrade
+        # Held by the watcher while it steps aside, by the job from upgrade to downgrade and in ``held`` blocks
+        # (re-entrant: a job's held block may take an exclusive window).
+        self._turn = threading.RLock()
+        self._upgraded = False  # the job holds an exclusive window (upgrade ... downgrade)
         self._pid_lock = threading.Lock()  # the followed pid is not changed while its tree is stopped
         self._pid: int | None = None
         self._stop = threading.Event()
@@ -208,6 +215,10 @@ class YieldingLease:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()  # a step-aside in progress gives up waiting: the job is ending
         self._watcher.join()
+
+    @property
+    def gpu(self) -> str:
+        return self.lease.gpu
 
     @property
     def frozen_s(self) -> float:
@@ -228,24 +239,36 @@ class YieldingLease:
         with self._pid_lock:
             self._pid = pid
 
-    def upgrade(self, timeout_s: float) -> float:
+    def upgrade(self, timeout_s: float, stop_followed: bool = False) -> float:
         """Exclusive from now (``GpuLease.upgrade``, at most ``timeout_s``: GpuLockTimeout, the lease stays shared),
-        once a step-aside in progress has ended; the seconds the upgrade waited. The watcher leaves the lease alone
-        until ``downgrade``."""
+        once a step-aside in progress has ended; the seconds the upgrade waited. ``stop_followed``: the followed tree
+        stopped while it waits (an answer must not run beside another job's timing). The watcher leaves the lease
+        alone until ``downgrade``."""
+        if self._upgraded:
+            return 0.0
         self._turn.acquire()
         try:
-            return self.lease.upgrade(timeout_s=timeout_s)
+            if stop_followed:
+                with self._stopped_tree():
+                    waited = self.lease.upgrade(timeout_s=timeout_s)
+            else:
+                waited = self.lease.upgrade(timeout_s=timeout_s)
         except BaseException:
             self._turn.release()
             raise
+        self._upgraded = True
+        return waited
 
     def downgrade(self) -> None:
         """Shared again (``GpuLease.downgrade``: a timing job already waiting goes first), the followed tree stopped
-        while this side has no lock; the watcher may step aside again."""
+        while this side has no lock; the watcher may step aside again. Nothing where no window is held."""
+        if not self._upgraded:
+            return
         try:
             with self._stopped_tree():
                 self.lease.downgrade(poll_s=REENTRY_POLL_S)
         finally:
+            self._upgraded = False
             self._turn.release()
 
     def _watch(self) -> None:
@@ -259,7 +282,8 @@ class YieldingLease:
             except OSError as e:  # a lock call failed: hold the shared lock again and stop yielding, visibly
                 if self.lease.mode == "shared":
                     fcntl.flock(self.lease._fd, fcntl.LOCK_SH)
-                warnings.warn(f"GPU {self.lease.gpu}: the baseline's lease stops stepping aside for timing jobs: {e}",
+                warnings.warn(f"GPU {self.lease.gpu}: the {self.lease.purpose} job's lease stops stepping aside for "
+                              f"timing jobs: {e}",
                               RuntimeWarning, stacklevel=1)
                 return
             finally:

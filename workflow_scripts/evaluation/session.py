@@ -72,11 +72,13 @@ class AnswerSession:
     """One answer, judged against the problem's trusted side in a child started for it (``run``)."""
 
     def __init__(self, reference: ReferenceSide, slot: AnswerSlot, answer_path: Path, config: EvalConfig,
-                 gpu: str | None, lease: gpu_lock.GpuLease | None = None,
+                 gpu: str | None, lease: gpu_lock.YieldingLease | None = None,
                  gate: StartGate | None = None) -> None:
         self.reference = reference
         self.slot = slot
         self.gate = gate  # the later answers' processes start in the gaps between timings
+        # Shared, stepping aside for other jobs' timing between this answer's steps (``_gpu_turn``), its process
+        # stopped meanwhile once it runs the answer's code (followed from the load on).
         self.lease = lease
         self.deadline = 0.0
         # (limit s, reference forward ms) of the call the watchdog killed, if it did
@@ -153,6 +155,8 @@ class AnswerSession:
             if self.gate is not None:
                 self.gate.resume()  # paused for a timing that an error cut short
             self._events(ans)
+            if self.lease is not None:
+                self.lease.follow(None)  # before the kill: its pid, once reused, is never stopped
             ans.kill()
             self.phases["total_s"] = time.monotonic() - t_start
 
@@ -162,15 +166,21 @@ class AnswerSession:
         ends it wherever it comes, judged by the step it came in (``phase``)."""
         try:
             self._await_ready(ans, t_start)
-            if not self._load(ans) or not self._correctness(ans):
+            if self.lease is not None and ans.proc is not None:
+                self.lease.follow(ans.proc.pid)  # the answer's code runs in it from the load on
+            with self._gpu_turn():
+                loaded = self._load(ans)
+            if not loaded or not self._correctness(ans):
                 return
             if self._timeable(ans) and self.cfg.time_answer:
                 if not self._timing(ans):
                     return
                 if self.cfg.post_timing_check:
-                    self._post_timing(ans)
+                    with self._gpu_turn():
+                        self._post_timing(ans)
             if self.failure is None:
-                self._finish(ans)
+                with self._gpu_turn():
+                    self._finish(ans)
         except ChildTimeout:
             self._timed_out()
         except ChildDied:
@@ -260,9 +270,12 @@ class AnswerSession:
         plan += [(len(plan) + j, "hidden", s) for j, s in enumerate(self.hidden_seeds)]
         self.planned_trials = len(plan)
         for idx, kind, seed in plan:
-            rt = ref.seeded[idx] if kind == "seeded" else self._secret_trial(kind, seed)
-            self._send(ans, "trial", index=idx, kind=kind, inputs=ref.trial_inputs(rt, self.slot.secret), rng=rt.rng)
-            if not self._answer_trial(ans, rt, idx, kind, seed):
+            with self._gpu_turn():
+                rt = ref.seeded[idx] if kind == "seeded" else self._secret_trial(kind, seed)
+                self._send(ans, "trial", index=idx, kind=kind, inputs=ref.trial_inputs(rt, self.slot.secret),
+                           rng=rt.rng)
+                passed = self._answer_trial(ans, rt, idx, kind, seed)
+            if not passed:
                 break
         self.phases["correctness_s"] = time.monotonic() - t_corr
         if ignores_input(self.answer_prints, self.reference_prints):
@@ -307,13 +320,30 @@ class AnswerSession:
             self.deadline += self.phases["next_child_wait_s"]
         if self.lease is not None:
             left = self.deadline - time.monotonic()
+            t0 = time.monotonic()
             try:
-                with self._answer_stopped(self.slot.child):  # nor beside another job's timing, while it waits
-                    waited = self.lease.upgrade(timeout_s=max(1.0, left))
+                # The answer's process stopped while it waits: nor beside another job's timing.
+                waited = self.lease.upgrade(max(1.0, left), stop_followed=True)
             except gpu_lock.GpuLockTimeout:
                 raise ChildTimeout() from None
+            self._add_phase("answer_stopped_s", time.monotonic() - t0)
             self.phases["gpu_lock_wait_s"] = waited
+            self.deadline += time.monotonic() - t0
+
+    @contextlib.contextmanager
+    def _gpu_turn(self) -> Iterator[None]:
+        """A step that uses the GPU (the trusted side computes, the answer's process is asked to run): the job's
+        lease does not step aside for another job's timing during it. Waiting for a step-aside to end never counts
+        against the answer: the deadline moves by it."""
+        if self.lease is None:
+            yield
+            return
+        t0 = time.monotonic()
+        with self.lease.held():
+            waited = time.monotonic() - t0
             self.deadline += waited
+            self._add_phase("gpu_turn_wait_s", waited)
+            yield
 
     @contextlib.contextmanager
     def _answer_stopped(self, ans: ChildProcess) -> Iterator[None]:

@@ -27,8 +27,10 @@ becomes a setup error, which the evaluator reports as an infrastructure failure,
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, Message, ProtocolError
@@ -51,8 +53,11 @@ class _Entry:
 class StartGate:
     """The device parts of the answer processes of one problem, one at a time, never during a timing."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float,
+                 gpu_turn: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext) -> None:
         self.timeout_s = timeout_s  # for each part of a process's start: past it the process is killed
+        # Each device part runs in one: never while the job's lease stands aside for another job's timing.
+        self._gpu_turn = gpu_turn
         self._cond = threading.Condition()
         self._entries: list[_Entry] = []
         self._next_start = 0  # the index of the next entry whose device part begins (in order)
@@ -197,7 +202,8 @@ class StartGate:
                         entry.failed = entry.failed or not got
                         self._cond.notify_all()
                 continue
-            ok = action == "start" and self._device_part(entry)
+            with self._gpu_turn():
+                ok = action == "start" and self._device_part(entry)
             with self._cond:
                 # A process dropped while its device part ran counts as under way until ``drop`` has killed it.
                 self._cond.wait_for(lambda entry=entry: not entry.dropped or entry.ended or self._closed)
