@@ -13,7 +13,7 @@ import psutil
 import pytest
 from gpu_timers import start_timer, stopped
 
-from workflow_scripts.evaluation.baseline import BaselineConfig, _run_one, measure_baselines
+from workflow_scripts.evaluation.baseline import BaselineConfig, _run_one, compile_seconds, measure_baselines
 from workflow_scripts.evaluation.gpu_lock import YieldingLease, acquire_gpu
 
 pytestmark = pytest.mark.integration  # starts processes (evaluator children, the Snakemake CLI)
@@ -117,6 +117,27 @@ def test_a_baseline_steps_aside_while_it_compiles_and_times_alone(tmp_path: Path
     assert timed["compile_time_s"] == info["compile_time_s"]
     assert any(e["activity"] == "lease_exclusive" and e["start"] <= timed["start"] <= timed["end"] <= e["end"]
                for e in own)  # timed inside the baseline's exclusive window
+
+
+@pytest.mark.parametrize("waits, stops, expected", [
+    ([], [], 10.0),
+    ([(2.0, 4.0)], [], 8.0),
+    ([], [(3.0, 6.0), (-5.0, 1.0), (9.0, 20.0)], 5.0),  # stops outside the compile span count for nothing
+    # A stop that begins while the child's request waits to be read, and outlasts it: each second left out once
+    # (s26's H100 run read 0.0 on 4 of 10 compiled baselines, the two subtracted one after the other).
+    ([(2.0, 4.0)], [(3.0, 6.0)], 6.0),
+    ([(1.0, 9.0)], [(0.0, 10.0)], 0.0),
+])
+def test_the_compile_time_leaves_out_each_waiting_or_stopped_second_once(
+        waits: list[tuple[float, float]], stops: list[tuple[float, float]], expected: float) -> None:
+    reply = {"compile_span": [0.0, 10.0], "wait_spans": [list(w) for w in waits]}
+    assert compile_seconds(reply, stops) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("reply", [{}, {"compile_span": "soon"}, {"compile_span": [5.0, 1.0]},
+                                   {"compile_span": [0.0, 1.0], "wait_spans": [["a", 1.0]]}])
+def test_a_compile_reply_without_a_readable_span_has_no_compile_time(reply: dict) -> None:
+    assert compile_seconds(reply, []) is None
 
 
 def next_child(marker: str, timeout_s: float = 60.0) -> psutil.Process:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from workflow_scripts.evaluation import gpu_lock, timeline
-from workflow_scripts.scoring.gpu_timeline import covered_seconds, load_spans, usage
+from workflow_scripts.core.intervals import covered_seconds
+from workflow_scripts.scoring.gpu_timeline import load_spans, usage
 
 
 def lines(lock_dir: Path) -> list[dict]:

@@ -36,6 +36,7 @@ from typing import Any
 
 from workflow_scripts.core.records import TIMING_MODES, headline_ms
 from workflow_scripts.core.hashing import sha256_file
+from workflow_scripts.core.intervals import covered_seconds
 from workflow_scripts.evaluation import compile_cache, environment, gpu_lock, resources, timeline, timing
 from workflow_scripts.evaluation.baseline_windows import DONE, GRANT, REQUEST, ExclusiveWindows
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, Message, ProtocolError
@@ -60,8 +61,6 @@ class _Run:
     timeout_s: float
     started: float = 0.0  # monotonic
     waited_s: float = 0.0  # for exclusive windows
-    # Of frozen_s, what fell while the child waited for a window it asked for: its own clock leaves that out already.
-    frozen_in_requests_s: float = 0.0
     frozen_before: float = 0.0  # the lease's frozen_s when the child started
 
     def start(self) -> None:
@@ -92,9 +91,7 @@ class _Run:
         while True:
             m = self._next()
             if m.type == REQUEST:
-                frozen_before = self.frozen_s()
                 self.waited_s += self.windows.benchmark(self.left())
-                self.frozen_in_requests_s += self.frozen_s() - frozen_before
                 self.child.send(GRANT, deadline=self.deadline())
             elif m.type == DONE:
                 self.windows.benchmark_done()
@@ -169,18 +166,14 @@ def _run_one(problem_path: Path, cfg: BaselineConfig, yielding_lease: gpu_lock.Y
         info["tf32"] = m.header.get("tf32")
         fields: dict[str, Any] = {}
         if which == "compile":
-            frozen_before = run.frozen_s()
             child.send("compile", deadline=run.deadline(), mode=cfg.compile_mode)
             m = run.recv()
             if m.type != "compiled":
                 return _error(m), info
-            info.update({k: m.header.get(k) for k in ("compile_time_s", "max_abs_diff_vs_eager", "autotune_exclusive",
+            info.update({k: m.header.get(k) for k in ("max_abs_diff_vs_eager", "autotune_exclusive",
                                                        "windows_granted")})
-            # The child's clock ran on while the lease stepped aside with the child stopped: no compiling then.
-            stopped = run.frozen_s() - frozen_before - run.frozen_in_requests_s
-            if info["compile_time_s"] is not None:
-                info["compile_time_s"] = max(0.0, info["compile_time_s"] - stopped)
-            fields["compile_time_s"] = info["compile_time_s"]
+            stops = list(yielding_lease.stop_spans) if yielding_lease is not None else []
+            info["compile_time_s"] = fields["compile_time_s"] = compile_seconds(m.header, stops)
         m = run.timed("eager" if which == "eager" else "time", f"baseline_{which}", **fields)
         if m.type != "timing":
             return _error(m), info
@@ -200,6 +193,21 @@ def _run_one(problem_path: Path, cfg: BaselineConfig, yielding_lease: gpu_lock.Y
         run.stop()
         info.update(wall_s=time.monotonic() - t0, gpu_wait_s=run.waited_s, stopped_s=run.frozen_s())
         shutil.rmtree(base, ignore_errors=True)
+
+
+def compile_seconds(compiled: dict[str, Any], stops: list[tuple[float, float]]) -> float | None:
+    """The first call's seconds of compiling: its span (the child's ``compile_span``) less what of it the child spent
+    waiting for an exclusive window (its ``wait_spans``) or stood stopped while the lease stepped aside (``stops``),
+    each second once where a wait and a stop overlap (a stop can begin while the child's request waits to be read).
+    None where the child's reply has no readable span."""
+    try:
+        start, end = (float(x) for x in compiled["compile_span"])
+        waits = [(float(a), float(b)) for a, b in compiled.get("wait_spans") or []]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not start <= end:
+        return None
+    return max(0.0, end - start - covered_seconds([*waits, *stops], start, end))
 
 
 def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) -> BaselineResult:

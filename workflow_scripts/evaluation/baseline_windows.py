@@ -174,20 +174,21 @@ class ExclusiveWindows:
 
 class WindowRequests:
     """Child side: ``ask`` sends ``REQUEST`` and blocks until the parent's ``GRANT`` (a parent that says anything
-    else is not following the protocol, and the child ends); ``done`` sends ``DONE``. ``waited_s``: the seconds spent
-    waiting for grants, which the compile time leaves out (the GPU was busy, nothing was compiled)."""
+    else is not following the protocol, and the child ends); ``done`` sends ``DONE``. ``wait_spans``: each wait for a
+    grant, (start, end) in epoch seconds, which the compile time leaves out (the GPU was busy, nothing was compiled),
+    counted once with the times the parent held the child stopped (``baseline.compile_seconds``)."""
 
     def __init__(self, send: Callable[[dict[str, Any]], None], read: Callable[[], dict[str, Any]]) -> None:
         self._send, self._read = send, read
-        self.waited_s = 0.0
+        self.wait_spans: list[tuple[float, float]] = []
         self.granted = 0
 
     def ask(self) -> None:
-        t0 = time.monotonic()
+        start = time.time()
         self._send({"type": REQUEST})
         if self._read().get("cmd") != GRANT:
             os._exit(3)
-        self.waited_s += time.monotonic() - t0
+        self.wait_spans.append((start, time.time()))
         self.granted += 1
 
     def done(self) -> None:

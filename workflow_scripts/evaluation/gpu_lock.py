@@ -206,6 +206,7 @@ class YieldingLease:
         self._stop = threading.Event()
         self._frozen_s = 0.0
         self._frozen_since: float | None = None
+        self.stop_spans: list[tuple[float, float]] = []  # each stop of the followed tree, ended: (start, end) epoch s
         self._watcher = threading.Thread(target=self._watch, name=f"gpu{lease.gpu}-yield", daemon=True)
 
     def __enter__(self) -> YieldingLease:
@@ -297,7 +298,7 @@ class YieldingLease:
             if tree is None:
                 yield
                 return
-            self._frozen_since = time.monotonic()
+            self._frozen_since, start = time.monotonic(), time.time()
             try:
                 yield
             finally:
@@ -305,6 +306,7 @@ class YieldingLease:
                 # deadline), never under.
                 self._frozen_s += time.monotonic() - self._frozen_since
                 self._frozen_since = None
+                self.stop_spans.append((start, time.time()))
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from workflow_scripts.core.columns import column_names
+from workflow_scripts.core.intervals import covered_seconds
 from workflow_scripts.core.records import RUN_START_FILE, TIMED_KINDS, TIMELINE_FILE
 
 STEADY_AFTER_S = 60.0  # the busy share leaves out the run's first minute
@@ -56,18 +57,6 @@ def load_spans(locks: Path | str) -> pd.DataFrame:
     return frame.astype({"host": "string", "gpu": "string", "activity": "string", "purpose": "string",
                          "problem": "string", "answer": "string", "start": "float64", "seconds": "float64",
                          "compile_time_s": "Float64", "pid": "Int64"})
-
-
-def covered_seconds(intervals: list[tuple[float, float]], low: float = float("-inf"),
-                    high: float = float("inf")) -> float:
-    """Seconds of [low, high] that at least one interval covers (overlaps counted once)."""
-    total, reach = 0.0, low
-    for start, end in sorted(intervals):
-        start, end = max(start, reach), min(end, high)
-        if end > start:
-            total += end - start
-            reach = end
-    return total
 
 
 def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.DataFrame:
