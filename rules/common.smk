@@ -97,7 +97,7 @@ def _bound_by_the_host():
     if not workflow.is_main_process or submits or workflow.output_settings.dryrun:
         return
     gpus = visible_gpus(EVAL.get("gpus")) if DEVICE == "cuda" else []
-    slots = baseline_slots(workflow.cores, baseline_threads())
+    slots = baseline_slots(run_cores(), baseline_threads())
     for name, value in host_resources(DEVICE, gpus, gpu_memory_gib, host_memory_bytes(), slots).items():
         if workflow.global_resources.get(name).value is None:
             workflow.register_resource(name, value)

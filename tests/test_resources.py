@@ -254,11 +254,18 @@ def test_a_baseline_compiles_with_a_quarter_of_the_run_s_cores_unless_configured
     assert compile_threads(64) == 2 and compile_threads(None) == 2
 
 
-def test_baselines_together_take_at_most_half_the_run_s_cores() -> None:
+def test_baselines_together_take_at_most_half_the_run_s_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(128)))  # a 128-core host
     # The H200 host's 16 cores: two baselines of 4 workers, 8 cores left to the evaluations.
     assert baseline_slots(16, compile_threads(16)) * compile_threads(16) <= 8
     assert [baseline_slots(cores, threads) for cores, threads in ((16, 4), (128, 8), (2, 1), (1, 1), (4, 8))] == [
         2, 8, 1, 1, 1]  # always one at least, even where one baseline's workers outnumber half the cores
+    # No --cores (Snakemake's API without them): the cores this process may run on, as compile_threads reads them.
+    assert baseline_slots(None, 8) == 8
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
+    assert baseline_slots(None, 1) == baseline_slots(64, 1) == 2
 
 
 @pytest.mark.integration

@@ -93,10 +93,12 @@ def compile_threads(cores: int | None, configured: int | None = None) -> int:
     return max(1, min(MAX_COMPILE_THREADS, min(cores or usable, usable) // COMPILE_CORE_FRACTION))
 
 
-def baseline_slots(cores: int, threads: int) -> int:
+def baseline_slots(cores: int | None, threads: int) -> int:
     """How many baseline jobs a local run lets compile at once (Snakemake's ``baselines`` resource): together at most
-    ``BASELINES_CORE_SHARE`` of its ``cores`` at ``threads`` each, and at least one."""
-    return max(1, int(cores * BASELINES_CORE_SHARE) // max(1, threads))
+    ``BASELINES_CORE_SHARE`` of the cores it may use (``cores``, the run's --cores, or the CPU affinity where fewer or
+    none is given) at ``threads`` each, and at least one."""
+    usable = len(os.sched_getaffinity(0))
+    return max(1, int(min(cores or usable, usable) * BASELINES_CORE_SHARE) // max(1, threads))
 
 
 def forward_gib(inputs: float, outputs: float, params: float) -> float:
