@@ -13,23 +13,23 @@ import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Says it starts waiting for GPU 0 exclusively (polling fast, giving up after 10 s), then how long it waited once it
-# holds it; holds it, leaves.
+# Says it starts waiting for GPU 0 exclusively (polling fast, giving up after its third argument's seconds), then how
+# long it waited once it holds it; holds it, leaves.
 TIMER = """
 import sys, time
 from workflow_scripts.evaluation.gpu_lock import acquire_gpu
 print("waiting", flush=True)
 t0 = time.monotonic()
-with acquire_gpu(exclusive=True, gpus=["0"], lock_dir=sys.argv[1], poll_s=0.05, timeout_s=10.0,
+with acquire_gpu(exclusive=True, gpus=["0"], lock_dir=sys.argv[1], poll_s=0.05, timeout_s=float(sys.argv[3]),
                  purpose="evaluate"):
     print(time.monotonic() - t0, flush=True)
     time.sleep(float(sys.argv[2]))
 """
 
 
-def start_timer(lock_dir: Path, hold_s: float) -> subprocess.Popen:
+def start_timer(lock_dir: Path, hold_s: float, give_up_s: float = 10.0) -> subprocess.Popen:
     """The timing job started; it has begun waiting once its first line ("waiting") is read."""
-    timer = subprocess.Popen([sys.executable, "-c", TIMER, str(lock_dir), str(hold_s)], cwd=REPO,
+    timer = subprocess.Popen([sys.executable, "-c", TIMER, str(lock_dir), str(hold_s), str(give_up_s)], cwd=REPO,
                              stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert timer.stdout is not None and timer.stdout.readline() == "waiting\n"
     return timer

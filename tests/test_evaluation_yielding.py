@@ -1,10 +1,12 @@
-"""An evaluation job's shared GPU lease steps aside for another job's timing between the job's own GPU steps (issue
-34): on a fake GPU (the locks are files), the CPU evaluator judging answers while a timing job asks for the GPU."""
+"""An evaluation job's shared GPU lease steps aside for another job's timing between the job's own GPU steps where
+``evaluation.yield_gpu`` is set, and lasts the whole job by default (issue 34): on a fake GPU (the locks are files),
+the CPU evaluator judging answers while a timing job asks for the GPU."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,46 @@ def _overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
     return max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
 
 
+def _judged_beside_a_timer(lock_dir: Path, steps_aside: bool) -> tuple[list, subprocess.Popen, float]:
+    """Three honest answers judged under a shared lease of GPU 0, a timing job (1.5 s) asking for the GPU once the
+    first is judged: (the results, the timer, when the job ended)."""
+    cfg = EvalConfig(device="cpu", run_static=False, lock_dir=str(lock_dir), timing_trials=5, prestart=1)
+    timers = []
+
+    def another_job_times(k: int, result: object) -> None:
+        if k == 0:
+            timers.append(start_timer(lock_dir, 1.5, give_up_s=120.0))  # the default lease may keep it out long
+
+    answers = [HONEST] * 3
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=lock_dir, purpose="evaluate") as lease, \
+            YieldingLease(lease, steps_aside=steps_aside) as yielding_lease:
+        evaluator = answer_module.ProblemEvaluator(ADD, cfg, yielding_lease)
+        try:
+            evaluator.prepare(len(answers))
+            results = evaluator.evaluate([(a, static_verdict(a, cfg), cfg) for a in answers], another_job_times)
+        finally:
+            evaluator.close()
+    job_end = time.time()
+    (timer,) = timers
+    return results, timer, job_end
+
+
+@pytest.mark.integration
+def test_by_default_no_other_job_times_while_an_evaluation_holds_its_gpu(tmp_path: Path) -> None:
+    results, timer, job_end = _judged_beside_a_timer(tmp_path, steps_aside=False)
+    assert timer.stdout is not None
+    float(timer.stdout.readline())
+    timer.wait(10)
+    assert [r.status for r in results] == [Status.CORRECT.value] * 3
+    lines = _timeline(tmp_path)
+    (hold,) = [(e["start"], e["end"]) for e in lines if e["pid"] == timer.pid and e["activity"] == "lease_exclusive"]
+    own_windows = [e["end"] for e in lines if e["pid"] != timer.pid and e["activity"] == "lease_exclusive"]
+    # It got the GPU only where the job let go of its shared lease: as one of the job's own timing windows ended (its
+    # downgrade lets a waiting timer go first) or at the job's end; the job never stood aside.
+    assert any(0.0 <= hold[0] - end < 0.5 for end in own_windows) or abs(hold[0] - job_end) < 1.0
+    assert not any(e["activity"] == "lease_yielded" for e in lines)
+
+
 @pytest.mark.integration
 def test_an_evaluation_steps_aside_for_another_job_s_timing_between_its_gpu_steps(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,24 +89,7 @@ def test_an_evaluation_steps_aside_for_another_job_s_timing_between_its_gpu_step
                 turns.append((start, time.time()))
 
     monkeypatch.setattr(YieldingLease, "held", recorded)
-    cfg = EvalConfig(device="cpu", run_static=False, lock_dir=str(tmp_path), timing_trials=5, prestart=1)
-    timers = []
-
-    def another_job_times(k: int, result: object) -> None:  # once the first answer is judged, for 1.5 s
-        if k == 0:
-            timers.append(start_timer(tmp_path, 1.5))
-
-    answers = [HONEST] * 3
-    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="evaluate") as lease, \
-            YieldingLease(lease) as yielding_lease:
-        evaluator = answer_module.ProblemEvaluator(ADD, cfg, yielding_lease)
-        try:
-            evaluator.prepare(len(answers))
-            results = evaluator.evaluate([(a, static_verdict(a, cfg), cfg) for a in answers], another_job_times)
-        finally:
-            evaluator.close()
-    job_end = time.time()
-    (timer,) = timers
+    results, timer, job_end = _judged_beside_a_timer(tmp_path, steps_aside=True)
     assert timer.stdout is not None
     waited = float(timer.stdout.readline())
     timer.wait(10)

@@ -148,6 +148,13 @@ class EvalConfig(RunConfig):
     # GPU memory), 1 on the CPU. Bounded by host memory: each holds its own input and output areas
     # (ProblemEvaluator.batch_size).
     prestart: int | None = None
+    # Whether an evaluate job's shared GPU lease steps aside for other jobs' timing between the job's own GPU steps
+    # (gpu_lock.YieldingLease, as baselines do), stopping its answer's process meanwhile; off: the lease lasts the
+    # whole job, so no other job times on that GPU while one of its answers lives. Off by default: a stopped process
+    # stops its CPU, not GPU work it left queued, so a hostile answer could leave a kernel running into another job's
+    # timing, which the whole-job lease rules out (issue 34: on an H100 the GPU was busy 16% of a run without it;
+    # docs/evaluation.md).
+    yield_gpu: bool = False
     # Trials per block of paired timing (timing.paired_blocks): the eager reference is timed on the same inputs in
     # blocks alternating with the answer's, and the speedup is taken against it. 0: the answer alone, in one window
     # (KernelBench's loop; the speedup is then taken against the baseline stage's eager time).

@@ -30,11 +30,13 @@ Yielding: a baseline job (``YieldingLease``) holds its GPU shared while its chil
 trusted process watches the gate instead: when a timing job waits, it stops the child's process tree (``freezer``),
 drops the shared lock and takes it back through the gate as ``downgrade`` does, so the waiter times first, then
 resumes the child (``lease_yielded`` on the timeline). The job's own exclusive windows (``YieldingLease.upgrade``)
-are never given up. An evaluation job yields the same way between its steps: its trusted side's own GPU work (the
-reference side's preparation, each correctness trial, an answer process's device start) runs in ``held`` blocks,
-which the watcher never cuts, and the answer's process, once it runs the answer's code, is the followed tree. Before
-evaluations yielded, a job waiting to time waited for every other evaluation on its GPU to end or to time (their
-shared leases lasted their whole jobs): on an H100, 16% of a 20-problem run's wall was timing (bench/README.md, s26).
+are never given up. Where ``evaluation.yield_gpu`` is set, an evaluation job yields the same way between its steps:
+its trusted side's own GPU work (the reference side's preparation, each correctness trial, an answer process's device
+start) runs in ``held`` blocks, which the watcher never cuts, and the answer's process, once it runs the answer's
+code, is the followed tree. Off by default: a stopped process's queued GPU work still runs, so a hostile answer could
+leave a kernel running into the other job's timing; the whole-job shared lease rules that out, at a price: a job
+waiting to time waits for every other evaluation on its GPU to end or to time (on an H100, 16% of a 20-problem run's
+wall was timing; bench/README.md, s26).
 
 Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, expected peak memory if given) next to the lock, removed
 on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live holders'
@@ -194,9 +196,10 @@ class YieldingLease:
     watcher step aside or the job hold an exclusive window, never both. ``frozen_s``: how long the tree was held
     stopped, which is no time of the job's (its deadline moves by it)."""
 
-    def __init__(self, lease: GpuLease, poll_s: float = GATE_POLL_S) -> None:
+    def __init__(self, lease: GpuLease, poll_s: float = GATE_POLL_S, steps_aside: bool = True) -> None:
         self.lease = lease
         self._poll_s = poll_s
+        self.steps_aside = steps_aside  # False: no watcher; the lease stays shared for the job (held blocks still lock)
         # Held by the watcher while it steps aside, by the job from upgrade to downgrade and in ``held`` blocks
         # (re-entrant: a job's held block may take an exclusive window).
         self._turn = threading.RLock()
@@ -210,12 +213,14 @@ class YieldingLease:
         self._watcher = threading.Thread(target=self._watch, name=f"gpu{lease.gpu}-yield", daemon=True)
 
     def __enter__(self) -> YieldingLease:
-        self._watcher.start()
+        if self.steps_aside:
+            self._watcher.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()  # a step-aside in progress gives up waiting: the job is ending
-        self._watcher.join()
+        if self.steps_aside:
+            self._watcher.join()
 
     @property
     def gpu(self) -> str:
@@ -310,12 +315,13 @@ class YieldingLease:
 
 
 @contextlib.contextmanager
-def yielding(lease: GpuLease | None) -> Iterator[YieldingLease | None]:
-    """``lease`` as a ``YieldingLease`` for the ``with`` block; None where no lease is taken (the CPU)."""
+def yielding(lease: GpuLease | None, steps_aside: bool = True) -> Iterator[YieldingLease | None]:
+    """``lease`` as a ``YieldingLease`` for the ``with`` block (one that never steps aside where ``steps_aside`` is
+    False); None where no lease is taken (the CPU)."""
     if lease is None:
         yield None
         return
-    with YieldingLease(lease) as yielding_lease:
+    with YieldingLease(lease, steps_aside=steps_aside) as yielding_lease:
         yield yielding_lease
 
 
