@@ -2,7 +2,8 @@
 # One device call of issue 34's whole-DAG comparison (bench/dag_vs_kernelbench.py on config/dag_bench.yaml):
 #   SIDE=pipeline bash bench/dag_bench_run.sh      # snakemake to summary.json, baselines included (FRESH=1: from empty)
 #   SIDE=kernelbench bash bench/dag_bench_run.sh   # KernelBench's harness, 4 processes under a GPU lock (resumes)
-# env: SIDE, FRESH (pipeline, default 1; 0 goes on from a cut-off call), SNAKEMAKE_ARGS, TIMEOUT_S (default 540), RESUME (kernelbench: a
+# env: SIDE, CONFIGS (default config/dag_bench.yaml; overlays after it, e.g. config/yield_gpu.yaml), FRESH (pipeline,
+# default 1; 0 goes on from a cut-off call), SNAKEMAKE_ARGS, TIMEOUT_S (default 540), RESUME (kernelbench: a
 # kernelbench.jsonl in the repository to continue). Before: bash bench/dag_answers.sh (answers into .kb/answers),
 # `make wheelhouse` then `rm wheelhouse/numpy-*`. Carry: .kb, .kbwheels, wheelhouse.
 set -uo pipefail
@@ -10,7 +11,8 @@ OUT=${OUT:-/tmp/h200-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt"
-B="python3 bench/dag_vs_kernelbench.py --config config/dag_bench.yaml --out $OUT"
+B="python3 bench/dag_vs_kernelbench.py --config ${CONFIGS:-config/dag_bench.yaml} --out $OUT"
+RESULTS=$(python3 -c "import sys; sys.path.insert(0, '.'); from workflow_scripts.core import configuration as c; print(c.load(sys.argv[1:])['results_dir'])" ${CONFIGS:-config/dag_bench.yaml})
 SECONDS=0
 case ${SIDE:?SIDE=pipeline or kernelbench} in
   pipeline)
@@ -21,7 +23,7 @@ case ${SIDE:?SIDE=pipeline or kernelbench} in
     $B --side pipeline $([ "${FRESH:-1}" = 1 ] && echo --fresh) --pipeline-timeout-s "${TIMEOUT_S:-540}" \
       --snakemake-args "${SNAKEMAKE_ARGS:---cores all}" > "$OUT/pipeline.log" 2>&1
     echo "pipeline: rc=$? in ${SECONDS}s"
-    tar czf "$OUT/dag_results.tgz" --exclude=results/dag_bench/.store --exclude=results/dag_bench/.locks results/dag_bench 2>/dev/null
+    tar czf "$OUT/dag_results.tgz" --exclude="$RESULTS/.store" --exclude="$RESULTS/.locks" "$RESULTS" 2>/dev/null
     tail -c 1500 "$OUT/pipeline.log" ;;
   kernelbench)
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .kbwheels/*.whl || exit 1

@@ -40,7 +40,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
@@ -49,6 +48,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import kernelbench_harness  # noqa: E402
 
 from workflow_scripts.analysis.extract import extract_code  # noqa: E402
+from workflow_scripts.core import configuration  # noqa: E402
 from workflow_scripts.generation.replay import rename_reference_model  # noqa: E402
 from workflow_scripts.suite.kernelbench import problem_files  # noqa: E402
 
@@ -128,7 +128,7 @@ def run_kernelbench(config: dict, root: Path, out: Path, kb_src: Path, parallel:
             "job_wall_s_sum": round(sum(r["wall_s"] for r in lines), 1)}
 
 
-def run_pipeline(config_path: Path, config: dict, root: Path, out: Path, snakemake_args: str, fresh: bool,
+def run_pipeline(config_paths: list[Path], config: dict, root: Path, out: Path, snakemake_args: str, fresh: bool,
                  timeout_s: float) -> dict:
     """The run, its output streamed to ``<out>/snakemake.log``; after ``timeout_s`` its whole process group is
     stopped (the jobs too: none may keep the GPU), and a later call without ``fresh`` goes on from the files made
@@ -138,7 +138,7 @@ def run_pipeline(config_path: Path, config: dict, root: Path, out: Path, snakema
         for folder in (results, root / config["store"]):
             if folder.resolve().is_relative_to(root.resolve()):
                 shutil.rmtree(folder, ignore_errors=True)
-    command = [sys.executable, "-m", "snakemake", "--configfile", str(config_path), *shlex.split(snakemake_args)]
+    command = [sys.executable, "-m", "snakemake", "--configfile", *map(str, config_paths), *shlex.split(snakemake_args)]
     t0 = time.monotonic()
     sampling = threading.Event()
     sampler = threading.Thread(target=_sample_host, args=(out / "host_load.jsonl", sampling), daemon=True)
@@ -196,7 +196,8 @@ def _sample_host(path: Path, stop: threading.Event, every_s: float = 5.0) -> Non
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--config", type=Path, nargs="+", required=True,
+                        help="the configuration, and overlays merged over it (config/yield_gpu.yaml)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--side", choices=("pipeline", "kernelbench"), required=True)
     parser.add_argument("--kb-src", type=Path, help="KernelBench's source at the pinned revision (kernelbench side)")
@@ -207,7 +208,7 @@ def main() -> None:
                         help="the pipeline's command line after --configfile")
     parser.add_argument("--fresh", action="store_true", help="pipeline: empty results folder and store first")
     args = parser.parse_args()
-    config = yaml.safe_load(args.config.read_text())
+    config = configuration.load(args.config)  # merged as Snakemake merges its --configfile values
     args.out.mkdir(parents=True, exist_ok=True)
     if args.side == "kernelbench" and args.kb_src is None:
         parser.error("--side kernelbench needs --kb-src")

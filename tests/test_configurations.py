@@ -12,6 +12,7 @@ from workflow_scripts.core import configuration as workflow_configuration
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGURATIONS = {"demo": ["config.yaml"], "study": ["config/study.yaml"], "h200": ["config/h200.yaml"],
                   "dag bench": ["config/dag_bench.yaml"],
+                  "dag bench, evaluations yielding": ["config/dag_bench.yaml", "config/yield_gpu.yaml"],
                   "study, KernelBench exact": ["config/study.yaml", "config/kernelbench_exact.yaml"]}
 
 
@@ -26,7 +27,7 @@ def test_every_configuration_has_its_own_results_folder_and_store() -> None:
         assert folder.parent == PurePosixPath("results"), (name, folder)  # results/<configuration>
         for other, elsewhere in folders.items():
             assert other == name or folder not in elsewhere.parents, (name, other)  # none nested in another
-    for name in ("demo", "study", "h200", "dag bench"):  # its store inside it
+    for name in ("demo", "study", "h200", "dag bench", "dag bench, evaluations yielding"):  # its store inside it
         config = configuration(CONFIGURATIONS[name])
         assert PurePosixPath(config["results_dir"]) in PurePosixPath(workflow_configuration.store_dir(config)).parents, name
     exact = configuration(CONFIGURATIONS["study, KernelBench exact"])
