@@ -88,7 +88,7 @@ class ProblemEvaluator:
     def __init__(self, problem_path: Path, config: EvalConfig, lease: gpu_lock.YieldingLease | None) -> None:
         self.problem_path = Path(problem_path)
         self.cfg = config
-        self.lease = lease  # shared, stepping aside for other jobs' timing between this job's GPU steps (gpu_turn)
+        self.lease = lease  # shared; with yield_gpu it steps aside for other jobs' timing between GPU steps (gpu_turn)
         self.gpu = lease.gpu if lease else None
         self.base = Path(tempfile.mkdtemp(prefix="kbeval-"))
         self.triton_template: Path | None = None
