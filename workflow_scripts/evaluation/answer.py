@@ -321,11 +321,13 @@ class ProblemEvaluator:
                 ev.phases["close_s"] = time.monotonic() - t_close  # its tree exited, its areas unmapped
                 results.append(judged(cfg, ev, static, self.phases))
             finally:
-                slot.close()
-                with self.gpu_turn():
-                    self.reference.release_cached_memory()
-                if self.lease is not None:
-                    self.lease.downgrade()  # where the answer was timed
+                try:
+                    with self.gpu_turn():  # its process's end and its areas' unpinning are driver work
+                        slot.close()
+                        self.reference.release_cached_memory()
+                finally:
+                    if self.lease is not None:
+                        self.lease.downgrade()  # where the answer was timed; whatever the lines above raised
             # From taking up the answer to being ready for the next (what an answer costs the job).
             results[-1].phases_s["answer_wall_s"] = time.monotonic() - t_answer
             if on_result is not None:
@@ -333,11 +335,12 @@ class ProblemEvaluator:
         return results
 
     def close(self) -> None:
-        self.gate.close()  # its thread leaves every channel before the children end
-        for slot in self._slots:
-            slot.close()  # idempotent: kill() of a reaped child and close() of a closed area do nothing
-        if self.reference is not None:
-            self.reference.close()
+        self.gate.close()  # its thread leaves every channel before the children end; its page-locking has ended
+        with self.gpu_turn():  # the children's ends and the trusted side's unpinning are driver work
+            for slot in self._slots:
+                slot.close()  # idempotent: kill() of a reaped child and close() of a closed area do nothing
+            if self.reference is not None:
+                self.reference.close()
         if self.cfg.keep_workdir:
             print(f"kept evaluation directory {self.base}", file=sys.stderr)
         else:

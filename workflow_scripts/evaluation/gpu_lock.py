@@ -210,6 +210,8 @@ class YieldingLease:
         self._frozen_s = 0.0
         self._frozen_since: float | None = None
         self.stop_spans: list[tuple[float, float]] = []  # each stop of the followed tree, ended: (start, end) epoch s
+        self._warned = False
+        self.incomplete_stops = 0  # stops after which a process of the tree was still running
         self._watcher = threading.Thread(target=self._watch, name=f"gpu{lease.gpu}-yield", daemon=True)
 
     def __enter__(self) -> YieldingLease:
@@ -258,15 +260,13 @@ class YieldingLease:
             return 0.0
         self._turn.acquire()
         try:
-            if stop_followed:
-                with self._stopped_tree():
-                    waited = self.lease.upgrade(timeout_s=timeout_s)
-            else:
+            with self._stopped_tree() if stop_followed else contextlib.nullcontext():
                 waited = self.lease.upgrade(timeout_s=timeout_s)
+                self._upgraded = True  # from here the window is held: ``downgrade`` gives it back, whatever follows
         except BaseException:
-            self._turn.release()
+            if not self._upgraded:
+                self._turn.release()
             raise
-        self._upgraded = True
         return waited
 
     def downgrade(self) -> None:
@@ -287,8 +287,11 @@ class YieldingLease:
                 continue  # the job holds (or is taking) an exclusive window
             try:
                 if self.lease.mode == "shared" and self.lease.timer_waiting():
-                    with self._stopped_tree():
-                        self.lease.step_aside(REENTRY_POLL_S, self._stop.is_set)
+                    with self._stopped_tree() as complete:
+                        if complete:
+                            self.lease.step_aside(REENTRY_POLL_S, self._stop.is_set)
+                        else:  # a process of the tree still runs: it could run beside the timer, so no step-aside
+                            self._warn_once("a process of its child's tree could not be stopped")
             except OSError as e:  # a lock call failed: hold the shared lock again and stop yielding, visibly
                 if self.lease.mode == "shared":
                     fcntl.flock(self.lease._fd, fcntl.LOCK_SH)
@@ -299,17 +302,26 @@ class YieldingLease:
             finally:
                 self._turn.release()
 
+    def _warn_once(self, why: str) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"GPU {self.lease.gpu}: the {self.lease.purpose} job's lease did not step aside for a "
+                          f"timing job: {why}", RuntimeWarning, stacklevel=2)
+
     @contextlib.contextmanager
-    def _stopped_tree(self) -> Iterator[None]:
+    def _stopped_tree(self) -> Iterator[bool]:
         """The followed tree stopped for the block (``freezer``): while this job holds no lock its child must touch
-        neither the GPU nor the CPU; the seconds go to ``frozen_s``."""
+        neither the GPU nor the CPU; the seconds go to ``frozen_s``, the span to ``stop_spans``. Yields whether every
+        process of the tree was seen stopped (True where nothing is followed)."""
+        start = time.time()  # before the stop: stopping a tree of many processes takes a while
         with self._pid_lock, freezer.frozen(self._pid) as tree:
             if tree is None:
-                yield
+                yield True
                 return
-            self._frozen_since, start = time.monotonic(), time.time()
+            self._frozen_since = time.monotonic()
+            self.incomplete_stops += 0 if tree.complete else 1
             try:
-                yield
+                yield tree.complete
             finally:
                 # Added before the start is cleared (and before the thaw): a reader in between over-counts (a later
                 # deadline), never under.

@@ -155,9 +155,10 @@ class AnswerSession:
             if self.gate is not None:
                 self.gate.resume()  # paused for a timing that an error cut short
             self._events(ans)
-            if self.lease is not None:
-                self.lease.follow(None)  # before the kill: its pid, once reused, is never stopped
-            ans.kill()
+            with self._gpu_turn():  # its process ends before the lease may stand aside again
+                if self.lease is not None:
+                    self.lease.follow(None)  # before the kill: its pid, once reused, is never stopped
+                ans.kill()
             self.phases["total_s"] = time.monotonic() - t_start
 
     def _drive(self, ans: ChildProcess, t_start: float) -> None:
@@ -320,13 +321,15 @@ class AnswerSession:
             self.deadline += self.phases["next_child_wait_s"]
         if self.lease is not None:
             left = self.deadline - time.monotonic()
-            t0 = time.monotonic()
+            t0, incomplete = time.monotonic(), self.lease.incomplete_stops
             try:
                 # The answer's process stopped while it waits: nor beside another job's timing.
                 waited = self.lease.upgrade(max(1.0, left), stop_followed=True)
             except gpu_lock.GpuLockTimeout:
                 raise ChildTimeout() from None
             self._add_phase("answer_stopped_s", time.monotonic() - t0)
+            if self.lease.incomplete_stops > incomplete:
+                self.phases["answer_stop_incomplete"] = 1.0  # a process of its tree still ran while it waited
             self.phases["gpu_lock_wait_s"] = waited
             self.deadline += time.monotonic() - t0
 
