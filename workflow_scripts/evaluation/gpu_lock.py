@@ -199,7 +199,7 @@ class YieldingLease:
     def __init__(self, lease: GpuLease, poll_s: float = GATE_POLL_S, steps_aside: bool = True) -> None:
         self.lease = lease
         self._poll_s = poll_s
-        self.steps_aside = steps_aside  # False: no watcher; the lease stays shared for the job (held blocks still lock)
+        self.steps_aside = steps_aside  # False: no watcher, held blocks run at once; the lease stays shared for the job
         # Held by the watcher while it steps aside, by the job from upgrade to downgrade and in ``held`` blocks
         # (re-entrant: a job's held block may take an exclusive window).
         self._turn = threading.RLock()

@@ -89,16 +89,20 @@ def compile_threads(cores: int | None, configured: int | None = None) -> int:
     the submitting process asked for."""
     if configured:
         return int(configured)
-    usable = len(os.sched_getaffinity(0))
-    return max(1, min(MAX_COMPILE_THREADS, min(cores or usable, usable) // COMPILE_CORE_FRACTION))
+    return max(1, min(MAX_COMPILE_THREADS, _usable_cores(cores) // COMPILE_CORE_FRACTION))
 
 
 def baseline_slots(cores: int | None, threads: int) -> int:
     """How many baseline jobs a local run lets compile at once (Snakemake's ``baselines`` resource): together at most
-    ``BASELINES_CORE_SHARE`` of the cores it may use (``cores``, the run's --cores, or the CPU affinity where fewer or
-    none is given) at ``threads`` each, and at least one."""
+    ``BASELINES_CORE_SHARE`` of the cores it may use (``_usable_cores``) at ``threads`` each, and at least one."""
+    return max(1, int(_usable_cores(cores) * BASELINES_CORE_SHARE) // max(1, threads))
+
+
+def _usable_cores(cores: int | None) -> int:
+    """``cores`` (the run's --cores), or the cores this process may run on (its CPU affinity) where fewer or where
+    none is given."""
     usable = len(os.sched_getaffinity(0))
-    return max(1, int(min(cores or usable, usable) * BASELINES_CORE_SHARE) // max(1, threads))
+    return min(cores or usable, usable)
 
 
 def forward_gib(inputs: float, outputs: float, params: float) -> float:
