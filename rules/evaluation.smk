@@ -133,6 +133,9 @@ rule evaluate:
         LAYOUT.log("evaluations/{model}/level{level}_{problem_id}"),
     resources:
         runtime=int(EVAL["timeout_s"] // 60) + 10,
+        # A local run gives each GPU JOBS_PER_GPU evaluations (evaluation/resources.py host_resources); `gpu` adds the
+        # baselines' places.
+        evaluations=1,
         **gpu_resources(),
         **memory_resources("evaluate"),
     conda:

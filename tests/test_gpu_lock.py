@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import select
 import subprocess
 import sys
@@ -319,3 +320,52 @@ def test_a_yielding_lease_never_steps_aside_in_its_own_exclusive_window(tmp_path
         timer.wait(10)
     kinds = [e["activity"] for e in _timeline(tmp_path) if e["purpose"] == "baseline"]  # the timer's lines apart
     assert kinds == ["lease_shared", "lease_wait", "lease_exclusive", "lease_shared"]  # no lease_yielded
+
+
+def test_a_yielding_lease_stays_put_while_a_pinned_holder_keeps_the_timer_out(tmp_path: Path) -> None:
+    """An evaluation that never steps aside pins the GPU while shared: a baseline stepping aside then would stop its
+    compile for nothing (the timer cannot start before the evaluation lets go). The baseline steps aside once the
+    evaluation's upgrade drops its pin, and the evaluation's timing still excludes the timer."""
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="evaluate") as pinned_lease, \
+            YieldingLease(pinned_lease, steps_aside=False) as evaluation, \
+            _yielding_lease_following_a_busy_child(tmp_path) as (_lease, baseline, child):
+        timer = start_timer(tmp_path, 0.5)
+        assert timer.stdout is not None
+        time.sleep(1.0)  # the timer waits on the gate all along, behind the pinned evaluation
+        assert not stopped(child) and baseline.frozen_s == 0.0  # the baseline's child kept running
+        assert not select.select([timer.stdout], [], [], 0)[0]
+        evaluation.upgrade(timeout_s=10.0)  # drops its shared lock and its pin: now the baseline steps aside
+        assert pinned_lease.mode == "exclusive"
+        evaluation.downgrade()  # the timer went first or goes now
+        assert float(timer.stdout.readline()) >= 1.0
+        assert baseline.frozen_s > 0.0  # it stood aside for the timer once nothing else kept it out
+        timer.wait(10)
+        timer_pid = timer.pid
+    lines = _timeline(tmp_path)
+    (timer_hold,) = [(e["start"], e["end"]) for e in lines if e["pid"] == timer_pid and e["activity"] == "lease_exclusive"]
+    (own,) = [(e["start"], e["end"]) for e in lines if e["pid"] != timer_pid and e["activity"] == "lease_exclusive"]
+    (aside,) = [(e["start"], e["end"]) for e in lines if e["activity"] == "lease_yielded"]
+    assert own[1] <= timer_hold[0] or timer_hold[1] <= own[0]  # the two windows never overlap (either goes first)
+    assert aside[0] <= timer_hold[0] and timer_hold[1] <= aside[1]  # the baseline stood aside for the timer's hold
+
+
+def test_a_pin_follows_the_shared_lock(tmp_path: Path) -> None:
+    """The pin is held exactly while a pinning lease holds its shared lock: not across an upgrade's wait or window."""
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path) as lease, \
+            acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path) as other:
+        assert not other.timer_blocked_elsewhere()
+        lease.pin()
+        assert other.timer_blocked_elsewhere() and not lease.timer_blocked_elsewhere()
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path) as lease, \
+            acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path / "other") as elsewhere:
+        lease.pin()
+        lease.upgrade(timeout_s=5.0)
+        probe = GpuLease("0", "shared", tmp_path / "gpu0.lock", 0.0,
+                         _pin_fd=os.open(tmp_path / "gpu0.pin", os.O_RDWR))
+        try:
+            assert not probe.timer_blocked_elsewhere()  # in its window the lease pins nothing
+            lease.downgrade()
+            assert probe.timer_blocked_elsewhere()  # shared again, pinned again
+        finally:
+            os.close(probe._pin_fd)
+        assert not elsewhere.timer_blocked_elsewhere()  # another lock folder's GPU 0 is another GPU

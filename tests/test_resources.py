@@ -254,18 +254,18 @@ def test_a_baseline_compiles_with_a_quarter_of_the_run_s_cores_unless_configured
     assert compile_threads(64) == 2 and compile_threads(None) == 2
 
 
-def test_baselines_together_take_at_most_half_the_run_s_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_baselines_together_take_at_most_three_quarters_of_the_run_s_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(128)))  # a 128-core host
-    # The H200 host's 16 cores: two baselines of 4 workers, 8 cores left to the evaluations.
-    assert baseline_slots(16, compile_threads(16)) * compile_threads(16) <= 8
+    # The H200 host's 16 cores: three baselines of 4 workers, 4 cores left to the evaluations (one per JOBS_PER_GPU).
+    assert baseline_slots(16, compile_threads(16)) * compile_threads(16) == 12 == 16 - JOBS_PER_GPU
     assert [baseline_slots(cores, threads) for cores, threads in ((16, 4), (128, 8), (2, 1), (1, 1), (4, 8))] == [
-        2, 8, 1, 1, 1]  # always one at least, even where one baseline's workers outnumber half the cores
+        3, 12, 1, 1, 1]  # always one at least, even where one baseline's workers outnumber the share
     # No --cores (Snakemake's API without them): the cores this process may run on, as compile_threads reads them.
-    assert baseline_slots(None, 8) == 8
+    assert baseline_slots(None, 8) == 12
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
-    assert baseline_slots(None, 1) == baseline_slots(64, 1) == 2
+    assert baseline_slots(None, 1) == baseline_slots(64, 1) == 3
 
 
 @pytest.mark.integration
@@ -298,11 +298,13 @@ def test_the_baseline_rule_reserves_its_compile_workers_as_threads(tmp_path: Pat
 def test_a_local_run_is_bounded_by_the_host_s_gpus_and_memory() -> None:
     cards = {"0": 139.8, "1": 139.8}
     found = host_resources("cuda", ["0", "1"], cards.get, 128 * GIB, baselines=2)
-    # Each baseline slot comes on top of the GPUs' evaluation places: a baseline takes none of them.
-    assert found == {"gpu": 2 * JOBS_PER_GPU + 2, "gpu_mem_gb": 279, "baselines": 2,
+    # Each baseline slot comes on top of the GPUs' evaluation places: a baseline takes none of them, and the
+    # evaluations alone never take more than theirs (once the baselines end, too).
+    assert found == {"gpu": 2 * JOBS_PER_GPU + 2, "evaluations": 2 * JOBS_PER_GPU, "gpu_mem_gb": 279, "baselines": 2,
                      "mem_mb": int(128 * GIB * HOST_MEMORY_SHARE / 1e6)}
     # What cannot be read stays unbounded: a card NVML does not answer for, the host's memory, a host with no GPU.
-    assert host_resources("cuda", ["0", "1"], {"0": 139.8}.get, None) == {"gpu": 2 * JOBS_PER_GPU + 1, "baselines": 1}
+    assert host_resources("cuda", ["0", "1"], {"0": 139.8}.get, None) == {
+        "gpu": 2 * JOBS_PER_GPU + 1, "evaluations": 2 * JOBS_PER_GPU, "baselines": 1}
     assert host_resources("cuda", [], cards.get, GIB) == {"mem_mb": int(GIB * HOST_MEMORY_SHARE / 1e6), "baselines": 1}
     # On the CPU no job declares a GPU: the host's memory and the baselines' cores are bounded.
     assert host_resources("cpu", ["0"], cards.get, GIB) == {"mem_mb": int(GIB * HOST_MEMORY_SHARE / 1e6), "baselines": 1}
@@ -324,9 +326,10 @@ def test_the_readme_command_gives_each_visible_gpu_its_jobs_unless_told_otherwis
     found = provided()
     # --cores 1: one baseline at a time, its place on top of the two GPUs' evaluation places.
     assert found["baselines"] == 1 and found["gpu"] == 2 * JOBS_PER_GPU + 1
+    assert found["evaluations"] == 2 * JOBS_PER_GPU
     assert found["mem_mb"] == int(host_memory_bytes() * HOST_MEMORY_SHARE / 1e6)
     # The command line's bound wins, the others stay the host's.
     told = provided("--resources", "gpu=3")
     assert told["gpu"] == 3 and told["mem_mb"] == found["mem_mb"]
     # A run given --jobs (a cluster's submission, as profiles/slurm) bounds nothing by the submitting host.
-    assert not {"gpu", "mem_mb", "gpu_mem_gb", "baselines"} & set(provided("--jobs", "2"))
+    assert not {"gpu", "evaluations", "mem_mb", "gpu_mem_gb", "baselines"} & set(provided("--jobs", "2"))

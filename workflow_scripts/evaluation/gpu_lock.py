@@ -30,7 +30,10 @@ Yielding: a baseline job (``YieldingLease``) holds its GPU shared while its chil
 trusted process watches the gate instead: when a timing job waits, it stops the child's process tree (``freezer``),
 drops the shared lock and takes it back through the gate as ``downgrade`` does, so the waiter times first, then
 resumes the child (``lease_yielded`` on the timeline). The job's own exclusive windows (``YieldingLease.upgrade``)
-are never given up. Where ``evaluation.yield_gpu`` is set, an evaluation job yields the same way between its steps:
+are never given up. A shared lease that never steps aside (an evaluation's by default) pins its GPU (``gpu<g>.pin``
+held shared, dropped with the shared lock as its upgrade begins): while one does, a waiting timer cannot start anyway,
+so a yielding lease leaves it alone and its child keeps compiling (``timer_blocked_elsewhere``; only a hint, the lock
+alone decides who holds the GPU). Where ``evaluation.yield_gpu`` is set, an evaluation job yields the same way between its steps:
 its trusted side's own GPU work (the reference side's preparation, each correctness trial, an answer process's device
 start) runs in ``held`` blocks, which the watcher never cuts, and the answer's process, once it runs the answer's
 code, is the followed tree. Off by default: a stopped process's queued GPU work still runs, so a hostile answer could
@@ -92,6 +95,9 @@ class GpuLease:
     _info_path: Path | None = None
 
     _gate_fd: int = -1
+    # ``gpu<g>.pin``, held shared while this lease pins its GPU (``pin``): a shared holder that does not step aside.
+    _pin_fd: int = -1
+    _pins: bool = False  # set by ``pin``: the lease holds the pin whenever it holds its shared lock
     purpose: str = "job"  # what holds it (evaluate, baseline, vllm): the timeline's lines say so
     _since: float = field(default_factory=time.time)  # when the current mode began (the timeline's lease lines)
 
@@ -117,12 +123,14 @@ class GpuLease:
         gate_held = _try_lock(self._gate_fd, fcntl.LOCK_EX) if self._gate_fd >= 0 else False
         try:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._hold_pin(False)  # waiting, this job no longer keeps a timer out: a yielding lease may step aside
             while not _try_lock(self._fd, fcntl.LOCK_EX):
                 if gate_held is False and self._gate_fd >= 0:
                     gate_held = _try_lock(self._gate_fd, fcntl.LOCK_EX)
                 if timeout_s is not None and time.monotonic() - t0 > timeout_s:
                     # Fall back to shared so the caller still holds the GPU it runs on.
                     fcntl.flock(self._fd, fcntl.LOCK_SH)
+                    self._hold_pin(True)
                     self._since = self._mark("lease_wait", wait_start)  # shared again from now on
                     raise GpuLockTimeout(f"GPU {self.gpu}: no exclusive lock after {timeout_s:.0f}s")
                 time.sleep(poll_s)
@@ -145,10 +153,33 @@ class GpuLease:
         self._since = self._mark("lease_exclusive")
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._reenter_shared(poll_s)
+        self._hold_pin(True)
         self.mode = "shared"
         waited = time.monotonic() - t0
         self.waited_s += waited
         return waited
+
+    def pin(self) -> None:
+        """From now on, while shared, this lease says it will not step aside (``gpu<g>.pin`` held shared): a yielding
+        lease on the GPU then leaves a waiting timer alone (``timer_blocked_elsewhere``), since the timer cannot get
+        the GPU before this job lets it go anyway. The pin is dropped whenever the shared lock is (``upgrade``)."""
+        self._pins = True
+        self._hold_pin(self.mode == "shared")
+
+    def _hold_pin(self, hold: bool) -> None:
+        if self._pins and self._pin_fd >= 0:
+            fcntl.flock(self._pin_fd, fcntl.LOCK_SH if hold else fcntl.LOCK_UN)
+
+    def timer_blocked_elsewhere(self) -> bool:
+        """Whether another job's shared lease pins this GPU (``pin``): a waiting timer cannot start before that job
+        lets it go, so a step-aside now would only stop this job's child for nothing. One non-blocking flock on the
+        pin, released at once. Only a hint: which job holds the GPU is decided by the lock alone."""
+        if self._pin_fd < 0 or self._pins:
+            return False
+        if _try_lock(self._pin_fd, fcntl.LOCK_EX):
+            fcntl.flock(self._pin_fd, fcntl.LOCK_UN)
+            return False
+        return True
 
     def timer_waiting(self) -> bool:
         """Whether a job waits to time on this GPU: it holds the gate exclusively (``upgrade``, ``acquire_gpu``).
@@ -217,6 +248,8 @@ class YieldingLease:
     def __enter__(self) -> YieldingLease:
         if self.steps_aside:
             self._watcher.start()
+        else:
+            self.lease.pin()  # a yielding lease elsewhere on the GPU then stays put while this one keeps timers out
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -286,7 +319,8 @@ class YieldingLease:
             if not self._turn.acquire(blocking=False):
                 continue  # the job holds (or is taking) an exclusive window
             try:
-                if self.lease.mode == "shared" and self.lease.timer_waiting():
+                if (self.lease.mode == "shared" and self.lease.timer_waiting()
+                        and not self.lease.timer_blocked_elsewhere()):
                     with self._stopped_tree() as complete:
                         if complete:
                             self.lease.step_aside(REENTRY_POLL_S, self._stop.is_set)
@@ -486,6 +520,7 @@ def acquire_gpu(
     op = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     fds = {g: os.open(lock_dir / f"gpu{_safe(g)}.lock", os.O_RDWR | os.O_CREAT, 0o666) for g in cands}
     gates = {g: os.open(lock_dir / f"gpu{_safe(g)}.gate", os.O_RDWR | os.O_CREAT, 0o666) for g in cands}
+    pins = {g: os.open(lock_dir / f"gpu{_safe(g)}.pin", os.O_RDWR | os.O_CREAT, 0o666) for g in cands}
     t0 = time.monotonic()
     start = os.getpid() % len(cands)
     rotated = cands[start:] + cands[:start]
@@ -535,6 +570,7 @@ def acquire_gpu(
             holder_fd = _take_holder_slot(lock_dir, chosen)
         lease = GpuLease(gpu=chosen, mode=mode, lock_path=lock_dir / f"gpu{_safe(chosen)}.lock",
                          waited_s=time.monotonic() - t0, _fd=fds[chosen], _gate_fd=gates[chosen],
+                         _pin_fd=pins[chosen],
                          _info_path=_holder_file(lock_dir, chosen, os.getpid()), purpose=purpose)
         try:
             yield lease
@@ -546,8 +582,8 @@ def acquire_gpu(
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
-        for fd in gates.values():
-            os.close(fd)
+        for fd in [*gates.values(), *pins.values()]:
+            os.close(fd)  # a pin held goes with its file
         if holder_fd >= 0:
             os.close(holder_fd)  # closing the file releases its lock
         if chosen is not None:

@@ -56,11 +56,13 @@ HOST_MEMORY_SHARE = 0.9
 # the autotuning candidates' Triton kernels in them in parallel. A baseline job takes a quarter of the run's cores, at
 # most this many, and baselines together at most BASELINES_CORE_SHARE of them (baseline_slots): a baseline is tens of
 # seconds of compiling with the GPU only in short windows, so the run starts them first and keeps them going beside
-# the evaluations, whose cores are the rest. (With half the cores each, two baselines on an H200 host's 16 cores left
-# no core for an evaluation: they ran after every evaluation, one or two at a time; bench/README.md, s26.)
+# the evaluations, whose cores are the rest (a quarter: one per evaluation of an H200 host's JOBS_PER_GPU on its 16
+# cores). With half the cores each, two baselines on that host left no core for an evaluation: they ran after every
+# evaluation; with two slots of a quarter each, 8 of 20 baselines had ended when the evaluations had (bench/README.md,
+# s26).
 MAX_COMPILE_THREADS = 8
 COMPILE_CORE_FRACTION = 4  # a baseline's workers: the run's cores divided by this
-BASELINES_CORE_SHARE = 0.5
+BASELINES_CORE_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -266,15 +268,17 @@ def host_resources(device: str, gpus: Sequence[str], card_gib: Callable[[str], f
                    host_bytes: int | None, baselines: int = 1) -> dict[str, int]:
     """What a local run on this host gives its jobs at once, as Snakemake's global resources: ``mem_mb``
     (``HOST_MEMORY_SHARE`` of ``host_bytes``, in Snakemake's 10^6-byte MB), ``baselines`` (the baseline jobs that
-    compile at once: ``baseline_slots``) and on CUDA ``gpu`` (``JOBS_PER_GPU`` per GPU of ``gpus``, and one more for
-    each baseline slot: a baseline job holds its GPU shared and steps aside for timing, so it takes no evaluation's
-    place) and ``gpu_mem_gb`` (the cards' memory summed, in GiB: Snakemake's bound is host-wide; each card is guarded
-    by its own lock, gpu_lock). A value that cannot be read is left out, which leaves it unbounded."""
+    compile at once: ``baseline_slots``) and on CUDA ``evaluations`` (``JOBS_PER_GPU`` per GPU of ``gpus``), ``gpu``
+    (those, and one more for each baseline slot: a baseline job holds its GPU shared and steps aside for timing, so it
+    takes no evaluation's place, and once the baselines end the evaluations still number ``evaluations``) and
+    ``gpu_mem_gb`` (the cards' memory summed, in GiB: Snakemake's bound is host-wide; each card is guarded by its own
+    lock, gpu_lock). A value that cannot be read is left out, which leaves it unbounded."""
     found: dict[str, int] = {"baselines": baselines}
     if host_bytes:
         found["mem_mb"] = int(host_bytes * HOST_MEMORY_SHARE / 1e6)
     if device == "cuda" and gpus:
-        found["gpu"] = JOBS_PER_GPU * len(gpus) + baselines
+        found["evaluations"] = JOBS_PER_GPU * len(gpus)
+        found["gpu"] = found["evaluations"] + baselines
         cards = [card_gib(gpu) for gpu in gpus]
         if all(cards):
             found["gpu_mem_gb"] = int(sum(cards))
