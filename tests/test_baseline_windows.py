@@ -7,11 +7,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import select
+import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from gpu_timers import lock_refused, start_timer, stopped
 
 from workflow_scripts.evaluation.baseline import _Run
 from workflow_scripts.evaluation.baseline_windows import LINGER_S, ExclusiveWindows, bypasses_benchmarker
@@ -139,3 +143,49 @@ def test_settings_that_send_benchmarks_past_the_benchmarker_take_the_whole_first
                        "pipeline_max_autotune_gemm": True,
                        "profile_bandwidth_with_do_bench_using_profiling": True}.items():
         assert bypasses_benchmarker(SimpleNamespace(**{**defaults, key: value})), key
+
+
+def test_windows_beside_correctness_work_hold_the_job_s_turn_not_the_gpu(tmp_path: Path) -> None:
+    """``alone=False``: a benchmark keeps the lease shared (other jobs' correctness work goes on) and holds the job's
+    turn, so a timer that comes meanwhile waits for the burst and its linger, then gets the GPU through a step-aside
+    with the child stopped; a timing, and a window around the whole first call, still take the GPU exclusively."""
+    locks = tmp_path / "locks"
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
+                YieldingLease(lease) as yielding_lease:
+            with yielding_lease.held():
+                yielding_lease.follow(child.pid)
+            windows = ExclusiveWindows(yielding_lease, locks, "0", "p", alone=False)
+            assert windows.benchmark(timeout_s=5.0) == 0.0
+            assert lease.mode == "shared" and not lock_refused(str(lease.lock_path), fcntl.LOCK_SH)
+            timer = start_timer(locks, 0.3)
+            assert timer.stdout is not None
+            time.sleep(0.5)  # the benchmark runs on: no step-aside in the middle of it
+            assert not select.select([timer.stdout], [], [], 0)[0] and not stopped(child.pid)
+            windows.benchmark_done()
+            while windows.linger_left():
+                time.sleep(0.005)
+            windows.close_if_idle()
+            assert not windows.is_open
+            waited = float(timer.stdout.readline())  # in once the turn is given back
+            assert 0.5 <= waited < 0.5 + LINGER_S + 1.0
+            timer.wait(10)
+            assert yielding_lease.frozen_s >= 0.3  # the child stood stopped for the timer's hold
+            windows.enter(timeout_s=5.0)  # a timing
+            assert lease.mode == "exclusive" and lock_refused(str(lease.lock_path), fcntl.LOCK_SH)
+            windows.leave()
+            windows.close()
+            windows.benchmark(timeout_s=5.0, whole_first_call=True)
+            assert lease.mode == "exclusive"
+            windows.benchmark_done()
+            windows.close()
+            assert lease.mode == "shared"
+            with yielding_lease.held():
+                yielding_lease.follow(None)
+    finally:
+        child.kill()
+        child.wait()
+    autotune = [json.loads(line) for line in (locks / "timeline.jsonl").read_text().splitlines()
+                if json.loads(line)["activity"] == "baseline_autotune"]
+    assert len(autotune) == 2  # the burst beside correctness work, and the whole first call's window

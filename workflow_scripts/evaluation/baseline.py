@@ -91,7 +91,7 @@ class _Run:
         while True:
             m = self._next()
             if m.type == REQUEST:
-                self.waited_s += self.windows.benchmark(self.left())
+                self.waited_s += self.windows.benchmark(self.left(), bool(m.header.get("whole_first_call")))
                 self.child.send(GRANT, deadline=self.deadline())
             elif m.type == DONE:
                 self.windows.benchmark_done()
@@ -154,7 +154,8 @@ def _run_one(problem_path: Path, cfg: BaselineConfig, yielding_lease: gpu_lock.Y
                          # in the child (CPU baselines keep RLIMIT_AS).
                          bwrap=cfg.bwrap, limits=dataclasses.replace(cfg.limits(), memory_bytes=None),
                          extra_env={"TORCHINDUCTOR_COMPILE_THREADS": str(cfg.compile_threads), **cfg.cpu_thread_env()})
-    windows = ExclusiveWindows(yielding_lease, cfg.lock_dir, gpu if gpu is not None else cfg.device, problem_path.stem)
+    windows = ExclusiveWindows(yielding_lease, cfg.lock_dir, gpu if gpu is not None else cfg.device, problem_path.stem,
+                               alone=cfg.autotune_alone)
     run = _Run(child, yielding_lease, windows, cfg.effective_timeout())
     t0 = time.monotonic()
     info: dict[str, Any] = {}
@@ -248,6 +249,9 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
                   "cpu_threads": cfg.cpu_threads if cfg.device == "cpu" else None,
                   # How Inductor's autotuning got the GPU alone (baseline_windows): "benchmarks" (each benchmark in
                   # an exclusive window), "whole_first_call", or None (no GPU lease, or no compiled first call).
-                  "autotune_exclusive": comp.get("autotune_exclusive")},
+                  "autotune_exclusive": comp.get("autotune_exclusive"),
+                  # Whether those windows held the GPU exclusively, or the job's turn beside other jobs' correctness
+                  # work (baselines.autotune_alone).
+                  "autotune_alone": cfg.autotune_alone},
         phases_s=phases,
     )

@@ -13,6 +13,7 @@ whole first call instead; the result records which (``BENCHMARKS`` or ``WHOLE_FI
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -107,26 +108,39 @@ class ExclusiveWindows:
     benchmark the child asked for) by upgrading the lease and stays open while any user is in it; ``close_if_idle``
     closes it ``LINGER_S`` after its last user left, ``close`` at once. Benchmark windows go on the timeline as
     ``baseline_autotune`` (from the first grant to the last benchmark's end; the linger after it is the window's
-    own overhead). Without a lease (the CPU) only the bookkeeping runs."""
+    own overhead). Without a lease (the CPU) only the bookkeeping runs.
+
+    ``alone=False`` (``baselines.autotune_alone: false``): a benchmark's window is the job's GPU turn instead
+    (``YieldingLease.held``: the lease stays shared and does not step aside meanwhile). No timing runs beside the
+    benchmarks then either (a timing needs the GPU exclusively, which a shared holder keeps it from), but other jobs'
+    correctness work may; each window costs no drain of the GPU's shared holders (an H100 run's 721 windows waited
+    347 s for them, s27). A timing (``enter``) always upgrades."""
 
     yielding_lease: gpu_lock.YieldingLease | None
     lock_dir: Path | str | None
     where: str  # the timeline's gpu: the leased GPU's id, or the device
     problem: str
+    alone: bool = True  # benchmarks with the GPU exclusively (else in the job's GPU turn, beside correctness work)
     users: int = 0
     is_open: bool = False
+    exclusive: bool = False  # the open window holds the GPU exclusively (else only the job's turn)
     idle_since: float | None = None  # monotonic: when the last user left
     autotune_start: float | None = None  # epoch: this window's first benchmark
     autotune_end: float | None = None  # epoch: its last benchmark's end
+    _turn: contextlib.ExitStack | None = None  # the job's GPU turn, held by a window that is not exclusive
 
-    def enter(self, timeout_s: float) -> float:
-        """A user in the window, opened if it is not (waiting at most ``timeout_s``: GpuLockTimeout); the seconds
-        waited for the GPU."""
+    def enter(self, timeout_s: float, exclusive: bool = True) -> float:
+        """A user in the window, opened if it is not, upgraded if ``exclusive`` and it is not yet (waiting at most
+        ``timeout_s``: GpuLockTimeout); the seconds waited for the GPU."""
         waited = 0.0
-        if not self.is_open:
-            if self.yielding_lease is not None:
+        if self.yielding_lease is not None:
+            if exclusive and not self.exclusive:
                 waited = self.yielding_lease.upgrade(timeout_s)
-            self.is_open = True
+                self.exclusive = True
+            elif not exclusive and not self.is_open:
+                self._turn = contextlib.ExitStack()
+                self._turn.enter_context(self.yielding_lease.held())
+        self.is_open = True
         self.users += 1
         self.idle_since = None
         return waited
@@ -136,10 +150,11 @@ class ExclusiveWindows:
         if self.users == 0:
             self.idle_since = time.monotonic()
 
-    def benchmark(self, timeout_s: float) -> float:
+    def benchmark(self, timeout_s: float, whole_first_call: bool = False) -> float:
         """A benchmark the child asked for (``REQUEST``) in the window; the seconds waited for the GPU. The caller
-        sends ``GRANT`` then."""
-        waited = self.enter(timeout_s)
+        sends ``GRANT`` then. A window around the whole first call (``WHOLE_FIRST_CALL``) is exclusive whatever
+        ``alone`` says: tens of seconds of compiling in the job's turn would keep every timer waiting."""
+        waited = self.enter(timeout_s, exclusive=self.alone or whole_first_call)
         if self.autotune_start is None:
             self.autotune_start = time.time()
         return waited
@@ -167,9 +182,14 @@ class ExclusiveWindows:
             timeline.append(self.lock_dir, "baseline_autotune", self.where, self.autotune_start,
                             self.autotune_end or time.time(), problem=self.problem)
         self.autotune_start = self.autotune_end = None
-        self.users, self.is_open, self.idle_since = 0, False, None
-        if self.yielding_lease is not None:
-            self.yielding_lease.downgrade()
+        exclusive, turn = self.exclusive, self._turn
+        self.users, self.is_open, self.exclusive, self.idle_since, self._turn = 0, False, False, None, None
+        try:
+            if exclusive and self.yielding_lease is not None:
+                self.yielding_lease.downgrade()
+        finally:
+            if turn is not None:
+                turn.close()
 
 
 class WindowRequests:
@@ -183,9 +203,9 @@ class WindowRequests:
         self.wait_spans: list[tuple[float, float]] = []
         self.granted = 0
 
-    def ask(self) -> None:
+    def ask(self, whole_first_call: bool = False) -> None:
         start = time.time()
-        self._send({"type": REQUEST})
+        self._send({"type": REQUEST, "whole_first_call": whole_first_call})
         if self._read().get("cmd") != GRANT:
             os._exit(3)
         self.wait_spans.append((start, time.time()))

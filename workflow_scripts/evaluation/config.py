@@ -221,6 +221,10 @@ class BaselineConfig(RunConfig):
     # A folder where what torch.compile builds persists between compile children of one environment
     # (compile_cache.py; the baseline stage passes one per environment in the store); None: a fresh cache each time.
     compile_cache: str | None = None
+    # Inductor's autotuning benchmarks with the GPU exclusively (False: in the job's GPU turn, beside other jobs'
+    # correctness work but never beside a timing; baseline_windows.ExclusiveWindows). Part of the store key: the picks
+    # may differ.
+    autotune_alone: bool = True
 
 
 def filled(config_class: type[RunConfig], section: Mapping[str, Any], keys: Iterable[str],
