@@ -319,7 +319,7 @@ def test_a_yielding_lease_never_steps_aside_in_its_own_exclusive_window(tmp_path
         assert float(timer.stdout.readline()) >= 1.4
         timer.wait(10)
     kinds = [e["activity"] for e in _timeline(tmp_path) if e["purpose"] == "baseline"]  # the timer's lines apart
-    assert kinds == ["lease_shared", "lease_wait", "lease_exclusive", "lease_shared"]  # no lease_yielded
+    assert kinds == ["lease_acquire", "lease_shared", "lease_wait", "lease_exclusive", "lease_shared"]  # no yield
 
 
 def test_a_yielding_lease_stays_put_while_a_pinned_holder_keeps_the_timer_out(tmp_path: Path) -> None:
@@ -369,3 +369,20 @@ def test_a_pin_follows_the_shared_lock(tmp_path: Path) -> None:
         finally:
             os.close(probe._pin_fd)
         assert not elsewhere.timer_blocked_elsewhere()  # another lock folder's GPU 0 is another GPU
+
+
+def test_the_wait_to_get_onto_a_gpu_is_on_the_timeline_with_what_refused_it(tmp_path: Path) -> None:
+    """A shared job that comes while a timer waits on the gate waits behind it (the gate refuses it), then behind the
+    timer's hold (the lock does): both counted on its ``lease_acquire`` line, whose span is the wait."""
+    holder, _ = _hold("sh", "0", tmp_path, seconds=1.0)  # keeps the timer waiting a second
+    try:
+        timer = start_timer(tmp_path, 0.3)
+        t0 = time.time()
+        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, poll_s=0.05):
+            waited = time.time() - t0
+        timer.wait(10)
+    finally:
+        _stop(holder)
+    (line,) = [e for e in _timeline(tmp_path) if e["activity"] == "lease_acquire" and e["pid"] == os.getpid()]
+    assert line["end"] - line["start"] == pytest.approx(waited, abs=0.05) and waited >= 1.0
+    assert line["refused"]["gate"] > 0 and line["refused"]["memory"] == 0 and line["mode"] == "shared"

@@ -27,9 +27,11 @@ def test_a_lease_writes_each_mode_it_held_and_the_wait_of_its_upgrade(tmp_path: 
         time.sleep(0.05)
         lease.downgrade()
     kinds = [(e["activity"], e["gpu"], e["purpose"]) for e in lines(tmp_path)]
-    assert kinds == [("lease_shared", "0", "evaluate"), ("lease_wait", "0", "evaluate"),
-                     ("lease_exclusive", "0", "evaluate"), ("lease_shared", "0", "evaluate")]
-    exclusive = lines(tmp_path)[2]
+    assert kinds == [("lease_acquire", "0", "evaluate"), ("lease_shared", "0", "evaluate"),
+                     ("lease_wait", "0", "evaluate"), ("lease_exclusive", "0", "evaluate"),
+                     ("lease_shared", "0", "evaluate")]
+    assert lines(tmp_path)[0]["refused"] == {"memory": 0, "gate": 0, "lock": 0}  # nothing kept it waiting
+    exclusive = lines(tmp_path)[3]
     assert exclusive["end"] - exclusive["start"] >= 0.04
     starts = [e["start"] for e in lines(tmp_path)]
     assert starts == sorted(starts)
@@ -60,6 +62,7 @@ def test_usage_from_a_hand_written_timeline(tmp_path: Path) -> None:
     # An evaluation: shared 0-70, waits 70-72, exclusive 72-82 with 8 s of timed blocks, shared again to 90;
     # a baseline from 100 to 130 (compile run 110-130, 15 s of it compiling); another GPU idle but for a lease.
     for activity, gpu, start, end, extra in [
+            ("lease_acquire", "0", 0, 3, {"purpose": "evaluate"}),
             ("lease_shared", "0", 0, 70, {"purpose": "evaluate"}), ("lease_wait", "0", 70, 72, {"purpose": "evaluate"}),
             ("timing_probe", "0", 72, 73, {"problem": "p1", "answer": "a.py"}),
             ("timing_answer", "0", 73, 77, {"problem": "p1", "answer": "a.py"}),
@@ -70,12 +73,13 @@ def test_usage_from_a_hand_written_timeline(tmp_path: Path) -> None:
             ("lease_exclusive", "1", 0, 5, {"purpose": "vllm"})]:
         timeline.append(host, activity, gpu, t + start, t + end, **extra)
     spans = load_spans(tmp_path)
-    assert len(spans) == 10 and spans["start"].min() == 0 and set(spans["host"]) == {socket.gethostname()}
+    assert len(spans) == 11 and spans["start"].min() == 0 and set(spans["host"]) == {socket.gethostname()}
     table = usage(spans).set_index("gpu")
     gpu0 = table.loc["0"]
     assert gpu0["wall_s"] == 130 and gpu0["busy_s"] == 8 + 30 and gpu0["exclusive_idle_s"] == 2
     assert gpu0["busy_share_steady"] == pytest.approx((8 + 30) / 70)  # from second 60 on
     assert gpu0["seconds_per_answer"] == 8 and gpu0["answers_timed"] == 1 and gpu0["lease_wait_s"] == 2
+    assert gpu0["acquire_wait_s"] == 3
     assert gpu0["seconds_per_baseline"] == 30 and gpu0["compile_seconds_per_baseline"] == 15
     assert table.loc["1", "busy_s"] == 0 and table.loc["1", "busy_share_steady"] == 0
 

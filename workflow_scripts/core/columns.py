@@ -256,7 +256,8 @@ TABLES: dict[str, Table] = {
                           "evaluation/timeline.py)", {
         "host": Column("the host the job ran on"),
         "gpu": Column("the GPU's id as the host sees it (CUDA_VISIBLE_DEVICES), or cpu where no GPU is leased"),
-        "activity": Column("lease_shared, lease_exclusive, lease_wait (an upgrade to exclusive waiting), lease_yielded "
+        "activity": Column("lease_acquire (a job waiting to get onto the GPU), lease_shared, lease_exclusive, "
+                           "lease_wait (an upgrade to exclusive waiting), lease_yielded "
                            "(a baseline's shared lease standing aside for another job's timing), timing_answer, "
                            "timing_reference, timing_probe (an evaluation's timed blocks), baseline_eager or "
                            "baseline_compile (a baseline's timings), baseline_autotune (a baseline's autotuning "
@@ -284,6 +285,8 @@ TABLES: dict[str, Table] = {
         "exclusive_idle_s": Column("of those, seconds without timed work (an exclusive window's own overhead)",
                                    SECONDS),
         "lease_wait_s": Column("seconds jobs waited to time on it (lease_wait, summed)", SECONDS),
+        "acquire_wait_s": Column("seconds jobs waited to get onto it at all (lease_acquire, summed; each line says "
+                                 "what refused them: memory admission, a waiting timer's gate, the lock)", SECONDS),
         "answers_timed": Column("answers with timed blocks on it", COUNT),
         "seconds_per_answer": Column("median over those answers of their timed blocks' seconds (the answer's, "
                                      "the paired reference's, the probe's)", SECONDS),

@@ -33,7 +33,7 @@ TIMELINE_FILE = "timeline.jsonl"
 RUN_START_FILE = "run_start.json"
 TIMED_KINDS = ("timing_answer", "timing_reference", "timing_probe", "placement_audit", "baseline_eager",
                "baseline_compile", "baseline_autotune", "device_rates")
-LEASE_KINDS = ("lease_shared", "lease_exclusive", "lease_wait", "lease_yielded")
+LEASE_KINDS = ("lease_acquire", "lease_shared", "lease_exclusive", "lease_wait", "lease_yielded")
 
 
 @dataclass

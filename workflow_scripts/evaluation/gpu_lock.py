@@ -521,7 +521,8 @@ def acquire_gpu(
     fds = {g: os.open(lock_dir / f"gpu{_safe(g)}.lock", os.O_RDWR | os.O_CREAT, 0o666) for g in cands}
     gates = {g: os.open(lock_dir / f"gpu{_safe(g)}.gate", os.O_RDWR | os.O_CREAT, 0o666) for g in cands}
     pins = {g: os.open(lock_dir / f"gpu{_safe(g)}.pin", os.O_RDWR | os.O_CREAT, 0o666) for g in cands}
-    t0 = time.monotonic()
+    t0, wall_t0 = time.monotonic(), time.time()
+    refused = {"memory": 0, "gate": 0, "lock": 0}  # polling rounds' refusals, by what refused (the timeline says)
     start = os.getpid() % len(cands)
     rotated = cands[start:] + cands[:start]
     chosen: str | None = None
@@ -542,17 +543,21 @@ def acquire_gpu(
                 # never both fit into the same free memory.
                 with _selection_lock(lock_dir) if expected_mem_gib is not None else contextlib.nullcontext():
                     if not _admits(lock_dir, g, expected_mem_gib, capacity_gib):
+                        refused["memory"] += 1
                         continue
                     if exclusive:
                         # Hold the gate of the first GPU we wait on, so shared jobs queue behind us there.
                         if held_gate is None and _try_lock(gates[g], fcntl.LOCK_EX):
                             held_gate = g
                         ok = _try_lock(fds[g], op)
+                        refused["lock"] += not ok
                     elif _try_lock(gates[g], fcntl.LOCK_SH):  # else a timing job is queued on this GPU
                         ok = _try_lock(fds[g], op)
                         fcntl.flock(gates[g], fcntl.LOCK_UN)
+                        refused["lock"] += not ok
                     else:
                         ok = False
+                        refused["gate"] += 1
                     if ok:
                         chosen = g
                         _write_info(lock_dir, g, mode, expected_mem_gib)
@@ -568,6 +573,10 @@ def acquire_gpu(
             if holder_fd >= 0:
                 os.close(holder_fd)
             holder_fd = _take_holder_slot(lock_dir, chosen)
+        # How long the job waited to get onto its GPU, and what kept it off (memory admission, the gate of a
+        # waiting timer, the lock itself), so a run's timeline shows jobs queued behind the GPU as well as on it.
+        timeline.append(lock_dir, "lease_acquire", chosen, wall_t0, time.time(), purpose=purpose, mode=mode,
+                        refused=refused)
         lease = GpuLease(gpu=chosen, mode=mode, lock_path=lock_dir / f"gpu{_safe(chosen)}.lock",
                          waited_s=time.monotonic() - t0, _fd=fds[chosen], _gate_fd=gates[chosen],
                          _pin_fd=pins[chosen],

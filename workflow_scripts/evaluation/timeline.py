@@ -9,13 +9,15 @@ device, ``cpu``, where no lease is taken), with the job's own fields (``purpose`
 
 * ``lease_shared``, ``lease_exclusive``: how long a job held its GPU in each mode (``gpu_lock.GpuLease``);
   ``lease_wait``: how long an upgrade to exclusive waited; ``lease_yielded``: how long a baseline's shared lease
-  stood aside, its child stopped, for another job's timing (``gpu_lock.YieldingLease``);
+  stood aside, its child stopped, for another job's timing (``gpu_lock.YieldingLease``); ``lease_acquire``: how
+  long a job waited to get onto its GPU at all, with ``refused``, the polling rounds' refusals by what refused
+  (``memory`` admission, the ``gate`` of a waiting timer, the ``lock``);
 * ``timing_answer``, ``timing_reference``, ``timing_probe``: an evaluation's timed blocks (the answer's, the
   paired reference's, the overhead probe's), inside its exclusive lease;
 * ``baseline_eager``, ``baseline_compile``: a baseline job's two timings (eager, the compiled module), each in an
   exclusive window (``baseline_windows``; the compiled one's line carries the ``compile_time_s`` of its first call,
-  which ran before it under the shared lease); ``baseline_autotune``: an exclusive window in which Inductor's
-  max-autotune benchmarked candidate kernels during that first call;
+  which ran before it under the shared lease); ``baseline_autotune``: a window in which Inductor's max-autotune
+  benchmarked candidate kernels during that first call (exclusive, or the job's turn: ``baselines.autotune_alone``);
 * ``device_rates``: the device's copy and multiply rates measured once per environment (``device_rates``).
 
 Each run of the workflow marks its start (``mark_run_start``); the tables are made of the intervals since.

@@ -81,6 +81,7 @@ def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.Dat
             # Held exclusively without timed work: |held - busy| = |held + busy| - |busy|.
             "exclusive_idle_s": covered_seconds(held + busy) - covered_seconds(busy),
             "lease_wait_s": float(own.loc[own["activity"] == "lease_wait", "seconds"].sum()),
+            "acquire_wait_s": float(own.loc[own["activity"] == "lease_acquire", "seconds"].sum()),
             "answers_timed": int(per_answer.size),
             "seconds_per_answer": float(per_answer.median()) if per_answer.size else None,
             "baselines": int(per_baseline.size),
