@@ -66,10 +66,25 @@ read_command(stdin)
 """
 
 
-def script_child(tmp_path: Path, init: dict) -> ChildProcess:
-    """A real ChildProcess whose interpreter runs CHILD instead of the evaluation child."""
+# The same child for windows beside correctness work (``alone=False``): a burst in the job's turn, then a window around
+# a whole first call (Inductor's benchmarker not reached), which is exclusive however the windows are configured.
+CHILD_BESIDE = CHILD[:CHILD.index("burst = ")] + """
+burst = [bench.benchmark_gpu(alone) for _ in range(2)]
+time.sleep(5 * LINGER_S)  # the burst's window closes
+requests.ask(whole_first_call=True)
+whole = alone()
+requests.done()
+sender.send({"type": "compiled", "burst": burst, "whole": whole, "granted": requests.granted})
+read_command(stdin)  # time
+sender.send({"type": "timing", "alone": alone()})
+read_command(stdin)
+"""
+
+
+def script_child(tmp_path: Path, init: dict, script_text: str = CHILD) -> ChildProcess:
+    """A real ChildProcess whose interpreter runs ``script_text`` (CHILD) instead of the evaluation child."""
     script, python = tmp_path / "child.py", tmp_path / "python"
-    script.write_text(CHILD)
+    script.write_text(script_text)
     python.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")  # the child module's arguments are ignored
     python.chmod(0o755)
     return ChildProcess("baseline", tmp_path / "work", tmp_path / "logs", "cpu", init, isolation="none",
@@ -157,7 +172,7 @@ def test_windows_beside_correctness_work_hold_the_job_s_turn_not_the_gpu(tmp_pat
             with yielding_lease.held():
                 yielding_lease.follow(child.pid)
             windows = ExclusiveWindows(yielding_lease, locks, "0", "p", alone=False)
-            assert windows.benchmark(timeout_s=5.0) == 0.0
+            windows.benchmark(timeout_s=5.0)
             assert lease.mode == "shared" and not lock_refused(str(lease.lock_path), fcntl.LOCK_SH)
             timer = start_timer(locks, 0.3)
             assert timer.stdout is not None
@@ -169,7 +184,7 @@ def test_windows_beside_correctness_work_hold_the_job_s_turn_not_the_gpu(tmp_pat
             windows.close_if_idle()
             assert not windows.is_open
             waited = float(timer.stdout.readline())  # in once the turn is given back
-            assert 0.5 <= waited < 0.5 + LINGER_S + 1.0
+            assert waited < 0.5 + LINGER_S + 1.0  # let in soon after the turn was given back
             timer.wait(10)
             assert yielding_lease.frozen_s >= 0.3  # the child stood stopped for the timer's hold
             windows.enter(timeout_s=5.0)  # a timing
@@ -188,4 +203,28 @@ def test_windows_beside_correctness_work_hold_the_job_s_turn_not_the_gpu(tmp_pat
         child.wait()
     autotune = [json.loads(line) for line in (locks / "timeline.jsonl").read_text().splitlines()
                 if json.loads(line)["activity"] == "baseline_autotune"]
-    assert len(autotune) == 2  # the burst beside correctness work, and the whole first call's window
+    # The burst beside correctness work, and the whole first call's window, each saying which it was.
+    assert [line["exclusive"] for line in autotune] == [False, True]
+
+
+def test_a_child_s_benchmarks_beside_correctness_work_and_its_whole_first_call_alone(tmp_path: Path) -> None:
+    """The child's requests over the real channel with ``alone=False``: the burst runs under the shared lease, the
+    window it asks for around a whole first call and the timing hold the GPU alone."""
+    locks = tmp_path / "locks"
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
+            YieldingLease(lease) as yielding_lease:
+        run = _Run(script_child(tmp_path, {"lock": str(lease.lock_path)}, CHILD_BESIDE), yielding_lease,
+                   ExclusiveWindows(yielding_lease, locks, "0", "p", alone=False), timeout_s=60.0)
+        try:
+            run.start()
+            assert run.recv().type == "loaded"
+            run.child.send("compile")
+            m = run.recv()
+            assert m.type == "compiled", m.header
+            assert m.header["burst"] == [False, False] and m.header["whole"] is True and m.header["granted"] == 3
+            assert lease.mode == "shared" and not run.windows.is_open
+            assert run.timed("time", "baseline_compile").header["alone"] is True
+        finally:
+            run.stop()
+    lines = [json.loads(line) for line in (locks / "timeline.jsonl").read_text().splitlines()]
+    assert [e["exclusive"] for e in lines if e["activity"] == "baseline_autotune"] == [False, True]

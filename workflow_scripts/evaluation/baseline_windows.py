@@ -135,7 +135,8 @@ class ExclusiveWindows:
         waited = 0.0
         if self.yielding_lease is not None:
             if exclusive and not self.exclusive:
-                waited = self.yielding_lease.upgrade(timeout_s)
+                # A benchmark still running in the job's turn is stopped while the upgrade waits (its lock dropped).
+                waited = self.yielding_lease.upgrade(timeout_s, stop_followed=self.users > 0)
                 self.exclusive = True
             elif not exclusive and not self.is_open:
                 self._turn = contextlib.ExitStack()
@@ -146,7 +147,7 @@ class ExclusiveWindows:
         return waited
 
     def leave(self) -> None:
-        self.users -= 1
+        self.users = max(0, self.users - 1)  # a user left after ``close`` counted nobody
         if self.users == 0:
             self.idle_since = time.monotonic()
 
@@ -180,7 +181,7 @@ class ExclusiveWindows:
             return
         if self.autotune_start is not None:
             timeline.append(self.lock_dir, "baseline_autotune", self.where, self.autotune_start,
-                            self.autotune_end or time.time(), problem=self.problem)
+                            self.autotune_end or time.time(), problem=self.problem, exclusive=self.exclusive)
         self.autotune_start = self.autotune_end = None
         exclusive, turn = self.exclusive, self._turn
         self.users, self.is_open, self.exclusive, self.idle_since, self._turn = 0, False, False, None, None

@@ -196,6 +196,7 @@ class GpuLease:
         through the gate as ``downgrade`` does, once the waiter's timing is done (``lease_yielded`` on the timeline).
         False: ``give_up`` said to stop waiting (the job is ending) and the lease holds nothing any more."""
         assert self.mode == "shared", "only a shared lease steps aside"
+        assert not self._pins, "a pinning lease never steps aside"
         start = self._mark("lease_shared")
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         back = self._reenter_shared(poll_s, give_up)
