@@ -1,0 +1,112 @@
+"""The whole study's wall on one GPU, projected from one measured whole-DAG run (issue 34, done-when 4).
+
+    python3 bench/project_study.py --timeline T.jsonl --results RESULTS_DIR [--published P.json] [--out F.json]
+
+``--timeline``: the run's ``timeline_<host>.jsonl`` (``bench/dag_bench_run.sh`` copies it out of
+``<results>/.locks/<host>/``); ``--results``: its results folder (``dag_results.tgz`` unpacked: ``evaluations/`` and
+``baselines/``); ``--published``: the study's results file (``../shared/published/results.json``), which gives the
+study's shape: answers (models x problems), correct answers (only those are timed) and problems (one baseline each).
+
+What the run gives, per unit of work (the inputs, all written to the output):
+- ``exclusive_per_timed_answer_s``: the evaluations' exclusive leases (``lease_exclusive``, purpose evaluate,
+  overlaps once) over the answers timed (their ``timing_answer`` blocks); the placement audits ride along;
+- ``exclusive_per_baseline_s``: the baselines' exclusive leases over the problems whose baselines ran;
+- ``evaluation_s_per_answer``: the evaluations' span on the GPU (first evaluate lease to last) over the answers judged
+  (the run's evaluation JSON files), at the run's concurrency;
+- ``baseline_s_per_baseline``: the baselines' span over the baselines that ended, at the run's slots.
+
+The projection (each a bound the study's wall cannot beat at the run's rates and concurrency):
+- ``exclusive_floor_s`` = correct answers x exclusive per timed answer + problems x exclusive per baseline: the GPU held
+  alone, whatever the scheduling;
+- ``evaluations_s`` = answers x evaluation seconds per answer; ``baselines_s`` = problems x baseline seconds per
+  baseline; ``wall_s`` = the largest of the three (the run overlapped evaluations and baselines; a study does too).
+A run of level-2 problems only stands in for level 1 as well: level 1's multi-GB problems cost more per answer, so the
+projection is a lower bound there. Prints a table; ``--out`` writes the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere
+
+from workflow_scripts.core.intervals import covered_seconds  # noqa: E402
+
+BUDGET_S = 90 * 60  # the done-when: the whole study in 90 minutes
+
+
+def study_shape(published: Path) -> dict[str, int]:
+    """Answers, correct answers and problems of the published study (every model, levels overall)."""
+    data = json.loads(published.read_text())
+    overall = [model["levels"]["overall"] for model in data["models"].values()]
+    return {"answers": sum(int(o["n"]) for o in overall), "correct": sum(int(o["correct"]) for o in overall),
+            "problems": int(data["benchmark"]["problems"]), "models": len(overall)}
+
+
+def run_rates(timeline: Path, results: Path) -> dict[str, float | int]:
+    """The run's measured costs per unit of work (see the module's docstring)."""
+    lines = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
+
+    def spans(activity: str, purpose: str | None = None) -> list[tuple[float, float]]:
+        return [(e["start"], e["end"]) for e in lines
+                if e["activity"] == activity and (purpose is None or e.get("purpose") == purpose)]
+
+    timed = {(e.get("problem"), e.get("answer")) for e in lines if e["activity"] == "timing_answer"}
+    baselines_ran = {e.get("problem") for e in lines if e["activity"].startswith("baseline_")}
+    evaluate = [s for kind in ("lease_shared", "lease_exclusive", "lease_wait") for s in spans(kind, "evaluate")]
+    baseline = [s for kind in ("lease_shared", "lease_exclusive", "lease_wait", "lease_yielded")
+                for s in spans(kind, "baseline")]
+    answers = len(list((results / "evaluations").glob("*/*.json")))
+    baselines_done = len(list((results / "baselines").glob("*.json")))
+    if not (timed and baselines_ran and evaluate and baseline and answers and baselines_done):
+        raise SystemExit(f"{timeline} / {results}: the run has no timed answer, baseline or evaluation to project from")
+    evaluation_span = max(b for _, b in evaluate) - min(a for a, _ in evaluate)
+    baseline_span = max(b for _, b in baseline) - min(a for a, _ in baseline)
+    run_span = max(e["end"] for e in lines) - min(e["start"] for e in lines)
+    return {
+        "answers_judged": answers, "answers_timed": len(timed), "baselines": baselines_done,
+        "run_span_s": round(run_span, 1),
+        "exclusive_per_timed_answer_s": covered_seconds(spans("lease_exclusive", "evaluate")) / len(timed),
+        "exclusive_per_baseline_s": covered_seconds(spans("lease_exclusive", "baseline")) / len(baselines_ran),
+        "evaluation_span_s": round(evaluation_span, 1), "evaluation_s_per_answer": evaluation_span / answers,
+        "baseline_span_s": round(baseline_span, 1), "baseline_s_per_baseline": baseline_span / baselines_done,
+    }
+
+
+def project(shape: dict[str, int], rates: dict[str, float | int]) -> dict[str, float | bool]:
+    floor = (shape["correct"] * rates["exclusive_per_timed_answer_s"]
+             + shape["problems"] * rates["exclusive_per_baseline_s"])
+    evaluations = shape["answers"] * rates["evaluation_s_per_answer"]
+    baselines = shape["problems"] * rates["baseline_s_per_baseline"]
+    wall = max(floor, evaluations, baselines)
+    return {"exclusive_floor_s": round(floor), "evaluations_s": round(evaluations), "baselines_s": round(baselines),
+            "wall_s": round(wall), "wall_min": round(wall / 60, 1), "fits_90_min": wall <= BUDGET_S,
+            "busy_share_needed": round(floor / BUDGET_S, 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--timeline", type=Path, required=True)
+    parser.add_argument("--results", type=Path, required=True)
+    parser.add_argument("--published", type=Path, default=ROOT.parent / "shared" / "published" / "results.json")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    shape, rates = study_shape(args.published), run_rates(args.timeline, args.results)
+    projection = project(shape, rates)
+    record = {"inputs": {"timeline": str(args.timeline), "results": str(args.results),
+                         "published": str(args.published)},
+              "study": shape, "run": {k: round(v, 3) if isinstance(v, float) else v for k, v in rates.items()},
+              "projection": projection}
+    for section in ("study", "run", "projection"):
+        for key, value in record[section].items():
+            print(f"{section:10s} {key:30s} {value}")
+    if args.out:
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
