@@ -107,3 +107,51 @@ def test_an_evaluation_steps_aside_for_another_job_s_timing_between_its_gpu_step
     assert max(_overlap(hold, step) for step in turns + own_windows) < 0.005
     # The waits for the step-aside moved the answers' deadlines, never counted against them.
     assert sum(r.phases_s.get("gpu_turn_wait_s", 0.0) for r in results) > 0.0
+
+
+@pytest.mark.integration
+def test_no_answer_process_starts_on_the_device_while_the_job_lets_a_timer_go_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default, a timer that waits while an answer is timed gets the GPU as the job downgrades, with the job's
+    lease holding nothing meanwhile: the next answer process's device part (its CUDA context on a GPU) must not begin
+    then, only once the job holds its shared lease again. Each device part is slowed to 0.6 s here, so one begun as
+    the timing ended (before the downgrade) would run into the timer's hold."""
+    from workflow_scripts.evaluation.session import AnswerSession
+    from workflow_scripts.evaluation.start_gate import StartGate
+
+    device_parts: list[tuple[float, float]] = []
+    original_part, original_timing = StartGate._device_part, AnswerSession._time_paired
+    timers: list[subprocess.Popen] = []
+
+    def slow_part(self: StartGate, entry: object) -> bool:
+        start = time.time()
+        time.sleep(0.6)
+        try:
+            return original_part(self, entry)
+        finally:
+            device_parts.append((start, time.time()))
+
+    def timing_with_a_timer_waiting(self: AnswerSession, ans: object) -> object:
+        if not timers and self.lease is not None and self.lease.lease.mode == "exclusive":
+            timers.append(start_timer(tmp_path, 1.0, give_up_s=120.0))  # waits on the gate from now on
+        return original_timing(self, ans)
+
+    monkeypatch.setattr(StartGate, "_device_part", slow_part)
+    monkeypatch.setattr(AnswerSession, "_time_paired", timing_with_a_timer_waiting)
+    cfg = EvalConfig(device="cpu", run_static=False, lock_dir=str(tmp_path), timing_trials=5, prestart=1)
+    answers = [HONEST] * 3
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="evaluate") as lease, \
+            YieldingLease(lease, steps_aside=False) as yielding_lease:
+        evaluator = answer_module.ProblemEvaluator(ADD, cfg, yielding_lease)
+        try:
+            evaluator.prepare(len(answers))
+            results = evaluator.evaluate([(a, static_verdict(a, cfg), cfg) for a in answers])
+        finally:
+            evaluator.close()
+    (timer,) = timers
+    timer.wait(10)
+    assert [r.status for r in results] == [Status.CORRECT.value] * 3
+    (hold,) = [(e["start"], e["end"]) for e in _timeline(tmp_path)
+               if e["pid"] == timer.pid and e["activity"] == "lease_exclusive"]
+    assert len(device_parts) >= 2  # the later answers' processes started on the device during the job
+    assert max(_overlap(hold, part) for part in device_parts) == 0.0

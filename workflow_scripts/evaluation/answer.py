@@ -327,7 +327,10 @@ class ProblemEvaluator:
                         self.reference.release_cached_memory()
                 finally:
                     if self.lease is not None:
-                        self.lease.downgrade()  # where the answer was timed; whatever the lines above raised
+                        try:
+                            self.lease.downgrade()  # where the answer was timed; whatever the lines above raised
+                        finally:
+                            self.gate.resume()  # shared again: the next processes' device parts may begin
             # From taking up the answer to being ready for the next (what an answer costs the job).
             results[-1].phases_s["answer_wall_s"] = time.monotonic() - t_answer
             if on_result is not None:

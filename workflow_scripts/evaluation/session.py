@@ -152,8 +152,7 @@ class AnswerSession:
             self.failure = Status.REFERENCE_ERROR
             self.error = str(e)[:4000]
         finally:
-            if self.gate is not None:
-                self.gate.resume()  # paused for a timing that an error cut short
+            self._resume_starts()  # paused for a timing that an error cut short
             self._events(ans)
             with self._gpu_turn():  # its process ends before the lease may stand aside again
                 if self.lease is not None:
@@ -302,8 +301,7 @@ class AnswerSession:
             tm, raw, per_call = self._time_paired(ans)
         finally:
             self._sample_clock()
-            if self.gate is not None:
-                self.gate.resume()
+            self._resume_starts()
         if tm.type in ("runtime_error", "cuda_error"):
             self.failure = Status.CRASH if tm.type == "cuda_error" else Status.RUNTIME_ERROR
             self.error = text(tm.header.get("error"))
@@ -312,6 +310,14 @@ class AnswerSession:
         self._read_timing(raw, per_call, time.monotonic() - t_time)
         self.phases["timing_s"] = time.monotonic() - t_time
         return True
+
+    def _resume_starts(self) -> None:
+        """The start gate resumed after a timing, where no lease is held (the CPU). Under a lease the evaluator
+        resumes it once the lease is shared again (``ProblemEvaluator.evaluate``): while the job's downgrade lets a
+        waiting timer go first, its lease holds nothing, and a process's device part then would run beside that
+        timing."""
+        if self.gate is not None and self.lease is None:
+            self.gate.resume()
 
     def _exclusive(self) -> None:
         """Before timing: no later answer's process starts (the gate is paused until the timing ends) and the GPU is
