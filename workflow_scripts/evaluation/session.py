@@ -320,8 +320,9 @@ class AnswerSession:
             self.gate.resume()
 
     def _exclusive(self) -> None:
-        """Before timing: no later answer's process starts (the gate is paused until the timing ends) and the GPU is
-        this job's alone. Waiting for either never counts against the answer."""
+        """Before timing: no later answer's process starts (the gate is paused until the timing ends, under a lease
+        until the job holds it shared again) and the GPU is this job's alone. Waiting for either never counts against
+        the answer."""
         if self.gate is not None:
             self.phases["next_child_wait_s"] = self.gate.pause()
             self.deadline += self.phases["next_child_wait_s"]
