@@ -8,7 +8,7 @@ import contextlib
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,25 +33,32 @@ def _overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
     return max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
 
 
-def _judged_beside_a_timer(lock_dir: Path, steps_aside: bool) -> tuple[list, subprocess.Popen, float]:
-    """Three honest answers judged under a shared lease of GPU 0, a timing job (1.5 s) asking for the GPU once the
-    first is judged: (the results, the timer, when the job ended)."""
+def _three_honest_answers_judged(lock_dir: Path, steps_aside: bool,
+                                 on_result: Callable[[int, object], None] | None = None) -> list:
+    """Three honest answers judged on the CPU under a shared lease of GPU 0 of ``lock_dir`` (one answer process
+    started at a time); their results."""
     cfg = EvalConfig(device="cpu", run_static=False, lock_dir=str(lock_dir), timing_trials=5, prestart=1)
-    timers = []
-
-    def another_job_times(k: int, result: object) -> None:
-        if k == 0:
-            timers.append(start_timer(lock_dir, 1.5, give_up_s=120.0))  # the default lease may keep it out long
-
     answers = [HONEST] * 3
     with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=lock_dir, purpose="evaluate") as lease, \
             YieldingLease(lease, steps_aside=steps_aside) as yielding_lease:
         evaluator = answer_module.ProblemEvaluator(ADD, cfg, yielding_lease)
         try:
             evaluator.prepare(len(answers))
-            results = evaluator.evaluate([(a, static_verdict(a, cfg), cfg) for a in answers], another_job_times)
+            return evaluator.evaluate([(a, static_verdict(a, cfg), cfg) for a in answers], on_result)
         finally:
             evaluator.close()
+
+
+def _judged_beside_a_timer(lock_dir: Path, steps_aside: bool) -> tuple[list, subprocess.Popen, float]:
+    """Three honest answers judged under a shared lease of GPU 0, a timing job (1.5 s) asking for the GPU once the
+    first is judged: (the results, the timer, when the job ended)."""
+    timers = []
+
+    def another_job_times(k: int, result: object) -> None:
+        if k == 0:
+            timers.append(start_timer(lock_dir, 1.5, give_up_s=120.0))  # the default lease may keep it out long
+
+    results = _three_honest_answers_judged(lock_dir, steps_aside, another_job_times)
     job_end = time.time()
     (timer,) = timers
     return results, timer, job_end
@@ -138,16 +145,7 @@ def test_no_answer_process_starts_on_the_device_while_the_job_lets_a_timer_go_fi
 
     monkeypatch.setattr(StartGate, "_device_part", slow_part)
     monkeypatch.setattr(AnswerSession, "_time_paired", timing_with_a_timer_waiting)
-    cfg = EvalConfig(device="cpu", run_static=False, lock_dir=str(tmp_path), timing_trials=5, prestart=1)
-    answers = [HONEST] * 3
-    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="evaluate") as lease, \
-            YieldingLease(lease, steps_aside=False) as yielding_lease:
-        evaluator = answer_module.ProblemEvaluator(ADD, cfg, yielding_lease)
-        try:
-            evaluator.prepare(len(answers))
-            results = evaluator.evaluate([(a, static_verdict(a, cfg), cfg) for a in answers])
-        finally:
-            evaluator.close()
+    results = _three_honest_answers_judged(tmp_path, steps_aside=False)
     (timer,) = timers
     timer.wait(10)
     assert [r.status for r in results] == [Status.CORRECT.value] * 3
