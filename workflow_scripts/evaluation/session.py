@@ -77,8 +77,8 @@ class AnswerSession:
         self.reference = reference
         self.slot = slot
         self.gate = gate  # the later answers' processes start in the gaps between timings
-        # Shared; where it steps aside (``evaluation.yield_gpu``) it does so between this answer's steps (``_gpu_turn``),
-        # its process stopped meanwhile once it runs the answer's code (followed from the load on).
+        # Shared; where it steps aside (``evaluation.yield_gpu``) it does so between this answer's steps
+        # (``_gpu_turn``), its process stopped meanwhile once it runs the answer's code (followed from the load on).
         self.lease = lease
         self.deadline = 0.0
         # (limit s, reference forward ms) of the call the watchdog killed, if it did
