@@ -221,10 +221,11 @@ class BaselineConfig(RunConfig):
     # A folder where what torch.compile builds persists between compile children of one environment
     # (compile_cache.py; the baseline stage passes one per environment in the store); None: a fresh cache each time.
     compile_cache: str | None = None
-    # Inductor's autotuning benchmarks with the GPU exclusively (False: in the job's GPU turn, beside other jobs'
-    # correctness work but never beside a timing; baseline_windows.ExclusiveWindows). Part of the store key: the picks
-    # may differ.
-    autotune_alone: bool = True
+    # Inductor's autotuning benchmarks with the GPU exclusively (True), or in the job's GPU turn (False, the default):
+    # beside other jobs' correctness work but never beside a timing (baseline_windows.ExclusiveWindows). In the turn,
+    # the compiled times stayed within the run-to-run spread on an H100 and the run took 412.6 s instead of over 480 s
+    # (bench/README.md, s28). Part of the store key: the picks may differ.
+    autotune_alone: bool = False
 
 
 def filled(config_class: type[RunConfig], section: Mapping[str, Any], keys: Iterable[str],
