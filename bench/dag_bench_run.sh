@@ -12,7 +12,6 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt"
 B="python3 bench/dag_vs_kernelbench.py --config ${CONFIGS:-config/dag_bench.yaml} --out $OUT"
-RESULTS=$(python3 -c "import sys; sys.path.insert(0, '.'); from workflow_scripts.core import configuration as c; print(c.load(sys.argv[1:])['results_dir'])" ${CONFIGS:-config/dag_bench.yaml})
 SECONDS=0
 case ${SIDE:?SIDE=pipeline or kernelbench} in
   pipeline)
@@ -22,8 +21,7 @@ case ${SIDE:?SIDE=pipeline or kernelbench} in
     # FRESH=0 on a warm machine (its results/ kept) goes on from a call that was cut off.
     $B --side pipeline $([ "${FRESH:-1}" = 1 ] && echo --fresh) --pipeline-timeout-s "${TIMEOUT_S:-540}" \
       --snakemake-args "${SNAKEMAKE_ARGS:---cores all}" > "$OUT/pipeline.log" 2>&1
-    echo "pipeline: rc=$? in ${SECONDS}s"
-    tar czf "$OUT/dag_results.tgz" --exclude="$RESULTS/.store" --exclude="$RESULTS/.locks" "$RESULTS" 2>/dev/null
+    echo "pipeline: rc=$? in ${SECONDS}s"  # the results folder is in $OUT/dag_results.tgz
     tail -c 1500 "$OUT/pipeline.log" ;;
   kernelbench)
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .kbwheels/*.whl || exit 1

@@ -33,6 +33,7 @@ import signal
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -162,10 +163,20 @@ def run_pipeline(config_paths: list[Path], config: dict, root: Path, out: Path, 
     # When this call wrote summary.json, from its start: the whole DAG's wall even where the call's limit came as
     # Snakemake was exiting (s27: summary.json at 551 s, the limit at 555 s).
     written = summary.stat().st_mtime - started if summary.exists() else None
+    _archive(results, root, out / "dag_results.tgz")
     return {"command": shlex.join(command), "returncode": returncode, "timed_out": returncode is None,
             "wall_s": round(wall, 1), "summary_json": summary.exists(),
             "summary_json_after_s": round(written, 1) if written is not None and written >= 0 else None,
             "gpu_usage": _usage(results, out)}
+
+
+def _archive(results: Path, root: Path, archive: Path) -> None:
+    """The results folder as the run left it, without its store and lock folders (the records a reader checks; the
+    store's copies would double the size), named as from ``root``."""
+    left_out = {results / ".store", results / ".locks"}
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(results, arcname=str(results.relative_to(root)),
+                filter=lambda member: None if root / member.name in left_out else member)
 
 
 def _usage(results: Path, out: Path) -> list[dict]:

@@ -153,3 +153,14 @@ def test_no_answer_process_starts_on_the_device_while_the_job_lets_a_timer_go_fi
                if e["pid"] == timer.pid and e["activity"] == "lease_exclusive"]
     assert len(device_parts) >= 2  # the later answers' processes started on the device during the job
     assert max(_overlap(hold, part) for part in device_parts) == 0.0
+
+
+def test_yield_gpu_is_recorded_in_each_result_s_protocol_and_kept_out_of_the_store_key() -> None:
+    """Whether a job stepped aside changes what ran beside the answer's untimed steps, never its timing: each result
+    says which, and a result measured either way serves the other (the same store key)."""
+    from workflow_scripts.evaluation.jobs import key_params
+    from workflow_scripts.evaluation.verdict import protocol_record
+
+    whole_job, yielding = EvalConfig(device="cpu"), EvalConfig(device="cpu", yield_gpu=True)
+    assert protocol_record(whole_job)["yield_gpu"] is False and protocol_record(yielding)["yield_gpu"] is True
+    assert key_params(whole_job) == key_params(yielding)

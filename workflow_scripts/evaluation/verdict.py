@@ -72,6 +72,9 @@ def protocol_record(cfg: EvalConfig) -> dict[str, Any]:
         "post_timing_check": cfg.post_timing_check,
         "hidden_trials": cfg.hidden_trials,
         "cpu_threads": cfg.cpu_threads if cfg.device == "cpu" else None,
+        # Whether the job stepped aside between its GPU steps (evaluation.yield_gpu): it changes what may run beside
+        # the answer's untimed steps, never its timing, so it is recorded here and kept out of the store key.
+        "yield_gpu": cfg.yield_gpu,
     }
 
 
