@@ -14,6 +14,8 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 import types
 from pathlib import Path
 
@@ -554,7 +556,10 @@ def test_completions_vllm_stage_runs_config_entries(tiny, tmp_path):
 def test_the_engines_gpus_are_held_while_it_generates_and_only_then(tmp_path, fake_vllm, monkeypatch):
     """Issue 34: a vLLM job takes the GPUs its engine runs on exclusively (the first tensor_parallel_size visible
     ones), so no evaluation or baseline is timed, or judged, on them meanwhile; a fully cached run holds nothing."""
+    from workflow_scripts.core.records import GENERATION_PURPOSE
+    from workflow_scripts.evaluation import timeline
     from workflow_scripts.evaluation.gpu_lock import GpuLockTimeout, acquire_gpu
+    from workflow_scripts.evaluation.timeline import timeline_path
     from workflow_scripts.stages.completions_vllm import engine_gpus
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
@@ -563,8 +568,21 @@ def test_the_engines_gpus_are_held_while_it_generates_and_only_then(tmp_path, fa
     hold = engine_gpus({"tensor_parallel_size": 1}, locks)
     seen: list[str] = []
 
+    def time_on_gpu0() -> None:
+        """A job timing an answer on GPU 0 (an exclusive lease, then its timed block on the timeline)."""
+        with acquire_gpu(exclusive=True, gpus=["0"], lock_dir=locks / socket.gethostname(), timeout_s=30.0,
+                         purpose="evaluate"):
+            start = time.time()
+            timeline.append(locks / socket.gethostname(), "timing_answer", "0", start, start + 0.01, problem="p",
+                            answer="a.py")
+
+    timer = threading.Thread(target=time_on_gpu0)
+
     class _Watching(_FakeLLM):
         def generate(self, prompts, params, lora_request=None, use_tqdm=True):
+            if timer.ident is None:
+                timer.start()  # asks for GPU 0 while the engine runs, and waits
+                time.sleep(0.3)
             for gpu in ("0", "1"):  # what an evaluation job on this host finds while the engine runs
                 try:
                     with acquire_gpu(exclusive=False, gpus=[gpu], lock_dir=locks / socket.gethostname(),
@@ -577,7 +595,14 @@ def test_the_engines_gpus_are_held_while_it_generates_and_only_then(tmp_path, fa
     cache = CompletionCache(tmp_path / "cache")
     base = _fake_base(tmp_path / "base")
     gv.generate_with_vllm(base, {"base": None}, PROMPTS, Decoding(max_tokens=64), cache, llm=_Watching({}), hold=hold)
+    timer.join(timeout=30)
     assert seen and set(seen) == {"0 held", "1 free"}, seen
+    # The GPU timeline shows it: the engine's exclusive lease on GPU 0 (purpose vllm), and the timing a job asked
+    # for meanwhile only after it (scoring/gpu_timeline.py counts any overlap as timed_beside_generation_s).
+    lines = [json.loads(line) for line in timeline_path(locks / socket.gethostname()).read_text().splitlines()]
+    (engine,) = [e for e in lines if e["activity"] == "lease_exclusive" and e["purpose"] == GENERATION_PURPOSE]
+    (timing,) = [e for e in lines if e["activity"] == "timing_answer"]
+    assert engine["gpu"] == timing["gpu"] == "0" and timing["start"] >= engine["end"] > engine["start"]
     with acquire_gpu(exclusive=True, gpus=["0"], lock_dir=locks / socket.gethostname(), timeout_s=1.0):
         pass  # released once the engine is done
     seen.clear()

@@ -82,6 +82,21 @@ def test_usage_from_a_hand_written_timeline(tmp_path: Path) -> None:
     assert gpu0["acquire_wait_s"] == 3
     assert gpu0["seconds_per_baseline"] == 30 and gpu0["compile_seconds_per_baseline"] == 15
     assert table.loc["1", "busy_s"] == 0 and table.loc["1", "busy_share_steady"] == 0
+    # GPU 1's exclusive lease was a generating engine's: its own column, not a timing job's exclusive time.
+    assert table.loc["1", "generation_s"] == 5 and table.loc["1", "exclusive_s"] == 0
+    assert gpu0["generation_s"] == 0 and (table["timed_beside_generation_s"] == 0).all()
+
+
+def test_timed_work_beside_a_generating_engine_is_counted(tmp_path: Path) -> None:
+    """What the lock rules out, seen if it ever happens: seconds of timing while an engine held the GPU."""
+    host = tmp_path / "node1"
+    for activity, start, end, extra in [("lease_exclusive", 0, 10, {"purpose": "vllm"}),
+                                        ("timing_answer", 8, 12, {"problem": "p", "answer": "a.py"}),
+                                        ("timing_reference", 9, 11, {"problem": "p", "answer": "a.py"}),
+                                        ("baseline_eager", 20, 21, {"problem": "p"})]:
+        timeline.append(host, activity, "0", 1000.0 + start, 1000.0 + end, **extra)
+    row = usage(load_spans(tmp_path)).iloc[0]
+    assert row["generation_s"] == 10 and row["timed_beside_generation_s"] == 2 and row["busy_s"] == 5
 
 
 def test_the_tables_are_the_latest_run_s(tmp_path: Path) -> None:

@@ -281,9 +281,13 @@ TABLES: dict[str, Table] = {
         "steady_from_s": Column("where the busy share starts: a minute after the first interval (0 for runs of "
                                 "a minute or less)", SECONDS),
         "busy_share_steady": Column("busy seconds / wall seconds from steady_from_s on", FRACTION),
-        "exclusive_s": Column("seconds a job held it exclusively (lease_exclusive)", SECONDS),
+        "exclusive_s": Column("seconds an evaluation or baseline job held it exclusively (lease_exclusive)", SECONDS),
         "exclusive_idle_s": Column("of those, seconds without timed work (an exclusive window's own overhead)",
                                    SECONDS),
+        "generation_s": Column("seconds a vLLM engine held it exclusively while generating (lease_exclusive, "
+                               "purpose vllm)", SECONDS),
+        "timed_beside_generation_s": Column("seconds of timed work while an engine held it: 0 unless the GPU lock "
+                                            "failed (a timing beside generation is not clean)", SECONDS),
         "lease_wait_s": Column("seconds jobs waited to time on it (lease_wait, summed)", SECONDS),
         "acquire_wait_s": Column("seconds jobs waited to get onto it at all (lease_acquire, summed; each line says "
                                  "what refused them: memory admission, a waiting timer's gate, the lock)", SECONDS),

@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from workflow_scripts.core.records import GENERATION_PURPOSE
 from workflow_scripts.evaluation import freezer, timeline
 from workflow_scripts.evaluation.memory_plan import DEVICE_SHARE
 
@@ -622,7 +623,7 @@ def hold_gpus(gpus: Sequence[str | int], lock_dir: Path | str, timeout_s: float 
     beside which nothing may be timed or judged."""
     with contextlib.ExitStack() as stack:
         yield [stack.enter_context(acquire_gpu(exclusive=True, gpus=[gpu], lock_dir=lock_dir, timeout_s=timeout_s,
-                                               purpose="vllm"))
+                                               purpose=GENERATION_PURPOSE))
                for gpu in sorted({str(g) for g in gpus})]
 
 

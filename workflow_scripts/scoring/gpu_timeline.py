@@ -15,7 +15,7 @@ import pandas as pd
 
 from workflow_scripts.core.columns import column_names
 from workflow_scripts.core.intervals import covered_seconds
-from workflow_scripts.core.records import RUN_START_FILE, TIMED_KINDS, TIMELINE_FILE
+from workflow_scripts.core.records import GENERATION_PURPOSE, RUN_START_FILE, TIMED_KINDS, TIMELINE_FILE
 
 STEADY_AFTER_S = 60.0  # the busy share leaves out the run's first minute
 
@@ -66,7 +66,11 @@ def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.Dat
     for (host, gpu), own in spans.groupby(["host", "gpu"], sort=True):
         first, last = float(own["start"].min()), float((own["start"] + own["seconds"]).max())
         timed = own[own["activity"].isin(TIMED_KINDS)]
-        busy, held = _intervals(timed), _intervals(own[own["activity"] == "lease_exclusive"])
+        exclusive = own[own["activity"] == "lease_exclusive"]
+        # A vLLM engine holds its GPUs exclusively while it generates: busy, but not timing, and nothing may be timed
+        # beside it (done-when 5 of issue 34): its own columns, out of the exclusive time of the timing jobs.
+        generating = exclusive["purpose"] == GENERATION_PURPOSE
+        busy, held, generation = _intervals(timed), _intervals(exclusive[~generating]), _intervals(exclusive[generating])
         steady_from = first + steady_after_s if last - first > steady_after_s else first
         per_answer = timed[timed["activity"].str.startswith("timing_")].groupby(["problem", "answer"])["seconds"].sum()
         baselines = timed[timed["activity"].str.startswith("baseline_")]
@@ -80,6 +84,10 @@ def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.Dat
             "exclusive_s": covered_seconds(held),
             # Held exclusively without timed work: |held - busy| = |held + busy| - |busy|.
             "exclusive_idle_s": covered_seconds(held + busy) - covered_seconds(busy),
+            "generation_s": covered_seconds(generation),
+            # Timed work beside a generating engine: |busy & generation| = |busy| + |generation| - |busy + generation|.
+            "timed_beside_generation_s": (covered_seconds(busy) + covered_seconds(generation)
+                                          - covered_seconds(busy + generation)),
             "lease_wait_s": float(own.loc[own["activity"] == "lease_wait", "seconds"].sum()),
             "acquire_wait_s": float(own.loc[own["activity"] == "lease_acquire", "seconds"].sum()),
             "answers_timed": int(per_answer.size),
