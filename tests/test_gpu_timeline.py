@@ -93,10 +93,12 @@ def test_timed_work_beside_a_generating_engine_is_counted(tmp_path: Path) -> Non
     for activity, start, end, extra in [("lease_exclusive", 0, 10, {"purpose": "vllm"}),
                                         ("timing_answer", 8, 12, {"problem": "p", "answer": "a.py"}),
                                         ("timing_reference", 9, 11, {"problem": "p", "answer": "a.py"}),
-                                        ("baseline_eager", 20, 21, {"problem": "p"})]:
+                                        ("baseline_eager", 20, 21, {"problem": "p"}),
+                                        ("lease_exclusive", 20, 22, {})]:  # a lease line without a purpose
         timeline.append(host, activity, "0", 1000.0 + start, 1000.0 + end, **extra)
     row = usage(load_spans(tmp_path)).iloc[0]
     assert row["generation_s"] == 10 and row["timed_beside_generation_s"] == 2 and row["busy_s"] == 5
+    assert row["exclusive_s"] == 2
 
 
 def test_the_tables_are_the_latest_run_s(tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.Dat
         exclusive = own[own["activity"] == "lease_exclusive"]
         # A vLLM engine holds its GPUs exclusively while it generates: busy, but not timing, and nothing may be timed
         # beside it (done-when 5 of issue 34): its own columns, out of the exclusive time of the timing jobs.
-        generating = exclusive["purpose"] == GENERATION_PURPOSE
+        generating = exclusive["purpose"].eq(GENERATION_PURPOSE).fillna(False).astype(bool)  # no purpose: not an engine
         busy, held, generation = _intervals(timed), _intervals(exclusive[~generating]), _intervals(exclusive[generating])
         steady_from = first + steady_after_s if last - first > steady_after_s else first
         per_answer = timed[timed["activity"].str.startswith("timing_")].groupby(["problem", "answer"])["seconds"].sum()
