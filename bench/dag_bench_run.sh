@@ -5,7 +5,9 @@
 # env: SIDE, CONFIGS (default config/dag_bench.yaml; overlays after it, e.g. config/yield_gpu.yaml), FRESH (pipeline,
 # default 1; 0 goes on from a cut-off call), SNAKEMAKE_ARGS, TIMEOUT_S (default 540), RESUME (kernelbench: a
 # kernelbench.jsonl in the repository to continue). Before: bash bench/dag_answers.sh (answers into .kb/answers),
-# `make wheelhouse` then `rm wheelhouse/numpy-*`. Carry: .kb, .kbwheels, wheelhouse.
+# `make wheelhouse` then `rm wheelhouse/numpy-*`. Carry .kb and wheelhouse
+# (SIDE=pipeline), .kb and .kbwheels (SIDE=kernelbench): all three with the
+# tracked files pass the 64 MiB a call carries.
 set -uo pipefail
 OUT=${OUT:-/tmp/h200-out}
 mkdir -p "$OUT"
