@@ -1,9 +1,10 @@
-"""A baseline job's exclusive windows on its GPU (issue 34): both sides, and the messages between them.
+"""A baseline job's windows on its GPU (issue 34): both sides, and the messages between them.
 
-A baseline job holds its GPU shared and yielding (``gpu_lock.YieldingLease``); it takes the GPU alone only for what
-is measured on it: the eager and the compiled module's timing, and the benchmarks with which Inductor's
-max-autotune picks its kernels during the compiled module's first call (picks made beside another job's work would
-be another GPU's). For the latter the child (trusted code: the problem's own ``Model``) routes every GPU benchmark of
+A baseline job holds its GPU shared and yielding (``gpu_lock.YieldingLease``); it takes the GPU alone for what it
+times: the eager and the compiled module's timing. The benchmarks with which Inductor's max-autotune picks its
+kernels during the compiled module's first call run in windows too: by default the job's GPU turn (no timing beside
+them, other jobs' untimed work may run; on an H100 the compiled times stayed within the run-to-run spread, s28), or
+the GPU alone where ``baselines.autotune_alone`` is set (``ExclusiveWindows.alone``). For the benchmarks the child (trusted code: the problem's own ``Model``) routes every GPU benchmark of
 Inductor's through ``gate_inductor_benchmarks``: before one it sends ``REQUEST`` and blocks on its stdin until the
 parent's ``GRANT`` (it runs nothing meanwhile), after it it sends ``DONE``. The parent (``ExclusiveWindows``) upgrades
 its lease for a request and keeps the window ``LINGER_S`` after the last benchmark, so a burst of candidates shares
@@ -110,7 +111,7 @@ class ExclusiveWindows:
     ``baseline_autotune`` (from the first grant to the last benchmark's end; the linger after it is the window's
     own overhead). Without a lease (the CPU) only the bookkeeping runs.
 
-    ``alone=False`` (``baselines.autotune_alone: false``): a benchmark's window is the job's GPU turn instead
+    ``alone=False`` (``baselines.autotune_alone: false``, the configuration's default): a benchmark's window is the job's GPU turn instead
     (``YieldingLease.held``: the lease stays shared and does not step aside meanwhile). No timing runs beside the
     benchmarks then either (a timing needs the GPU exclusively, which a shared holder keeps it from), but other jobs'
     correctness work may; each window costs no drain of the GPU's shared holders (an H100 run's 721 windows waited
@@ -120,7 +121,9 @@ class ExclusiveWindows:
     lock_dir: Path | str | None
     where: str  # the timeline's gpu: the leased GPU's id, or the device
     problem: str
-    alone: bool = True  # benchmarks with the GPU exclusively (else in the job's GPU turn, beside correctness work)
+    # Benchmarks with the GPU exclusively, else in the job's GPU turn beside correctness work (the baseline stage passes
+    # baselines.autotune_alone).
+    alone: bool = True
     users: int = 0
     is_open: bool = False
     exclusive: bool = False  # the open window holds the GPU exclusively (else only the job's turn)
