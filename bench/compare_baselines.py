@@ -12,6 +12,7 @@ import json
 import statistics
 import tarfile
 from pathlib import Path
+from typing import Any
 
 TIMES = ("compile_ms", "eager_ms")
 
@@ -26,26 +27,28 @@ def baselines(run: Path) -> dict[str, dict]:
                 if member.isfile() and Path(member.name).parent.name == "baselines" and member.name.endswith(".json")}
 
 
-def ratios(first: dict[str, dict], second: dict[str, dict]) -> dict[str, dict[str, float]]:
-    """Per problem both runs timed with status ok: second / first for each of ``TIMES``."""
-    rows: dict[str, dict[str, float]] = {}
-    for name in sorted(first.keys() & second.keys()):
-        a, b = first[name], second[name]
-        row = {time: b[time] / a[time] for time in TIMES
-               if a.get(time.replace("_ms", "_status")) == b.get(time.replace("_ms", "_status")) == "ok"
-               and a.get(time) and b.get(time)}
-        if row:
-            rows[name.removesuffix(".json")] = row
+def ratios(first: dict[str, dict], second: dict[str, dict]) -> dict[str, dict[str, float | None]]:
+    """Per problem either run has: second / first for each of ``TIMES``, None where either run lacks the problem or
+    did not time it with status ok (so what was left out is in the report too)."""
+    rows: dict[str, dict[str, float | None]] = {}
+    for name in sorted(first.keys() | second.keys()):
+        a, b = first.get(name, {}), second.get(name, {})
+        rows[name.removesuffix(".json")] = {
+            time: (b[time] / a[time] if a.get(time.replace("_ms", "_status")) == b.get(time.replace("_ms", "_status"))
+                   == "ok" and a.get(time) and b.get(time) else None)
+            for time in TIMES}
     return rows
 
 
-def summary(rows: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    out = {}
+def summary(rows: dict[str, dict[str, float | None]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
     for time in TIMES:
-        values = [row[time] for row in rows.values() if time in row]
+        values = [value for row in rows.values() if (value := row[time]) is not None]
+        left_out = sorted(name for name, row in rows.items() if row[time] is None)
+        out[time] = {"n": len(values), "left_out": left_out}
         if values:
-            out[time] = {"n": len(values), "median": statistics.median(values), "min": min(values), "max": max(values),
-                         "max_abs_change": max(abs(value - 1) for value in values)}
+            out[time].update(median=statistics.median(values), min=min(values), max=max(values),
+                             max_abs_change=max(abs(value - 1) for value in values))
     return out
 
 
@@ -55,10 +58,14 @@ def main() -> None:
     parser.add_argument("second", type=Path)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    rows = ratios(baselines(args.first), baselines(args.second))
+    runs = {run: baselines(run) for run in (args.first, args.second)}
+    for run, found in runs.items():
+        if not found:
+            raise SystemExit(f"{run}: no baselines/*.json (a results folder or a dag_results.tgz)")
+    rows = ratios(runs[args.first], runs[args.second])
     report = {"first": str(args.first), "second": str(args.second), "summary": summary(rows), "per_problem": rows}
     for name, row in rows.items():
-        print(name, " ".join(f"{time} {value:.4f}" for time, value in row.items()))
+        print(name, " ".join(f"{time} {'-' if value is None else f'{value:.4f}'}" for time, value in row.items()))
     print(json.dumps(report["summary"], indent=1))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")

@@ -163,20 +163,28 @@ def run_pipeline(config_paths: list[Path], config: dict, root: Path, out: Path, 
     # When this call wrote summary.json, from its start: the whole DAG's wall even where the call's limit came as
     # Snakemake was exiting (s27: summary.json at 551 s, the limit at 555 s).
     written = summary.stat().st_mtime - started if summary.exists() else None
-    _archive(results, root, out / "dag_results.tgz")
     return {"command": shlex.join(command), "returncode": returncode, "timed_out": returncode is None,
             "wall_s": round(wall, 1), "summary_json": summary.exists(),
             "summary_json_after_s": round(written, 1) if written is not None and written >= 0 else None,
+            "results_archive": _archive(results, root, root / config["store"], out / "dag_results.tgz"),
             "gpu_usage": _usage(results, out)}
 
 
-def _archive(results: Path, root: Path, archive: Path) -> None:
-    """The results folder as the run left it, without its store and lock folders (the records a reader checks; the
-    store's copies would double the size), named as from ``root``."""
-    left_out = {results / ".store", results / ".locks"}
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(results, arcname=str(results.relative_to(root)),
-                filter=lambda member: None if root / member.name in left_out else member)
+def _archive(results: Path, root: Path, store: Path, archive: Path) -> str:
+    """The results folder as the run left it, named as from ``root`` where it is inside it, without the store and the
+    lock folder (the records a reader checks; the store's copies would double the size); what became of it, for the
+    call's record (a failure never costs the record)."""
+    if not results.is_dir():
+        return f"none: {results} does not exist"
+    left_out = {store.resolve(), (results / ".locks").resolve()}
+    try:
+        with tarfile.open(archive, "w:gz") as tar:
+            name = results.relative_to(root) if results.resolve().is_relative_to(root.resolve()) else Path(results.name)
+            tar.add(results, arcname=str(name), filter=lambda member: (
+                None if (results / Path(member.name).relative_to(name)).resolve() in left_out else member))
+    except (OSError, tarfile.TarError) as e:
+        return f"failed: {e}"
+    return archive.name
 
 
 def _usage(results: Path, out: Path) -> list[dict]:

@@ -228,3 +228,29 @@ def test_a_child_s_benchmarks_beside_correctness_work_and_its_whole_first_call_a
             run.stop()
     lines = [json.loads(line) for line in (locks / "timeline.jsonl").read_text().splitlines()]
     assert [e["exclusive"] for e in lines if e["activity"] == "baseline_autotune"] == [False, True]
+
+
+def test_a_burst_in_the_job_s_turn_says_whether_an_evaluation_held_the_gpu(tmp_path: Path) -> None:
+    """In the job's turn, picks may be made beside answers' untimed work: each ``baseline_autotune`` line says whether
+    an evaluation's shared lease (its pin) was on the GPU, so a reviewer sees which picks were."""
+    locks = tmp_path / "locks"
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
+            YieldingLease(lease) as yielding_lease:
+        windows = ExclusiveWindows(yielding_lease, locks, "0", "p", alone=False)
+        windows.benchmark(timeout_s=5.0)  # alone on the GPU
+        windows.benchmark_done()
+        windows.close()
+        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="evaluate") as evaluation, \
+                YieldingLease(evaluation, steps_aside=False):
+            windows.benchmark(timeout_s=5.0)  # beside an evaluation's whole-job lease
+            windows.benchmark_done()
+            windows.close()
+        windows.benchmark(timeout_s=5.0)  # an evaluation that comes during the burst is seen at its close
+        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="evaluate") as evaluation, \
+                YieldingLease(evaluation, steps_aside=False):
+            windows.benchmark_done()
+            windows.close()
+    autotune = [json.loads(line) for line in (locks / "timeline.jsonl").read_text().splitlines()
+                if json.loads(line)["activity"] == "baseline_autotune"]
+    assert [(line["exclusive"], line["beside_evaluation"]) for line in autotune] == [
+        (False, False), (False, True), (False, True)]

@@ -170,3 +170,8 @@ def test_autotune_alone_reaches_the_baseline_s_config_and_its_store_key() -> Non
     assert key_params(alone) != key_params(BaselineConfig())
     with pytest.raises(ParamsError, match="autotune_alone"):
         parse_params(BaselineConfig, {"autotune_alone": "no"}, source="--params baselines")
+    # The compile cache keeps max-autotune's picks: one folder per setting, the alone one named as caches were before.
+    from workflow_scripts.evaluation.compile_cache import folder_name
+
+    key = "ab" * 32
+    assert folder_name(key, True) == f"compile-{key[:16]}" != folder_name(key, False)

@@ -568,21 +568,23 @@ def test_the_engines_gpus_are_held_while_it_generates_and_only_then(tmp_path, fa
     hold = engine_gpus({"tensor_parallel_size": 1}, locks)
     seen: list[str] = []
 
+    timer_errors: list[BaseException] = []
+
     def time_on_gpu0() -> None:
         """A job timing an answer on GPU 0 (an exclusive lease, then its timed block on the timeline)."""
-        with acquire_gpu(exclusive=True, gpus=["0"], lock_dir=locks / socket.gethostname(), timeout_s=30.0,
-                         purpose="evaluate"):
-            start = time.time()
-            timeline.append(locks / socket.gethostname(), "timing_answer", "0", start, start + 0.01, problem="p",
-                            answer="a.py")
+        try:
+            with acquire_gpu(exclusive=True, gpus=["0"], lock_dir=locks / socket.gethostname(), timeout_s=30.0,
+                             purpose="evaluate"):
+                start = time.time()
+                timeline.append(locks / socket.gethostname(), "timing_answer", "0", start, start + 0.01,
+                                problem="p", answer="a.py")
+        except BaseException as e:  # noqa: BLE001 - raised again in the test's thread
+            timer_errors.append(e)
 
     timer = threading.Thread(target=time_on_gpu0)
 
     class _Watching(_FakeLLM):
         def generate(self, prompts, params, lora_request=None, use_tqdm=True):
-            if timer.ident is None:
-                timer.start()  # asks for GPU 0 while the engine runs, and waits
-                time.sleep(0.3)
             for gpu in ("0", "1"):  # what an evaluation job on this host finds while the engine runs
                 try:
                     with acquire_gpu(exclusive=False, gpus=[gpu], lock_dir=locks / socket.gethostname(),
@@ -590,19 +592,26 @@ def test_the_engines_gpus_are_held_while_it_generates_and_only_then(tmp_path, fa
                         seen.append(f"{gpu} free")
                 except GpuLockTimeout:
                     seen.append(f"{gpu} held")
+            if timer.ident is None:
+                timer.start()  # a job asks to time on GPU 0 while the engine runs, and waits
+                time.sleep(0.3)
             return super().generate(prompts, params, lora_request, use_tqdm)
 
     cache = CompletionCache(tmp_path / "cache")
     base = _fake_base(tmp_path / "base")
     gv.generate_with_vllm(base, {"base": None}, PROMPTS, Decoding(max_tokens=64), cache, llm=_Watching({}), hold=hold)
     timer.join(timeout=30)
+    assert not timer.is_alive() and not timer_errors, timer_errors
     assert seen and set(seen) == {"0 held", "1 free"}, seen
-    # The GPU timeline shows it: the engine's exclusive lease on GPU 0 (purpose vllm), and the timing a job asked
-    # for meanwhile only after it (scoring/gpu_timeline.py counts any overlap as timed_beside_generation_s).
+    # The GPU timeline shows it: the engine's exclusive lease on GPU 0 (purpose vllm); the timing job asked for the
+    # GPU while the engine held it, and timed only after it (scoring/gpu_timeline.py counts any overlap as
+    # timed_beside_generation_s).
     lines = [json.loads(line) for line in timeline_path(locks / socket.gethostname()).read_text().splitlines()]
     (engine,) = [e for e in lines if e["activity"] == "lease_exclusive" and e["purpose"] == GENERATION_PURPOSE]
+    (asked,) = [e for e in lines if e["activity"] == "lease_acquire" and e["purpose"] == "evaluate"]
     (timing,) = [e for e in lines if e["activity"] == "timing_answer"]
-    assert engine["gpu"] == timing["gpu"] == "0" and timing["start"] >= engine["end"] > engine["start"]
+    assert engine["gpu"] == timing["gpu"] == "0" and engine["start"] < asked["start"] < engine["end"]
+    assert timing["start"] >= engine["end"]
     with acquire_gpu(exclusive=True, gpus=["0"], lock_dir=locks / socket.gethostname(), timeout_s=1.0):
         pass  # released once the engine is done
     seen.clear()

@@ -281,7 +281,8 @@ TABLES: dict[str, Table] = {
         "steady_from_s": Column("where the busy share starts: a minute after the first interval (0 for runs of "
                                 "a minute or less)", SECONDS),
         "busy_share_steady": Column("busy seconds / wall seconds from steady_from_s on", FRACTION),
-        "exclusive_s": Column("seconds an evaluation or baseline job held it exclusively (lease_exclusive)", SECONDS),
+        "exclusive_s": Column("seconds it was held exclusively (lease_exclusive) by any lease but a generating "
+                              "engine's (evaluations, baselines, the device rates)", SECONDS),
         "exclusive_idle_s": Column("of those, seconds without timed work (an exclusive window's own overhead)",
                                    SECONDS),
         "generation_s": Column("seconds a vLLM engine held it exclusively while generating (lease_exclusive, "

@@ -31,7 +31,7 @@ everything in that process is the answer's to read and rewrite: what it reports 
 
 **A baseline's process** runs ``child``'s baseline role: the problem's own code (trusted), isolated the same way so
 that a crash or a hang costs only that baseline, with the child half of ``baseline_windows`` (Inductor's autotuning
-benchmarks wrapped to ask the trusted side for the GPU alone).
+benchmarks wrapped to ask the trusted side for a window on the GPU).
 
 Trust model
 ===========

@@ -8,8 +8,9 @@ trial, trial count, L2 flush, ``torch.no_grad()``, output scrubbing between call
 KernelBench's seed-42 inputs.
 
 GPU: the job holds its GPU shared and yielding (``gpu_lock.YieldingLease``: while a timing job waits, the child is
-held stopped and the timer goes first) and exclusively only while something is measured (``baseline_windows``): the
-eager timing, the compiled module's timing, and Inductor's autotuning benchmarks during its first call. Loading,
+held stopped and the timer goes first) and exclusively only while something is timed (``baseline_windows``): the
+eager timing and the compiled module's timing. Inductor's autotuning benchmarks during its first call run in the
+job's GPU turn (no timing beside them), or with the GPU alone where ``baselines.autotune_alone`` is set. Loading,
 building inputs, tracing, code generation and Triton compilation run beside other jobs' correctness work.
 
 Compile: ``torch._dynamo.reset()`` first; the first call (tracing + Inductor code generation + autotuning) is
@@ -247,8 +248,9 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
                   "precision": "fp32", "integer_inputs": "kept", "no_grad": True, "eval_mode": False,
                   "dynamo_reset": True, "compile_threads": cfg.compile_threads,
                   "cpu_threads": cfg.cpu_threads if cfg.device == "cpu" else None,
-                  # How Inductor's autotuning got the GPU alone (baseline_windows): "benchmarks" (each benchmark in
-                  # an exclusive window), "whole_first_call", or None (no GPU lease, or no compiled first call).
+                  # How Inductor's autotuning got its windows (baseline_windows): "benchmarks" (a window for each
+                  # burst of benchmarks: exclusive or the job's turn, as autotune_alone says), "whole_first_call"
+                  # (one exclusive window), or None (no GPU lease, or no compiled first call).
                   "autotune_exclusive": comp.get("autotune_exclusive"),
                   # Whether those windows held the GPU exclusively, or the job's turn beside other jobs' correctness
                   # work (baselines.autotune_alone).

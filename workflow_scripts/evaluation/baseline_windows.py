@@ -3,12 +3,13 @@
 A baseline job holds its GPU shared and yielding (``gpu_lock.YieldingLease``); it takes the GPU alone for what it
 times: the eager and the compiled module's timing. The benchmarks with which Inductor's max-autotune picks its
 kernels during the compiled module's first call run in windows too: by default the job's GPU turn (no timing beside
-them, other jobs' untimed work may run; on an H100 the compiled times stayed within the run-to-run spread, s28), or
-the GPU alone where ``baselines.autotune_alone`` is set (``ExclusiveWindows.alone``). For the benchmarks the child (trusted code: the problem's own ``Model``) routes every GPU benchmark of
-Inductor's through ``gate_inductor_benchmarks``: before one it sends ``REQUEST`` and blocks on its stdin until the
-parent's ``GRANT`` (it runs nothing meanwhile), after it it sends ``DONE``. The parent (``ExclusiveWindows``) upgrades
-its lease for a request and keeps the window ``LINGER_S`` after the last benchmark, so a burst of candidates shares
-one window. Where Inductor's benchmarker is not found (another torch), the child asks for one window around its
+them, other jobs' untimed work may run; on an H100 the compiled times changed by at most 0.8%, s28), or
+the GPU alone where ``baselines.autotune_alone`` is set (``ExclusiveWindows.alone``). For the benchmarks the child
+(trusted code: the problem's own ``Model``) routes every GPU benchmark of Inductor's through
+``gate_inductor_benchmarks``: before one it sends ``REQUEST`` and blocks on its stdin until the parent's ``GRANT`` (it
+runs nothing meanwhile), after it it sends ``DONE``. The parent (``ExclusiveWindows``) opens a window for a request
+(the job's turn, or its lease upgraded) and keeps it ``LINGER_S`` after the last benchmark, so a burst of candidates
+shares one window. Where Inductor's benchmarker is not found (another torch), the child asks for one window around its
 whole first call instead; the result records which (``BENCHMARKS`` or ``WHOLE_FIRST_CALL``).
 """
 
@@ -29,8 +30,9 @@ REQUEST = "autotune_request"  # child -> parent message: a GPU benchmark is abou
 GRANT = "autotune_go"  # parent -> child command: the window is open, the benchmark may run
 DONE = "autotune_done"  # child -> parent message: the benchmark ended
 # How long a window stays open after a benchmark ended: max-autotune benchmarks a layer's candidates back to back
-# (milliseconds apart, compiling in between), and each new window would cost a downgrade and an upgrade (the GPU
-# drained of shared work each time); a tenth of a second keeps a burst in one window and gives the GPU back soon after.
+# (milliseconds apart, compiling in between), and each new window would cost a turn (or, alone, a downgrade and an
+# upgrade: the GPU drained of shared work each time); a tenth of a second keeps a burst in one window and gives the GPU
+# back soon after.
 LINGER_S = 0.1
 # What ``gate_inductor_benchmarks`` managed: every GPU benchmark in a window, or (no benchmarker found) one window
 # around the compiled module's whole first call.
@@ -111,11 +113,12 @@ class ExclusiveWindows:
     ``baseline_autotune`` (from the first grant to the last benchmark's end; the linger after it is the window's
     own overhead). Without a lease (the CPU) only the bookkeeping runs.
 
-    ``alone=False`` (``baselines.autotune_alone: false``, the configuration's default): a benchmark's window is the job's GPU turn instead
-    (``YieldingLease.held``: the lease stays shared and does not step aside meanwhile). No timing runs beside the
-    benchmarks then either (a timing needs the GPU exclusively, which a shared holder keeps it from), but other jobs'
-    correctness work may; each window costs no drain of the GPU's shared holders (an H100 run's 721 windows waited
-    347 s for them, s27). A timing (``enter``) always upgrades."""
+    ``alone=False`` (``baselines.autotune_alone: false``, the configuration's default): a benchmark's window is the
+    job's GPU turn instead (``YieldingLease.held``: the lease stays shared and does not step aside meanwhile). No
+    timing runs beside the benchmarks then either (a timing needs the GPU exclusively, which a shared holder keeps it
+    from), but other jobs' correctness work may (``beside_evaluation`` says whether an evaluation's did); each window
+    costs no drain of the GPU's shared holders (an H100 run's 721 windows waited 347 s for them, s27). A timing
+    (``enter``) always upgrades."""
 
     yielding_lease: gpu_lock.YieldingLease | None
     lock_dir: Path | str | None
@@ -131,6 +134,9 @@ class ExclusiveWindows:
     autotune_start: float | None = None  # epoch: this window's first benchmark
     autotune_end: float | None = None  # epoch: its last benchmark's end
     _turn: contextlib.ExitStack | None = None  # the job's GPU turn, held by a window that is not exclusive
+    # A window in the job's turn with an evaluation's shared lease on the GPU (its pin) as it opened or closed: the
+    # picks were made beside answers' untimed work (the timeline line says so; docs/evaluation.md, trust).
+    beside_evaluation: bool = False
 
     def enter(self, timeout_s: float, exclusive: bool = True) -> float:
         """A user in the window, opened if it is not, upgraded if ``exclusive`` and it is not yet (waiting at most
@@ -144,6 +150,7 @@ class ExclusiveWindows:
             elif not exclusive and not self.is_open:
                 self._turn = contextlib.ExitStack()
                 self._turn.enter_context(self.yielding_lease.held())
+                self.beside_evaluation = self.yielding_lease.lease.timer_blocked_elsewhere()
         self.is_open = True
         self.users += 1
         self.idle_since = None
@@ -183,9 +190,13 @@ class ExclusiveWindows:
         if not self.is_open:
             return
         if self.autotune_start is not None:
+            beside = self.beside_evaluation or (self._turn is not None and self.yielding_lease is not None
+                                                and self.yielding_lease.lease.timer_blocked_elsewhere())
             timeline.append(self.lock_dir, "baseline_autotune", self.where, self.autotune_start,
-                            self.autotune_end or time.time(), problem=self.problem, exclusive=self.exclusive)
+                            self.autotune_end or time.time(), problem=self.problem, exclusive=self.exclusive,
+                            beside_evaluation=bool(beside))
         self.autotune_start = self.autotune_end = None
+        self.beside_evaluation = False
         exclusive, turn = self.exclusive, self._turn
         self.users, self.is_open, self.exclusive, self.idle_since, self._turn = 0, False, False, None, None
         try:

@@ -29,6 +29,14 @@ SHARED = "precompiled_headers"
 PARTIAL = ".partial"  # a file being added to the cache (renamed into place when whole)
 
 
+def folder_name(environment_key: str, autotune_alone: bool) -> str:
+    """The cache's folder for one environment and one way of autotuning: it keeps max-autotune's picks with what it
+    built, and picks made in the job's GPU turn beside other jobs' work (``baselines.autotune_alone: false``) are not
+    those made with the GPU alone, so neither setting's baselines start from the other's (the alone folder keeps the
+    name every cache had before the setting existed)."""
+    return f"compile-{environment_key[:16]}" + ("" if autotune_alone else "-autotune-in-turn")
+
+
 @dataclass(frozen=True)
 class CacheUse:
     """What one compile child took from the cache and gave back (recorded with the baseline)."""

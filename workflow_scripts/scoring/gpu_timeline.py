@@ -61,7 +61,9 @@ def load_spans(locks: Path | str) -> pd.DataFrame:
 
 def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.DataFrame:
     """One row per host and GPU: its wall, its busy share after ``steady_after_s``, its exclusive time without timed
-    work, and the seconds per answer and per baseline."""
+    work, a generating engine's hold and any timed work beside it, the waits, and the seconds per answer and per
+    baseline. The busy share counts timed work only: a GPU that generates, then times, shows generation as not busy
+    (``generation_s`` says how long)."""
     rows = []
     for (host, gpu), own in spans.groupby(["host", "gpu"], sort=True):
         first, last = float(own["start"].min()), float((own["start"] + own["seconds"]).max())
@@ -70,7 +72,8 @@ def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.Dat
         # A vLLM engine holds its GPUs exclusively while it generates: busy, but not timing, and nothing may be timed
         # beside it (done-when 5 of issue 34): its own columns, out of the exclusive time of the timing jobs.
         generating = exclusive["purpose"].eq(GENERATION_PURPOSE).fillna(False).astype(bool)  # no purpose: not an engine
-        busy, held, generation = _intervals(timed), _intervals(exclusive[~generating]), _intervals(exclusive[generating])
+        busy, generation = _intervals(timed), _intervals(exclusive[generating])
+        held = _intervals(exclusive[~generating])
         steady_from = first + steady_after_s if last - first > steady_after_s else first
         per_answer = timed[timed["activity"].str.startswith("timing_")].groupby(["problem", "answer"])["seconds"].sum()
         baselines = timed[timed["activity"].str.startswith("baseline_")]

@@ -9,6 +9,7 @@ from typing import Any
 from workflow_scripts.core.hashing import sha256_file
 from workflow_scripts.core.params import parse_params, parse_stage_args, stage_parser
 from workflow_scripts.core.store import code_version
+from workflow_scripts.evaluation import compile_cache
 from workflow_scripts.evaluation.baseline import BaselineConfig, measure_baselines
 from workflow_scripts.evaluation.jobs import environment_key, run_settings, store_measurement
 
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         settings["compile_threads"] = args.compile_threads
     config = parse_params(BaselineConfig, settings, source="--params baselines")
     environment = environment_key(args.environment)
-    config = replace(config, compile_cache=str(caches / f"compile-{environment[:16]}"))
+    config = replace(config, compile_cache=str(caches / compile_cache.folder_name(environment, config.autotune_alone)))
     inputs = {"problem": sha256_file(args.problem), "environment": environment}
 
     computed = store_measurement(args.store, args.out, STAGE, code_version(__spec__.name), config, inputs,
