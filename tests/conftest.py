@@ -114,30 +114,30 @@ def session_demo(config: pytest.Config) -> BackgroundDemo:
 BACKGROUND_DEMO = pytest.StashKey[BackgroundDemo]()
 
 
-# Session-scoped runs that several test files read: under pytest-xdist (``make test`` runs two workers) each test that
-# reads one joins that run's group, so one worker builds it once; the file's other tests are a group of their own, as
-# every other file is (module-scoped fixtures, such as the cheat suite's one evaluation of every case, stay built once
-# per group). A demo file's tests that do not read the demo then run beside it, not after it on its worker (about
-# a minute and a half of the suite's tail in s28).
+# Session-scoped runs that several test files read: under pytest-xdist (``make test`` runs two workers) each file that
+# uses one joins that run's group, so one worker builds it once; every other file is a group of its own (module-scoped
+# fixtures, such as the cheat suite's one evaluation of every case, stay built once).
 SHARED_RUNS = ("demo_run", "small_run")
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by the marks added here, and before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that read a session's finished pipeline run are integration tests, wherever they stand; under xdist,
-    each test joins its run's group, or its file's (``SHARED_RUNS``)."""
+    each test joins its file's group (``SHARED_RUNS``)."""
     for item in items:
         if {"demo_run", "small_run", "compile_cache"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
     if not under_xdist(config):
         return
-    group_of: dict[str, str] = {}
+    group_of_file: dict[Path, str] = {}
     for item in items:
         shared = next((run for run in SHARED_RUNS if run in getattr(item, "fixturenames", ())), None)
-        group_of[item.nodeid] = shared or item.path.name
-        item.add_marker(pytest.mark.xdist_group(group_of[item.nodeid]))
-    # The demo's readers last: their worker runs other groups while the demo, started at collection, runs beside.
-    items.sort(key=lambda item: group_of[item.nodeid] == "demo_run")
+        if shared is not None or item.path not in group_of_file:
+            group_of_file[item.path] = shared or group_of_file.get(item.path) or item.path.name
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of_file[item.path]))
+    # The demo's readers last: their worker runs other files while the demo, started at collection, runs beside.
+    items.sort(key=lambda item: group_of_file[item.path] == "demo_run")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
