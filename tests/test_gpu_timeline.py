@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from workflow_scripts.evaluation import gpu_lock, timeline
-from workflow_scripts.core.intervals import covered_seconds
+from workflow_scripts.core.intervals import covered_seconds, overlap_seconds
 from workflow_scripts.scoring.gpu_timeline import load_spans, usage
 
 
@@ -54,6 +54,7 @@ def test_covered_seconds_counts_overlaps_once_and_clips() -> None:
     assert covered_seconds([(0, 2), (1, 3), (5, 6)]) == 4
     assert covered_seconds([(0, 2), (1, 3), (5, 6)], 1.5, 5.5) == 2.0
     assert covered_seconds([]) == 0
+    assert overlap_seconds([(0, 2), (1, 3)], [(2.5, 6), (5, 7)]) == 0.5 and overlap_seconds([(0, 1)], []) == 0
 
 
 def test_usage_from_a_hand_written_timeline(tmp_path: Path) -> None:

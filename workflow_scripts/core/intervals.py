@@ -14,3 +14,8 @@ def covered_seconds(intervals: list[tuple[float, float]], low: float = float("-i
             total += end - start
             reach = end
     return total
+
+
+def overlap_seconds(first: list[tuple[float, float]], second: list[tuple[float, float]]) -> float:
+    """Seconds that both sets of intervals cover: |first & second| = |first| + |second| - |first + second|."""
+    return covered_seconds(first) + covered_seconds(second) - covered_seconds(first + second)

@@ -150,11 +150,15 @@ class ExclusiveWindows:
             elif not exclusive and not self.is_open:
                 self._turn = contextlib.ExitStack()
                 self._turn.enter_context(self.yielding_lease.held())
-                self.beside_evaluation = self.yielding_lease.lease.timer_blocked_elsewhere()
+                self.beside_evaluation = self._evaluation_pins_gpu()
         self.is_open = True
         self.users += 1
         self.idle_since = None
         return waited
+
+    def _evaluation_pins_gpu(self) -> bool:
+        """Whether an evaluation's shared lease is on the GPU now (its pin: ``GpuLease.timer_blocked_elsewhere``)."""
+        return self.yielding_lease is not None and self.yielding_lease.lease.timer_blocked_elsewhere()
 
     def leave(self) -> None:
         self.users = max(0, self.users - 1)  # a user left after ``close`` counted nobody
@@ -190,11 +194,10 @@ class ExclusiveWindows:
         if not self.is_open:
             return
         if self.autotune_start is not None:
-            beside = self.beside_evaluation or (self._turn is not None and self.yielding_lease is not None
-                                                and self.yielding_lease.lease.timer_blocked_elsewhere())
+            beside = self.beside_evaluation or (self._turn is not None and self._evaluation_pins_gpu())
             timeline.append(self.lock_dir, "baseline_autotune", self.where, self.autotune_start,
                             self.autotune_end or time.time(), problem=self.problem, exclusive=self.exclusive,
-                            beside_evaluation=bool(beside))
+                            beside_evaluation=beside)
         self.autotune_start = self.autotune_end = None
         self.beside_evaluation = False
         exclusive, turn = self.exclusive, self._turn

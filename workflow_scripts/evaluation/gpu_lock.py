@@ -36,10 +36,10 @@ so a yielding lease leaves it alone and its child keeps compiling (``timer_block
 alone decides who holds the GPU). Where ``evaluation.yield_gpu`` is set, an evaluation job yields the same way
 between its steps: its trusted side's own GPU work (the reference side's preparation, each correctness trial, an
 answer process's device start) runs in ``held`` blocks, which the watcher never cuts, and the answer's process, once
-it runs the answer's code, is the followed tree. Off by default: a stopped process's queued GPU work still runs, so a hostile answer could
-leave a kernel running into the other job's timing; the whole-job shared lease rules that out, at a price: a job
-waiting to time waits for every other evaluation on its GPU to end or to time (on an H100, 16% of a 20-problem run's
-wall was timing; bench/README.md, s26).
+it runs the answer's code, is the followed tree. Off by default: a stopped process's queued GPU work still runs, so a
+hostile answer could leave a kernel running into the other job's timing; the whole-job shared lease rules that out,
+at a price: a job waiting to time waits for every other evaluation on its GPU to end or to time (on an H100, 16% of a
+20-problem run's wall was timing; bench/README.md, s26).
 
 Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, expected peak memory if given) next to the lock, removed
 on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live holders'

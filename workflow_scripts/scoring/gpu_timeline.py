@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from workflow_scripts.core.columns import column_names
-from workflow_scripts.core.intervals import covered_seconds
+from workflow_scripts.core.intervals import covered_seconds, overlap_seconds
 from workflow_scripts.core.records import GENERATION_PURPOSE, RUN_START_FILE, TIMED_KINDS, TIMELINE_FILE
 
 STEADY_AFTER_S = 60.0  # the busy share leaves out the run's first minute
@@ -79,18 +79,16 @@ def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.Dat
         baselines = timed[timed["activity"].str.startswith("baseline_")]
         per_baseline = baselines.groupby("problem")["seconds"].sum()
         compile_s = baselines.groupby("problem")["compile_time_s"].sum(min_count=1).dropna()
+        busy_s, held_s = covered_seconds(busy), covered_seconds(held)
         rows.append({
             "host": host, "gpu": gpu, "wall_s": last - first,
-            "busy_s": covered_seconds(busy), "steady_from_s": steady_from - first,
+            "busy_s": busy_s, "steady_from_s": steady_from - first,
             "busy_share_steady": (covered_seconds(busy, steady_from, last) / (last - steady_from)
                                   if last > steady_from else None),
-            "exclusive_s": covered_seconds(held),
-            # Held exclusively without timed work: |held - busy| = |held + busy| - |busy|.
-            "exclusive_idle_s": covered_seconds(held + busy) - covered_seconds(busy),
+            "exclusive_s": held_s,
+            "exclusive_idle_s": held_s - overlap_seconds(held, busy),  # held exclusively without timed work
             "generation_s": covered_seconds(generation),
-            # Timed work beside a generating engine: |busy & generation| = |busy| + |generation| - |busy + generation|.
-            "timed_beside_generation_s": (covered_seconds(busy) + covered_seconds(generation)
-                                          - covered_seconds(busy + generation)),
+            "timed_beside_generation_s": overlap_seconds(busy, generation),
             "lease_wait_s": float(own.loc[own["activity"] == "lease_wait", "seconds"].sum()),
             "acquire_wait_s": float(own.loc[own["activity"] == "lease_acquire", "seconds"].sum()),
             "answers_timed": int(per_answer.size),
