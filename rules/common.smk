@@ -17,7 +17,7 @@ from workflow_scripts.core.progress import report_progress
 from workflow_scripts.evaluation.config import fill_protocol_defaults
 from workflow_scripts.evaluation.environment import gpu_memory_gib, live_facts
 from workflow_scripts.evaluation.gpu_lock import visible_gpus
-from workflow_scripts.evaluation.resources import (baseline_slots, compile_threads, host_memory_bytes, host_resources,
+from workflow_scripts.evaluation.resources import (baseline_reserved_cores, baseline_slots, compile_threads, host_memory_bytes, host_resources,
                                                    job_memory)
 from workflow_scripts.evaluation.timeline import mark_run_start
 from workflow_scripts.generation.kinds import calibration_models, kind_of, models_for_rule
@@ -82,9 +82,15 @@ def run_cores():
         return None
 
 
-def baseline_threads():
-    """A baseline job's compile workers, which its rule reserves as threads (evaluation/resources.py)."""
+def baseline_workers():
+    """A baseline job's compile workers (evaluation/resources.py compile_threads)."""
     return compile_threads(run_cores(), config["baselines"]["compile_threads"])
+
+
+def baseline_threads():
+    """The cores a baseline job reserves as its rule's threads: a share of its compile workers, which are busy only in
+    bursts (evaluation/resources.py baseline_reserved_cores)."""
+    return baseline_reserved_cores(baseline_workers())
 
 
 def _bound_by_the_host():

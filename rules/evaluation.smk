@@ -64,8 +64,7 @@ rule baseline:
         locks=LAYOUT.locks(),
     log:
         LAYOUT.log("baselines/level{level}_{problem_id}"),
-    # torch.compile's worker processes: a quarter of the cores this run may use unless configured
-    # (evaluation/resources.py).
+    # The cores it reserves: half its torch.compile workers, which are busy only in bursts (evaluation/resources.py).
     threads: baseline_threads()
     # Before the evaluations: a baseline compiles for tens of seconds beside them instead of after them.
     priority: BASELINES_EARLY
@@ -74,6 +73,10 @@ rule baseline:
         runtime=2 * int(config["baselines"]["timeout_s"] // 60) + 10,
         # A local run lets a few compile at once (evaluation/resources.py baseline_slots).
         baselines=1,
+        # torch.compile's worker processes: a quarter of the cores this run may use unless configured. A resource no
+        # run bounds, not a parameter: the count changes how long the compile takes, not what it builds, so a run with
+        # other --cores re-runs no baseline.
+        compile_workers=baseline_workers(),
         **gpu_resources(),
         **memory_resources("baseline"),
     conda:
@@ -81,7 +84,7 @@ rule baseline:
     shell:
         "python -m workflow_scripts.stages.baseline --params {params.settings:q} --problem {input.problem:q}"
         " --environment {input.environment:q} --out {output:q} --store {params.store:q}"
-        " --lock-dir {params.locks:q} --compile-threads {threads} > {log} 2>&1"
+        " --lock-dir {params.locks:q} --compile-threads {resources.compile_workers} > {log} 2>&1"
 
 
 rule model_names:

@@ -18,9 +18,8 @@ import yaml
 
 from workflow_scripts.devtools.workspace import copy_workflow
 from workflow_scripts.evaluation.resources import (FLOOR_MEM_MB, HOST_MEMORY_SHARE, JOBS_PER_GPU, MAX_COMPILE_THREADS,
-                                                   Memory, Sizes, baseline_memory, baseline_slots, compile_threads,
-                                                   evaluate_memory,
-                                                   host_memory_bytes, host_resources, job_memory, problem_gpu_gib,
+                                                   Memory, Sizes, baseline_memory, baseline_reserved_cores,
+                                                   baseline_slots, compile_threads, evaluate_memory, host_memory_bytes, host_resources, job_memory, problem_gpu_gib,
                                                    table_sizes)
 from workflow_scripts.suite.sizes import problem_sizes, with_sizes
 from workflow_scripts.suite.kernelbench import index_suite
@@ -258,8 +257,10 @@ def test_baselines_together_take_at_most_three_quarters_of_the_run_s_cores(monke
     import os
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(128)))  # a 128-core host
-    # The H200 host's 16 cores: three baselines of 4 workers, 4 cores left to the evaluations (one per JOBS_PER_GPU).
-    assert baseline_slots(16, compile_threads(16)) * compile_threads(16) == 12 == 16 - JOBS_PER_GPU
+    # The H200 host's 16 cores: six baselines of 4 workers reserving 2 cores each, 4 cores left to the evaluations
+    # (one per JOBS_PER_GPU).
+    reserved = baseline_reserved_cores(compile_threads(16))
+    assert reserved == 2 and baseline_slots(16, reserved) == 6 and 6 * reserved == 16 - JOBS_PER_GPU
     assert [baseline_slots(cores, threads) for cores, threads in ((16, 4), (128, 8), (2, 1), (1, 1), (4, 8))] == [
         3, 12, 1, 1, 1]  # always one at least, even where one baseline's workers outnumber the share
     # No --cores (Snakemake's API without them): the cores this process may run on, as compile_threads reads them.
@@ -268,9 +269,13 @@ def test_baselines_together_take_at_most_three_quarters_of_the_run_s_cores(monke
     assert baseline_slots(None, 1) == baseline_slots(64, 1) == 3
 
 
+def test_a_baseline_reserves_half_its_compile_workers_as_cores() -> None:
+    assert [baseline_reserved_cores(workers) for workers in (1, 2, 3, 4, 8)] == [1, 1, 2, 2, 4]
+
+
 @pytest.mark.integration
-def test_the_baseline_rule_reserves_its_compile_workers_as_threads(tmp_path: Path) -> None:
-    # What the rule reserves is what the stage passes to torch.compile (--compile-threads {threads}).
+def test_the_baseline_rule_reserves_half_its_compile_workers_as_threads(tmp_path: Path) -> None:
+    # The stage gets the workers (--compile-threads {resources.compile_workers}); the rule reserves half as threads.
     work = copy_workflow(tmp_path / "wf")
     (work / "three.yaml").write_text("baselines:\n  compile_threads: 3\n")
 
@@ -288,8 +293,8 @@ def test_the_baseline_rule_reserves_its_compile_workers_as_threads(tmp_path: Pat
         return pairs
 
     quarter = compile_threads(8)  # a quarter of this host's cores, or of 8 where it has more
-    assert planned("--cores", "8") == {f"{quarter}/{quarter}"}
-    assert planned("--cores", "8", "--configfile", "config.yaml", "three.yaml") == {"3/3"}
+    assert planned("--cores", "8") == {f"{quarter}/{baseline_reserved_cores(quarter)}"}
+    assert planned("--cores", "8", "--configfile", "config.yaml", "three.yaml") == {"3/2"}
 
 
 # -- what a local run gives its jobs at once --------------------------------------------------------------------------

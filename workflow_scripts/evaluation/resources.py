@@ -63,6 +63,13 @@ HOST_MEMORY_SHARE = 0.9
 MAX_COMPILE_THREADS = 8
 COMPILE_CORE_FRACTION = 4  # a baseline's workers: the run's cores divided by this
 BASELINES_CORE_SHARE = 0.75
+# The cores a baseline job reserves (its rule's threads) per compile worker: its workers are busy only in bursts
+# (Inductor compiles a graph's candidates at once, then the child loads, builds inputs, waits for its GPU turn and
+# times), so reserving all of them kept the host idle: on an H100 host's 16 cores, once the last evaluation had ended,
+# baselines of 4 workers kept a median 1.8 cores busy each (mean 2.2; three at once: 4.7 of 16; bench/README.md, s28,
+# call 1's last 120 s, 5-s host samples), and the whole run's cores were a median 31% busy while Snakemake saw all 16
+# reserved. Half the workers doubles the baselines that compile at once on the same cores (six of 4 workers on 16).
+BASELINE_CORES_PER_WORKER = 0.5
 
 
 @dataclass(frozen=True)
@@ -84,7 +91,7 @@ class Memory:
 
 
 def compile_threads(cores: int | None, configured: int | None = None) -> int:
-    """A baseline job's compile workers (and the threads its rule reserves): the configuration's
+    """A baseline job's compile workers (its rule reserves ``baseline_reserved_cores`` of them): the configuration's
     ``baselines.compile_threads`` where set, else a quarter (``COMPILE_CORE_FRACTION``) of the cores this process may
     run on (its CPU affinity) or of ``cores`` (the run's --cores) where fewer, from 1 to ``MAX_COMPILE_THREADS``. The
     affinity keeps a cluster job's own evaluation of the rule (on the node, inside its allocation) at or below what
@@ -94,9 +101,16 @@ def compile_threads(cores: int | None, configured: int | None = None) -> int:
     return max(1, min(MAX_COMPILE_THREADS, _usable_cores(cores) // COMPILE_CORE_FRACTION))
 
 
+def baseline_reserved_cores(workers: int) -> int:
+    """The cores a baseline job with ``workers`` compile workers reserves (its rule's threads): a share
+    (``BASELINE_CORES_PER_WORKER``) of them, at least one."""
+    return max(1, math.ceil(workers * BASELINE_CORES_PER_WORKER))
+
+
 def baseline_slots(cores: int | None, threads: int) -> int:
     """How many baseline jobs a local run lets compile at once (Snakemake's ``baselines`` resource): together at most
-    ``BASELINES_CORE_SHARE`` of the cores it may use (``_usable_cores``) at ``threads`` each, and at least one."""
+    ``BASELINES_CORE_SHARE`` of the cores it may use (``_usable_cores``) at ``threads`` (the cores each reserves,
+    ``baseline_reserved_cores``) each, and at least one."""
     return max(1, int(_usable_cores(cores) * BASELINES_CORE_SHARE) // max(1, threads))
 
 

@@ -1,0 +1,270 @@
+"""Can a trusted process hold another process's GPU work off while it times, without stopping that process's CPU?
+(issue 34: what would let evaluations and baselines keep compiling beside another job's timing, and close the hole that
+keeps ``evaluation.yield_gpu`` off by default: a stopped process's queued kernels still run.) A probe for the device,
+not part of the pipeline.
+
+The CUDA driver's checkpoint API (driver 550+; ``cuCheckpointProcessLock``) locks a process by pid: it "blocks further
+CUDA API calls" in that process and "completes already-submitted work". This asks, on the device:
+  1. ``symbols``: whether libcuda exports the calls, and the driver's version;
+  2. ``busy``: a helper runs matmuls back to back, with a CPU counter in a thread beside them; how long the lock takes,
+     whether its GPU calls stop and its CPU goes on while locked, how long the unlock takes;
+  3. ``queued``: the helper queued one long kernel (``torch.cuda._sleep``, about 2 s); does the lock wait for it (its
+     latency near the kernel's rest), and does a lock with a 300 ms timeout fail and leave it running;
+  4. ``stopped``: the helper is SIGSTOPped first; does the lock still return (the order freeze/lock matters);
+  5. ``namespaced``: the helper runs under ``unshare --user --map-root-user --pid --fork`` as the evaluation sandbox's
+     fallback does; does the lock find it by the host's pid;
+  6. ``timing``: this process times a 4096^2 matmul with CUDA events alone, beside the busy helper, and beside the
+     helper locked: does locking bring the times back to alone.
+Writes one JSON file as it goes (a cut-off call keeps what it found).
+
+    python3 bench/cuda_lock_probe.py --out $OUT/cuda_lock_probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HELPER = r"""
+import sys, threading, time, torch
+x = torch.randn(4096, 4096, device="cuda")
+torch.cuda.synchronize()
+counts = {"cpu": 0, "gpu": 0}
+def spin():
+    while True:
+        counts["cpu"] += 1
+threading.Thread(target=spin, daemon=True).start()
+def report():
+    while True:
+        print(f"{time.time():.4f} {counts['cpu']} {counts['gpu']}", flush=True)
+        time.sleep(0.05)
+threading.Thread(target=report, daemon=True).start()
+print("ready", flush=True)
+if sys.argv[1] == "queued":
+    torch.cuda._sleep(int(2.0 * 1.7e9))
+    print("queued", flush=True)
+while True:
+    y = x @ x
+    torch.cuda.synchronize()
+    counts["gpu"] += 1
+"""
+
+
+class Lib:
+    """The checkpoint calls of libcuda, by ctypes (no CUDA context in this process for them)."""
+
+    class LockArgs(ctypes.Structure):
+        _fields_ = [("timeoutMs", ctypes.c_uint), ("reserved0", ctypes.c_uint), ("reserved1", ctypes.c_uint64 * 7)]
+
+    def __init__(self) -> None:
+        self.cuda = ctypes.CDLL("libcuda.so.1")
+        self.cuda.cuInit(0)
+
+    def exports(self) -> dict:
+        names = ["cuCheckpointProcessLock", "cuCheckpointProcessUnlock", "cuCheckpointProcessGetState",
+                 "cuCheckpointProcessCheckpoint", "cuCheckpointProcessRestore"]
+        version = ctypes.c_int()
+        self.cuda.cuDriverGetVersion(ctypes.byref(version))
+        return {"driver_api_version": version.value, **{n: hasattr(self.cuda, n) for n in names}}
+
+    def lock(self, pid: int, timeout_ms: int) -> tuple[int, float]:
+        args = self.LockArgs(timeout_ms, 0)
+        t0 = time.perf_counter()
+        rc = self.cuda.cuCheckpointProcessLock(ctypes.c_int(pid), ctypes.byref(args))
+        return rc, time.perf_counter() - t0
+
+    def unlock(self, pid: int) -> tuple[int, float]:
+        t0 = time.perf_counter()
+        rc = self.cuda.cuCheckpointProcessUnlock(ctypes.c_int(pid), None)
+        return rc, time.perf_counter() - t0
+
+    def state(self, pid: int) -> tuple[int, int]:
+        value = ctypes.c_int(-1)
+        rc = self.cuda.cuCheckpointProcessGetState(ctypes.c_int(pid), ctypes.byref(value))
+        return rc, value.value  # 0 running, 1 locked, 2 checkpointed, 3 failed
+
+
+class Helper:
+    """A helper process and its last reported counters."""
+
+    def __init__(self, mode: str, namespaced: bool = False) -> None:
+        cmd = [sys.executable, "-c", HELPER, mode]
+        if namespaced:
+            cmd = ["unshare", "--user", "--map-root-user", "--pid", "--fork", *cmd]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.last: tuple[float, int, int] = (0.0, 0, 0)
+        self.events: list[str] = []
+        self.ready = threading.Event()
+        self.queued = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self.ready.wait(120):
+            raise RuntimeError("helper never became ready")
+        self.pid = self._cuda_pid(namespaced)
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            line = line.strip()
+            if line == "ready":
+                self.ready.set()
+            elif line == "queued":
+                self.queued.set()
+            else:
+                t, c, g = line.split()
+                self.last = (float(t), int(c), int(g))
+
+    def _cuda_pid(self, namespaced: bool) -> int:
+        """The host's pid of the process holding the CUDA context: unshare's grandchild where namespaced."""
+        pid = self.proc.pid
+        if namespaced:
+            for _ in range(2):
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                pid = int(children[0]) if children else pid
+        return pid
+
+    def counters_over(self, seconds: float) -> dict:
+        before = self.last
+        time.sleep(seconds)
+        after = self.last
+        return {"cpu_per_s": round((after[1] - before[1]) / seconds), "gpu_per_s": round((after[2] - before[2]) / seconds, 1)}
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+def matmul_ms(n: int = 30) -> float:
+    import torch
+
+    x = torch.randn(4096, 4096, device="cuda")
+    for _ in range(3):
+        x @ x
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(n):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        x @ x
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return round(times[len(times) // 2], 4)
+
+
+def busy(lib: Lib) -> dict:
+    helper = Helper("busy")
+    try:
+        found = {"running": helper.counters_over(1.0), "state_before": lib.state(helper.pid)}
+        found["lock_rc"], found["lock_s"] = lib.lock(helper.pid, 10_000)
+        found["state_locked"] = lib.state(helper.pid)
+        found["locked"] = helper.counters_over(2.0)
+        found["unlock_rc"], found["unlock_s"] = lib.unlock(helper.pid)
+        found["after_unlock"] = helper.counters_over(1.0)
+        # Lock and unlock a few times: what one step-aside would cost
+        cycles = []
+        for _ in range(10):
+            rc, s = lib.lock(helper.pid, 10_000)
+            rc2, s2 = lib.unlock(helper.pid)
+            cycles.append((rc, round(s * 1e3, 3), rc2, round(s2 * 1e3, 3)))
+        found["cycles_ms"] = cycles
+        return found
+    finally:
+        helper.close()
+
+
+def queued(lib: Lib) -> dict:
+    found: dict = {}
+    helper = Helper("queued")
+    try:
+        helper.queued.wait(30)
+        time.sleep(0.2)
+        found["timeout_300ms"] = lib.lock(helper.pid, 300)
+        found["state_after_timeout"] = lib.state(helper.pid)
+        found["lock_rc"], found["lock_s"] = lib.lock(helper.pid, 20_000)
+        found["unlock"] = lib.unlock(helper.pid)
+    finally:
+        helper.close()
+    return found
+
+
+def stopped(lib: Lib) -> dict:
+    helper = Helper("busy")
+    try:
+        os.kill(helper.pid, signal.SIGSTOP)
+        time.sleep(0.2)
+        found = {"lock_while_stopped": lib.lock(helper.pid, 3_000), "state": lib.state(helper.pid)}
+        os.kill(helper.pid, signal.SIGCONT)
+        if found["state"][1] == 1:
+            found["unlock"] = lib.unlock(helper.pid)
+        # The other order: lock, then stop, then resume and unlock
+        found["lock_then_stop"] = lib.lock(helper.pid, 10_000)
+        os.kill(helper.pid, signal.SIGSTOP)
+        time.sleep(0.5)
+        os.kill(helper.pid, signal.SIGCONT)
+        found["unlock_after_resume"] = lib.unlock(helper.pid)
+        found["after"] = helper.counters_over(1.0)
+        return found
+    finally:
+        helper.close()
+
+
+def namespaced(lib: Lib) -> dict:
+    helper = Helper("busy", namespaced=True)
+    try:
+        found = {"host_pid": helper.pid, "state": lib.state(helper.pid)}
+        found["lock"] = lib.lock(helper.pid, 10_000)
+        found["locked"] = helper.counters_over(1.0)
+        found["unlock"] = lib.unlock(helper.pid)
+        found["after"] = helper.counters_over(1.0)
+        return found
+    finally:
+        helper.close()
+
+
+def timing(lib: Lib) -> dict:
+    found = {"alone_ms": matmul_ms()}
+    helper = Helper("busy")
+    try:
+        found["beside_busy_ms"] = matmul_ms()
+        found["lock"] = lib.lock(helper.pid, 10_000)
+        found["beside_locked_ms"] = matmul_ms()
+        found["unlock"] = lib.unlock(helper.pid)
+        found["beside_busy_again_ms"] = matmul_ms()
+    finally:
+        helper.close()
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    out = parser.parse_args().out
+    found: dict = {}
+    lib = Lib()
+    found["symbols"] = lib.exports()
+    out.write_text(json.dumps(found, indent=1))
+    for name, probe in (("busy", busy), ("queued", queued), ("stopped", stopped), ("namespaced", namespaced),
+                        ("timing", timing)):
+        t0 = time.perf_counter()
+        try:
+            found[name] = probe(lib)
+        except Exception as e:  # noqa: BLE001 - a probe that fails says how, and the next one still runs
+            found[name] = {"error": repr(e)}
+        found[name]["probe_s"] = round(time.perf_counter() - t0, 2)
+        out.write_text(json.dumps(found, indent=1, default=str))
+        print(name, json.dumps(found[name], default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()
