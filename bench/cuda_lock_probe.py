@@ -5,7 +5,8 @@ not part of the pipeline.
 
 The CUDA driver's checkpoint API (driver 550+; ``cuCheckpointProcessLock``) locks a process by pid: it "blocks further
 CUDA API calls" in that process and "completes already-submitted work". This asks, on the device:
-  1. ``symbols``: whether libcuda exports the calls, and the driver's version;
+  1. ``symbols``: whether libcuda exports the calls, and the driver's version; ``non_cuda``: what it says of a process
+     without CUDA state, and how fast;
   2. ``busy``: a helper runs matmuls back to back, with a CPU counter in a thread beside them; how long the lock takes,
      whether its GPU calls stop and its CPU goes on while locked, how long the unlock takes;
   3. ``queued``: the helper queued one long kernel (``torch.cuda._sleep``, about 2 s); does the lock wait for it (its
@@ -48,6 +49,8 @@ def report():
         time.sleep(0.05)
 threading.Thread(target=report, daemon=True).start()
 print("ready", flush=True)
+while sys.argv[1] == "idle":  # a context, then no CUDA call: an answer's process waiting for its next command
+    time.sleep(1)
 if sys.argv[1] == "queued":
     torch.cuda._sleep(int(2.0 * 1.7e9))
     print("queued", flush=True)
@@ -162,6 +165,20 @@ def matmul_ms(n: int = 30) -> float:
     return round(times[len(times) // 2], 4)
 
 
+def non_cuda(lib: Lib) -> dict:
+    """A process without CUDA state (a shell's sleep): what the driver says of it, and how fast."""
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.1)
+        t0 = time.perf_counter()
+        found: dict = {"state": lib.state(proc.pid), "state_s": time.perf_counter() - t0}
+        found["lock"] = lib.lock(proc.pid, 1_000)
+        return found
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def busy(lib: Lib) -> dict:
     helper = Helper("busy")
     try:
@@ -179,6 +196,19 @@ def busy(lib: Lib) -> dict:
             cycles.append((rc, round(s * 1e3, 3), rc2, round(s2 * 1e3, 3)))
         found["cycles_ms"] = cycles
         return found
+    finally:
+        helper.close()
+
+
+def idle(lib: Lib) -> dict:
+    helper = Helper("idle")
+    try:
+        cycles = []
+        for _ in range(10):
+            rc, s = lib.lock(helper.pid, 10_000)
+            rc2, s2 = lib.unlock(helper.pid)
+            cycles.append((rc, round(s * 1e3, 3), rc2, round(s2 * 1e3, 3)))
+        return {"cycles_ms": cycles, "cpu_goes_on": helper.counters_over(0.5)}
     finally:
         helper.close()
 
@@ -254,7 +284,7 @@ def main() -> None:
     lib = Lib()
     found["symbols"] = lib.exports()
     out.write_text(json.dumps(found, indent=1))
-    for name, probe in (("busy", busy), ("queued", queued), ("stopped", stopped), ("namespaced", namespaced),
+    for name, probe in (("non_cuda", non_cuda), ("busy", busy), ("idle", idle), ("queued", queued), ("stopped", stopped), ("namespaced", namespaced),
                         ("timing", timing)):
         t0 = time.perf_counter()
         try:
