@@ -6,6 +6,11 @@ Every process of the tree gets SIGSTOP, which no process can catch, block or ign
 no process of it is left running (one that forked meanwhile is stopped too), and ``thaw`` sends SIGCONT to each. A
 child in a PID namespace of its own (both sandboxed levels) has no process outside the tree; without a sandbox a
 process the answer detached from its tree is out of reach (the recorded isolation says so).
+
+A stopped process's GPU work already submitted still runs: an answer could queue a long kernel and then be stopped
+into the reference's timing or another job's. So where the driver can (``cuda_lock``), each process of the tree with
+CUDA state is locked first, which completes its submitted work and holds its further CUDA calls, and stopped after;
+a tree counts as ``complete`` only once each of its CUDA processes is locked too. ``thaw`` resumes, then unlocks.
 """
 
 from __future__ import annotations
@@ -18,8 +23,12 @@ from collections.abc import Iterator
 
 import psutil
 
+from workflow_scripts.evaluation import cuda_lock
+
 # How long stopping a tree may take before the evaluation goes on regardless (SIGSTOP is delivered at once; a tree
-# still forking keeps the lister busy only that long).
+# still forking keeps the lister busy only that long), and how long the driver may take to complete a process's
+# submitted GPU work as it locks it: a correctness trial's kernels take milliseconds; a process whose queued work
+# outlasts this is left unlocked and the tree incomplete.
 STOP_WAIT_S = 2.0
 
 
@@ -29,9 +38,25 @@ class FrozenTree:
     def __init__(self, root_pid: int) -> None:
         self.root_pid = root_pid
         self.stopped: dict[int, psutil.Process] = {}
-        self.complete = False  # every process of the tree was seen stopped
+        self.stops_complete = False  # every process of the tree was seen stopped
+        self.gpu_work = cuda_lock.HeldWork()  # its CUDA processes locked (their GPU work done), or not
+
+    @property
+    def complete(self) -> bool:
+        """Every process of the tree is stopped and none has GPU work left running."""
+        return self.stops_complete and self.gpu_work.complete
 
     def freeze(self) -> None:
+        """Lock the tree's CUDA processes (running, a driver's lock completes their work), stop every process, then
+        lock any CUDA process that appeared meanwhile."""
+        if not cuda_lock.available():
+            self._stop()
+            return
+        self.gpu_work = cuda_lock.hold(_tree_pid_list(self.root_pid), STOP_WAIT_S)
+        self._stop()
+        cuda_lock.hold(list(self.stopped), STOP_WAIT_S, into=self.gpu_work)
+
+    def _stop(self) -> None:
         end = time.monotonic() + STOP_WAIT_S
         while time.monotonic() < end:
             tree = _tree(self.root_pid)
@@ -43,7 +68,7 @@ class FrozenTree:
                 except psutil.Error:
                     continue
             if not new and all(_stopped(p) for p in tree):
-                self.complete = True
+                self.stops_complete = True
                 return
             time.sleep(0.0002)  # SIGSTOP lands within microseconds of the stopped process being scheduled
 
@@ -54,6 +79,7 @@ class FrozenTree:
             except psutil.Error:
                 continue
         self.stopped.clear()
+        cuda_lock.release(self.gpu_work)
 
 
 @contextlib.contextmanager
@@ -89,6 +115,10 @@ def _tree(root_pid: int) -> list[psutil.Process]:
         return [root] + root.children(recursive=True)
     except psutil.Error:
         return []
+
+
+def _tree_pid_list(root_pid: int) -> list[int]:
+    return [p.pid for p in _tree(root_pid)]
 
 
 def _tree_pids(root_pid: int) -> list[int]:

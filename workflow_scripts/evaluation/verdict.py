@@ -12,7 +12,7 @@ from typing import Any
 from workflow_scripts.analysis.static import analyze_source
 from workflow_scripts.core.records import TIMING_MODES, headline_ms
 from workflow_scripts.core.statuses import Status, is_compiled, is_integrity_flag
-from workflow_scripts.evaluation import environment
+from workflow_scripts.evaluation import cuda_lock, environment
 from workflow_scripts.evaluation.channel import HARNESS_VERSION
 from workflow_scripts.evaluation.config import EvalConfig
 from workflow_scripts.evaluation.protocol import SEED_DERIVATION, decide_status
@@ -75,6 +75,10 @@ def protocol_record(cfg: EvalConfig) -> dict[str, Any]:
         # Whether the job stepped aside between its GPU steps (evaluation.yield_gpu): it changes what may run beside
         # the answer's untimed steps, never its timing, so it is recorded here and kept out of the store key.
         "yield_gpu": cfg.yield_gpu,
+        # Whether each stop of the answer's process tree also locked its CUDA work (freezer, cuda_lock: its submitted
+        # kernels completed before anything is timed beside it, its further calls held); "stop only" where the driver
+        # cannot, when a stopped answer's queued kernels may still run.
+        "gpu_work_held": ("cuda_lock" if cuda_lock.available() else "stop only") if cfg.device == "cuda" else None,
     }
 
 

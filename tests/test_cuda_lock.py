@@ -1,0 +1,125 @@
+"""Stopping an answer's tree also holds its GPU work (freezer + cuda_lock): its CUDA processes are locked, which
+completes what they submitted, before they are stopped, and unlocked after they resume; a process whose queued work
+outlasts the wait leaves the tree incomplete, so nothing is timed beside it.
+
+The driver's checkpoint calls exist only on a CUDA host; here a driver stand-in keeps each process's CUDA state and
+the order of the calls, over real processes that the freezer really stops. What the real driver does (that a lock
+waits for a queued kernel, how long a lock takes) is measured on the device by bench/cuda_lock_probe.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from workflow_scripts.evaluation import cuda_lock, freezer
+
+TIMEOUT = 909  # CUDA_ERROR_TIMEOUT
+
+
+class Driver:
+    """The checkpoint calls over a set of pids with CUDA state; ``queued_s``: a pid's submitted work left, which a lock
+    waits for up to its timeout."""
+
+    def __init__(self, cuda_pids: set[int], queued_s: dict[int, float] | None = None) -> None:
+        self.states = {pid: cuda_lock.STATE_RUNNING for pid in cuda_pids}
+        self.queued_s = queued_s or {}
+        self.calls: list[tuple[str, int, str]] = []  # (call, pid, the process's status then)
+
+    def _note(self, call: str, pid: int) -> None:
+        self.calls.append((call, pid, psutil.Process(pid).status()))
+
+    def state(self, pid: int) -> int | None:
+        return self.states.get(pid)
+
+    def lock(self, pid: int, timeout_s: float) -> int:
+        self._note("lock", pid)
+        if self.queued_s.get(pid, 0.0) > timeout_s:
+            return TIMEOUT  # the driver gave up: the process stays running
+        self.states[pid] = cuda_lock.STATE_LOCKED
+        return cuda_lock.CUDA_SUCCESS
+
+    def unlock(self, pid: int) -> int:
+        self._note("unlock", pid)
+        self.states[pid] = cuda_lock.STATE_RUNNING
+        return cuda_lock.CUDA_SUCCESS
+
+
+@pytest.fixture
+def tree() -> Iterator[tuple[int, int]]:
+    """A parent and its busy child (the child stands for the answer's CUDA process)."""
+    code = "import os, time\nif os.fork() == 0:\n    while True: pass\nwhile True: time.sleep(0.01)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (child,) = psutil.Process(proc.pid).children()
+        yield proc.pid, child.pid
+    finally:
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            p.kill()
+        proc.kill()
+        proc.wait()
+
+
+def _use(monkeypatch: pytest.MonkeyPatch, driver: Driver) -> None:
+    monkeypatch.setattr(cuda_lock, "available", lambda: True)
+    monkeypatch.setattr(cuda_lock, "state", driver.state)
+    monkeypatch.setattr(cuda_lock, "lock", driver.lock)
+    monkeypatch.setattr(cuda_lock, "unlock", driver.unlock)
+
+
+def test_a_tree_s_cuda_process_is_locked_before_it_is_stopped_and_unlocked_after_it_resumes(
+        monkeypatch: pytest.MonkeyPatch, tree: tuple[int, int]) -> None:
+    parent, child = tree
+    driver = Driver({child})
+    _use(monkeypatch, driver)
+    with freezer.frozen(parent) as frozen:
+        assert frozen is not None and frozen.complete and frozen.gpu_work.locked == [child]
+        assert driver.states[child] == cuda_lock.STATE_LOCKED
+        assert psutil.Process(child).status() == psutil.STATUS_STOPPED
+    assert driver.states[child] == cuda_lock.STATE_RUNNING
+    # Locked while it ran (a stopped process may not answer the driver), unlocked once it runs again; the parent,
+    # without CUDA state, is never locked.
+    assert [(call, pid) for call, pid, _ in driver.calls] == [("lock", child), ("unlock", child)]
+    assert driver.calls[0][2] != psutil.STATUS_STOPPED and driver.calls[1][2] != psutil.STATUS_STOPPED
+
+
+def test_a_tree_whose_queued_gpu_work_outlasts_the_wait_is_incomplete(monkeypatch: pytest.MonkeyPatch,
+                                                                      tree: tuple[int, int]) -> None:
+    # An answer that queued a long kernel before it was stopped: stopped, but its kernel may still run, so the tree
+    # is not complete (a yielding lease then does not step aside; an evaluation records answer_stop_incomplete).
+    parent, child = tree
+    driver = Driver({child}, queued_s={child: 10 * freezer.STOP_WAIT_S})
+    _use(monkeypatch, driver)
+    with freezer.frozen(parent) as frozen:
+        assert frozen is not None and frozen.stops_complete and not frozen.complete
+        assert frozen.gpu_work.failed == {child: TIMEOUT} and frozen.gpu_work.locked == []
+    assert all(call == "lock" for call, _, _ in driver.calls)  # nothing to unlock
+
+
+def test_without_the_driver_s_lock_a_tree_is_complete_once_stopped(monkeypatch: pytest.MonkeyPatch,
+                                                                   tree: tuple[int, int]) -> None:
+    parent, child = tree
+    assert not cuda_lock.available()  # this host: no libcuda with the checkpoint calls
+    with freezer.frozen(parent) as frozen:
+        assert frozen is not None and frozen.complete and frozen.gpu_work.locked == []
+        assert psutil.Process(child).status() == psutil.STATUS_STOPPED
+
+
+def test_hold_locks_each_running_cuda_process_once_and_release_undoes_it(monkeypatch: pytest.MonkeyPatch,
+                                                                         tree: tuple[int, int]) -> None:
+    parent, child = tree
+    driver = Driver({parent, child})
+    _use(monkeypatch, driver)
+    held = cuda_lock.hold([parent, child], 1.0)
+    cuda_lock.hold([parent, child], 1.0, into=held)  # the second pass locks nothing again
+    assert held.locked == [parent, child] and held.complete
+    assert [call for call, _, _ in driver.calls] == ["lock", "lock"]
+    cuda_lock.release(held)
+    assert held.locked == [] and set(driver.states.values()) == {cuda_lock.STATE_RUNNING}
