@@ -18,7 +18,7 @@ import pytest
 
 from workflow_scripts.evaluation import cuda_lock, freezer
 
-TIMEOUT = 909  # CUDA_ERROR_TIMEOUT
+TIMEOUT = cuda_lock.CUDA_ERROR_TIMEOUT
 
 
 class Driver:
@@ -100,7 +100,22 @@ def test_a_tree_whose_queued_gpu_work_outlasts_the_wait_is_incomplete(monkeypatc
     with freezer.frozen(parent) as frozen:
         assert frozen is not None and frozen.stops_complete and not frozen.complete
         assert frozen.gpu_work.failed == {child: TIMEOUT} and frozen.gpu_work.locked == []
+        # the evaluator's cue to reject an answer so stopped after its timed calls (gpu_work_outlived_call)
+        assert frozen.gpu_work.still_running == [child]
     assert all(call == "lock" for call, _, _ in driver.calls)  # nothing to unlock
+
+
+def test_a_lock_the_driver_refuses_leaves_the_tree_incomplete_without_calling_the_work_running(
+        monkeypatch: pytest.MonkeyPatch, tree: tuple[int, int]) -> None:
+    # Another failure than the wait running out (here CUDA_ERROR_NOT_SUPPORTED) is the driver's, not the answer's:
+    # nothing is timed beside the tree, and nothing is held against the answer.
+    parent, child = tree
+    driver = Driver({child})
+    driver.lock = lambda pid, timeout_s: 801  # type: ignore[method-assign]
+    _use(monkeypatch, driver)
+    with freezer.frozen(parent) as frozen:
+        assert frozen is not None and not frozen.complete
+        assert frozen.gpu_work.failed == {child: 801} and frozen.gpu_work.still_running == []
 
 
 def test_without_the_driver_s_lock_a_tree_is_complete_once_stopped(monkeypatch: pytest.MonkeyPatch,

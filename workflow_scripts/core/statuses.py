@@ -110,6 +110,8 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     Flag("timed_output_mismatch", True, "a timed call's output, checked by the trusted side, was wrong"),
     Flag("timing_unconfirmed", True, "the reported times do not fit the intervals the trusted side observed"),
     Flag("signal_sent", True, "the answer sent a signal"),
+    Flag("gpu_work_outlived_call", True, "GPU work of the answer's process was still running seconds after it "
+         "answered its timed calls, into the reference's timing (evaluation/cuda_lock.py)"),
     # Review flags: recorded, counted per model, never change the status.
     Flag("global_state_changed", False, "the answer changed a cudnn setting (tunes its own PyTorch calls)"),
     Flag("python_threads_started", False, "the answer started Python threads"),

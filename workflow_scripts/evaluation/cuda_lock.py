@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 CUDA_SUCCESS = 0
+CUDA_ERROR_TIMEOUT = 909  # the lock's timeout passed with the process's submitted work still running
 STATE_RUNNING, STATE_LOCKED = 0, 1  # CUprocessState
 
 
@@ -84,6 +85,12 @@ class HeldWork:
     def complete(self) -> bool:
         """Every process with CUDA state among them is locked: none has work on the GPU, none can submit more."""
         return not self.failed
+
+    @property
+    def still_running(self) -> list[int]:
+        """The processes whose submitted GPU work was still running when the lock's wait ran out (other failures are
+        the driver's: an unsupported process, say)."""
+        return [pid for pid, code in self.failed.items() if code == CUDA_ERROR_TIMEOUT]
 
 
 def hold(pids: Sequence[int], timeout_s: float, into: HeldWork | None = None) -> HeldWork:

@@ -357,13 +357,18 @@ class AnswerSession:
 
     @contextlib.contextmanager
     def _answer_stopped(self, ans: ChildProcess) -> Iterator[None]:
-        """The answer's process tree stopped meanwhile (``freezer``): it cannot slow what runs beside it."""
+        """The answer's process tree stopped meanwhile, its GPU work completed and held (``freezer``): it cannot slow
+        what runs beside it. It is stopped only after it answered its timed calls, so GPU work of its still running
+        seconds later (a kernel queued past its call) is a cheat on the reference's timing beside it: rejected."""
         t0 = time.monotonic()
         with freezer.frozen(ans.proc.pid if ans.proc is not None and ans.returncode is None else None) as tree:
+            if tree is not None and tree.gpu_work.still_running:
+                self.flag("gpu_work_outlived_call")
             yield
         self._add_phase("answer_stopped_s", time.monotonic() - t0)
         if tree is not None and not tree.complete:
-            self.phases["answer_stop_incomplete"] = 1.0  # a process of its tree was still running after the wait
+            # a process of its tree was still running after the wait, or its GPU work could not be held
+            self.phases["answer_stop_incomplete"] = 1.0
 
     def _timeline(self, kind: str) -> contextlib.AbstractContextManager[None]:
         """One timed block on the run's GPU timeline (``timeline``), named by problem and answer."""
