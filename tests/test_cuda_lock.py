@@ -8,8 +8,11 @@ waits for a queued kernel, how long a lock takes) is measured on the device by b
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -18,7 +21,7 @@ import pytest
 
 from workflow_scripts.evaluation import cuda_lock, freezer
 
-TIMEOUT = cuda_lock.CUDA_ERROR_TIMEOUT
+TIMEOUT = 600  # CUDA_ERROR_NOT_READY: what the driver returned as a lock's wait ran out (bench/cuda_lock_probe.py)
 
 
 class Driver:
@@ -138,3 +141,50 @@ def test_hold_locks_each_running_cuda_process_once_and_release_undoes_it(monkeyp
     assert [call for call, _, _ in driver.calls] == ["lock", "lock"]
     cuda_lock.release(held)
     assert held.locked == [] and set(driver.states.values()) == {cuda_lock.STATE_RUNNING}
+
+
+def test_a_stopped_cuda_process_is_never_asked_and_leaves_the_tree_incomplete(monkeypatch: pytest.MonkeyPatch,
+                                                                              tree: tuple[int, int]) -> None:
+    # The driver answers only a running process (a lock asked of a stopped one did not return within a minute on an
+    # H100): an answer that stopped itself must not hang the trusted side.
+    parent, child = tree
+    driver = Driver({child})
+    _use(monkeypatch, driver)
+    os.kill(child, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 5
+        while psutil.Process(child).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with freezer.frozen(parent) as frozen:
+            assert frozen is not None and not frozen.complete
+            assert frozen.gpu_work.failed == {child: cuda_lock.NOT_RUNNING} and frozen.gpu_work.still_running == []
+        assert driver.calls == []
+    finally:
+        os.kill(child, signal.SIGCONT)
+
+
+def test_a_driver_call_past_its_deadline_counts_as_failed_and_a_late_lock_is_undone(
+        monkeypatch: pytest.MonkeyPatch, tree: tuple[int, int]) -> None:
+    parent, child = tree
+    driver = Driver({child})
+    granted = threading.Event()
+
+    def slow_lock(pid: int, timeout_s: float) -> int:
+        time.sleep(1.5)  # the caller's deadline is the lock's timeout plus CALL_MARGIN_S: 0.2 s here
+        code = Driver.lock(driver, pid, timeout_s)
+        granted.set()
+        return code
+
+    driver.lock = slow_lock  # type: ignore[method-assign]
+    _use(monkeypatch, driver)
+    monkeypatch.setattr(cuda_lock, "CALL_MARGIN_S", 0.1)
+    t0 = time.monotonic()
+    held = cuda_lock.hold([child], 0.1)
+    assert time.monotonic() - t0 < 1.2  # the caller went on without the lock
+    assert held.failed == {child: cuda_lock.UNANSWERED} and held.locked == [] and not held.complete
+    assert granted.wait(5)
+    deadline = time.monotonic() + 5
+    while driver.states[child] != cuda_lock.STATE_RUNNING and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert driver.states[child] == cuda_lock.STATE_RUNNING  # the late lock was undone: nobody holds it
+    assert [call for call, _, _ in driver.calls] == ["lock", "unlock"]

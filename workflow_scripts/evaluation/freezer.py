@@ -9,8 +9,9 @@ process the answer detached from its tree is out of reach (the recorded isolatio
 
 A stopped process's GPU work already submitted still runs: an answer could queue a long kernel and then be stopped
 into the reference's timing or another job's. So where the driver can (``cuda_lock``), each process of the tree with
-CUDA state is locked first, which completes its submitted work and holds its further CUDA calls, and stopped after;
-a tree counts as ``complete`` only once each of its CUDA processes is locked too. ``thaw`` resumes, then unlocks.
+CUDA state is locked first, which completes its submitted work and holds its further CUDA calls, and stopped after (the
+driver answers only a process that runs); a tree counts as ``complete`` only once each of its CUDA processes is locked
+too. ``thaw`` resumes, then unlocks.
 """
 
 from __future__ import annotations
@@ -47,14 +48,16 @@ class FrozenTree:
         return self.stops_complete and self.gpu_work.complete
 
     def freeze(self) -> None:
-        """Lock the tree's CUDA processes (running, a driver's lock completes their work), stop every process, then
-        lock any CUDA process that appeared meanwhile."""
+        """Lock the tree's CUDA processes while they run (the driver answers only a running process; its lock
+        completes their work), then stop every process; one that appeared in between cannot be asked any more, so it
+        leaves the tree incomplete."""
         if not cuda_lock.available():
             self._stop()
             return
-        self.gpu_work = cuda_lock.hold(_tree_pid_list(self.root_pid), STOP_WAIT_S)
+        listed = _tree_pid_list(self.root_pid)
+        self.gpu_work = cuda_lock.hold(listed, STOP_WAIT_S)
         self._stop()
-        cuda_lock.hold(list(self.stopped), STOP_WAIT_S, into=self.gpu_work)
+        cuda_lock.mark_unknown([pid for pid in self.stopped if pid not in listed], into=self.gpu_work)
 
     def _stop(self) -> None:
         end = time.monotonic() + STOP_WAIT_S
