@@ -238,7 +238,7 @@ def stopped(lib: Lib) -> dict:
         if found["state"][1] == 1:
             found["unlock"] = lib.unlock(helper.pid)
         # The other order: lock, then stop, then resume and unlock
-        found["lock_then_stop"] = lib.lock(helper.pid, 10_000)
+        found["lock_then_stop"] = lib.lock(helper.pid, 3_000)
         os.kill(helper.pid, signal.SIGSTOP)
         time.sleep(0.5)
         os.kill(helper.pid, signal.SIGCONT)
@@ -253,7 +253,7 @@ def namespaced(lib: Lib) -> dict:
     helper = Helper("busy", namespaced=True)
     try:
         found = {"host_pid": helper.pid, "state": lib.state(helper.pid)}
-        found["lock"] = lib.lock(helper.pid, 10_000)
+        found["lock"] = lib.lock(helper.pid, 3_000)
         found["locked"] = helper.counters_over(1.0)
         found["unlock"] = lib.unlock(helper.pid)
         found["after"] = helper.counters_over(1.0)
@@ -267,7 +267,7 @@ def timing(lib: Lib) -> dict:
     helper = Helper("busy")
     try:
         found["beside_busy_ms"] = matmul_ms()
-        found["lock"] = lib.lock(helper.pid, 10_000)
+        found["lock"] = lib.lock(helper.pid, 3_000)
         found["beside_locked_ms"] = matmul_ms()
         found["unlock"] = lib.unlock(helper.pid)
         found["beside_busy_again_ms"] = matmul_ms()
