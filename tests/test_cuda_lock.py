@@ -36,8 +36,11 @@ class Driver:
     def _note(self, call: str, pid: int) -> None:
         self.calls.append((call, pid, psutil.Process(pid).status()))
 
-    def state(self, pid: int) -> int | None:
-        return self.states.get(pid)
+    def state(self, pid: int) -> tuple[int, int]:
+        self._note("state", pid)
+        if pid not in self.states:
+            return cuda_lock.CUDA_ERROR_NOT_INITIALIZED, -1  # what the driver says of a process without CUDA state
+        return cuda_lock.CUDA_SUCCESS, self.states[pid]
 
     def lock(self, pid: int, timeout_s: float) -> int:
         self._note("lock", pid)
@@ -89,8 +92,9 @@ def test_a_tree_s_cuda_process_is_locked_before_it_is_stopped_and_unlocked_after
     assert driver.states[child] == cuda_lock.STATE_RUNNING
     # Locked while it ran (a stopped process may not answer the driver), unlocked once it runs again; the parent,
     # without CUDA state, is never locked.
-    assert [(call, pid) for call, pid, _ in driver.calls] == [("lock", child), ("unlock", child)]
-    assert driver.calls[0][2] != psutil.STATUS_STOPPED and driver.calls[1][2] != psutil.STATUS_STOPPED
+    locks = [(call, pid, status) for call, pid, status in driver.calls if call != "state"]
+    assert [(call, pid) for call, pid, _ in locks] == [("lock", child), ("unlock", child)]
+    assert locks[0][2] != psutil.STATUS_STOPPED and locks[1][2] != psutil.STATUS_STOPPED
 
 
 def test_a_tree_whose_queued_gpu_work_outlasts_the_wait_is_incomplete(monkeypatch: pytest.MonkeyPatch,
@@ -105,7 +109,7 @@ def test_a_tree_whose_queued_gpu_work_outlasts_the_wait_is_incomplete(monkeypatc
         assert frozen.gpu_work.failed == {child: TIMEOUT} and frozen.gpu_work.locked == []
         # the evaluator's cue to reject an answer so stopped after its timed calls (gpu_work_outlived_call)
         assert frozen.gpu_work.still_running == [child]
-    assert all(call == "lock" for call, _, _ in driver.calls)  # nothing to unlock
+    assert "unlock" not in [call for call, _, _ in driver.calls]  # nothing to unlock
 
 
 def test_a_lock_the_driver_refuses_leaves_the_tree_incomplete_without_calling_the_work_running(
@@ -124,7 +128,7 @@ def test_a_lock_the_driver_refuses_leaves_the_tree_incomplete_without_calling_th
 def test_without_the_driver_s_lock_a_tree_is_complete_once_stopped(monkeypatch: pytest.MonkeyPatch,
                                                                    tree: tuple[int, int]) -> None:
     parent, child = tree
-    assert not cuda_lock.available()  # this host: no libcuda with the checkpoint calls
+    monkeypatch.setattr(cuda_lock, "available", lambda: False)  # an older driver, or none
     with freezer.frozen(parent) as frozen:
         assert frozen is not None and frozen.complete and frozen.gpu_work.locked == []
         assert psutil.Process(child).status() == psutil.STATUS_STOPPED
@@ -138,7 +142,7 @@ def test_hold_locks_each_running_cuda_process_once_and_release_undoes_it(monkeyp
     held = cuda_lock.hold([parent, child], 1.0)
     cuda_lock.hold([parent, child], 1.0, into=held)  # the second pass locks nothing again
     assert held.locked == [parent, child] and held.complete
-    assert [call for call, _, _ in driver.calls] == ["lock", "lock"]
+    assert [call for call, _, _ in driver.calls if call != "state"] == ["lock", "lock"]
     cuda_lock.release(held)
     assert held.locked == [] and set(driver.states.values()) == {cuda_lock.STATE_RUNNING}
 
@@ -158,7 +162,7 @@ def test_a_stopped_cuda_process_is_never_asked_and_leaves_the_tree_incomplete(mo
         with freezer.frozen(parent) as frozen:
             assert frozen is not None and not frozen.complete
             assert frozen.gpu_work.failed == {child: cuda_lock.NOT_RUNNING} and frozen.gpu_work.still_running == []
-        assert driver.calls == []
+        assert [call for call in driver.calls if call[1] == child] == []  # neither asked for its state nor locked
     finally:
         os.kill(child, signal.SIGCONT)
 
@@ -187,4 +191,34 @@ def test_a_driver_call_past_its_deadline_counts_as_failed_and_a_late_lock_is_und
     while driver.states[child] != cuda_lock.STATE_RUNNING and time.monotonic() < deadline:
         time.sleep(0.01)
     assert driver.states[child] == cuda_lock.STATE_RUNNING  # the late lock was undone: nobody holds it
-    assert [call for call, _, _ in driver.calls] == ["lock", "unlock"]
+    assert [call for call, _, _ in driver.calls if call != "state"] == ["lock", "unlock"]
+
+
+def test_a_process_the_driver_keeps_locked_fails_the_release(monkeypatch: pytest.MonkeyPatch,
+                                                             tree: tuple[int, int]) -> None:
+    # Its next CUDA call would wait forever: the job's failure (the evaluator raises InfrastructureError), not a
+    # verdict of the answer's.
+    parent, child = tree
+    driver = Driver({child})
+    driver.unlock = lambda pid: 999  # type: ignore[method-assign]
+    _use(monkeypatch, driver)
+    held = cuda_lock.hold([child], 1.0)
+    with pytest.raises(cuda_lock.UnlockFailed, match=str(child)):
+        cuda_lock.release(held)
+    assert held.locked == []
+
+
+def test_protocol_record_loads_no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The record is written for answers rejected before the job binds its GPU: initialising the driver then would fix
+    # which card the reference lands on (CUDA_VISIBLE_DEVICES is read once, at cuInit).
+    from workflow_scripts.evaluation.config import EvalConfig
+    from workflow_scripts.evaluation.verdict import protocol_record
+
+    def refuse() -> None:
+        raise AssertionError("the driver was initialised")
+
+    monkeypatch.setattr(cuda_lock, "_driver", refuse)
+    monkeypatch.setattr(cuda_lock, "_library", lambda: object())  # a host whose libcuda has the calls
+    assert protocol_record(EvalConfig(device="cuda"))["gpu_work_held"] == "cuda_lock"
+    monkeypatch.setattr(cuda_lock, "_library", lambda: None)
+    assert protocol_record(EvalConfig(device="cuda"))["gpu_work_held"] == "stop only"

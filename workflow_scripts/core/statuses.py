@@ -110,8 +110,6 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     Flag("timed_output_mismatch", True, "a timed call's output, checked by the trusted side, was wrong"),
     Flag("timing_unconfirmed", True, "the reported times do not fit the intervals the trusted side observed"),
     Flag("signal_sent", True, "the answer sent a signal"),
-    Flag("gpu_work_outlived_call", True, "GPU work of the answer's process was still running seconds after it "
-         "answered its timed calls, into the reference's timing (evaluation/cuda_lock.py)"),
     # Review flags: recorded, counted per model, never change the status.
     Flag("global_state_changed", False, "the answer changed a cudnn setting (tunes its own PyTorch calls)"),
     Flag("python_threads_started", False, "the answer started Python threads"),
@@ -119,6 +117,11 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     Flag("output_ignores_input", False, "the answer's outputs were the same on every correctness trial where the "
          "reference's differed: credited only where the problem is degenerate (problem_audit)"),
     Flag("timing_error", False, "a timing trial failed after the correctness trials passed"),
+    Flag("gpu_work_outlived_call", False, "GPU work of the answer's process was still running 2 s after it answered "
+         "its calls and was stopped for the reference's timing beside them (evaluation/cuda_lock.py; a review flag "
+         "until a run on a GPU shows honest answers never raise it)"),
+    Flag("gpu_work_unheld", False, "the driver could not lock the answer's stopped process for another reason (its "
+         "code after ':'; evaluation/cuda_lock.py): the reference's timing beside it had only the stop"),
     Flag("trusted_side_error", False, "judging the answer raised on the trusted side (the answer's crash, the reason "
                                       "in its error; its companions keep their verdicts)"),
     Flag("static", False, "a static-analysis finding (static:<code>, table in analysis/static)"),

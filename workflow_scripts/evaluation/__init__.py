@@ -117,7 +117,8 @@ useless to forge:
   (``result_channel_forged``). Every command written to the child is bounded by the evaluation's deadline. Writes to
   stdout/stderr are logs only, never results.
 * **Stopped while not asked to run** (``freezer``): the answer's whole process tree gets SIGSTOP while the trusted
-  side times the reference between its blocks and while its job waits for the GPU, so it cannot slow either.
+  side times the reference between its blocks and while its job waits for the GPU, so it cannot slow either; where
+  the driver can (``cuda_lock``), its CUDA processes are locked first, which completes the GPU work they queued.
 * **One catch-all** (``session``): whatever this side meets while judging one answer is that answer's ``crash``
   (``trusted_side_error``), never the job's failure: the answers judged beside it keep their verdicts.
 

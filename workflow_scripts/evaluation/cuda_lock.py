@@ -27,6 +27,7 @@ import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import psutil
 
@@ -38,8 +39,10 @@ STATE_RUNNING, STATE_LOCKED = 0, 1  # CUprocessState
 # What ``hold`` records where it did not ask the driver, or the driver did not answer (its own codes are >= 0).
 UNANSWERED = -1  # the call passed its deadline
 NOT_RUNNING = -2  # the process was stopped (by itself or another): the driver would not answer
+HELD_ELSEWHERE = -3  # locked, but not by this record: whoever holds it may let it run any moment
 # How long past the lock's own timeout a call may take before the caller goes on without it; a state query gets this.
 CALL_MARGIN_S = 1.0
+T = TypeVar("T")
 
 
 class _LockArgs(ctypes.Structure):
@@ -47,49 +50,60 @@ class _LockArgs(ctypes.Structure):
     _fields_ = [("timeoutMs", ctypes.c_uint), ("reserved0", ctypes.c_uint), ("reserved1", ctypes.c_uint64 * 7)]
 
 
+CHECKPOINT_CALLS = ("cuCheckpointProcessLock", "cuCheckpointProcessUnlock", "cuCheckpointProcessGetState")
+CUDA_ERROR_NOT_INITIALIZED = 3  # what GetState says of a process without CUDA state (measured)
+
+
 @functools.cache
-def _driver() -> ctypes.CDLL | None:
+def _library() -> ctypes.CDLL | None:
+    """libcuda where it has the checkpoint calls; loading it initialises nothing."""
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
         return None
-    if not all(hasattr(cuda, name) for name in ("cuCheckpointProcessLock", "cuCheckpointProcessUnlock",
-                                                   "cuCheckpointProcessGetState")):
-        return None
-    return cuda if cuda.cuInit(0) == CUDA_SUCCESS else None
+    return cuda if all(hasattr(cuda, name) for name in CHECKPOINT_CALLS) else None
+
+
+@functools.cache
+def _driver() -> ctypes.CDLL:
+    """libcuda, initialised at the first call that needs it: a freeze, which comes after the job's process bound its
+    GPU (reference.bind_gpu sets CUDA_VISIBLE_DEVICES, which the driver reads once, at cuInit)."""
+    cuda = _library()
+    if cuda is None:
+        raise RuntimeError("the CUDA driver's checkpoint lock is not available on this host")
+    code = cuda.cuInit(0)
+    if code != CUDA_SUCCESS:
+        raise RuntimeError(f"cuInit failed ({code}): the checkpoint lock cannot be used")
+    return cuda
 
 
 def available() -> bool:
-    """Whether this host's driver can lock another process's CUDA work."""
-    return _driver() is not None
+    """Whether this host's driver has the calls that lock another process's CUDA work (nothing initialised)."""
+    return _library() is not None
 
 
-def state(pid: int) -> int | None:
-    """The process's CUDA state (``STATE_RUNNING``, ``STATE_LOCKED``, ...); None where it has no CUDA state (or the
-    driver cannot say)."""
-    cuda = _driver()
-    if cuda is None:
-        return None
+def state(pid: int) -> tuple[int, int]:
+    """The driver's result code and the process's CUDA state (``STATE_RUNNING``, ``STATE_LOCKED``, ...; -1 where the
+    code is not ``CUDA_SUCCESS``). ``CUDA_ERROR_NOT_INITIALIZED``: the process has no CUDA state."""
     value = ctypes.c_int(-1)
-    return value.value if cuda.cuCheckpointProcessGetState(ctypes.c_int(pid), ctypes.byref(value)) == CUDA_SUCCESS \
-        else None
+    code = int(_driver().cuCheckpointProcessGetState(ctypes.c_int(pid), ctypes.byref(value)))
+    return code, value.value
 
 
 def lock(pid: int, timeout_s: float) -> int:
     """Lock ``pid``'s CUDA work (its submitted work done, its further calls held): the driver's result code,
     ``CUDA_SUCCESS`` once locked. Past ``timeout_s`` the driver gives up and leaves the process running."""
-    cuda = _driver()
-    if cuda is None:
-        raise RuntimeError("the CUDA driver's checkpoint lock is not available on this host")
     args = _LockArgs(max(1, int(timeout_s * 1000)), 0)
-    return int(cuda.cuCheckpointProcessLock(ctypes.c_int(pid), ctypes.byref(args)))
+    return int(_driver().cuCheckpointProcessLock(ctypes.c_int(pid), ctypes.byref(args)))
 
 
 def unlock(pid: int) -> int:
-    cuda = _driver()
-    if cuda is None:
-        raise RuntimeError("the CUDA driver's checkpoint lock is not available on this host")
-    return int(cuda.cuCheckpointProcessUnlock(ctypes.c_int(pid), None))
+    return int(_driver().cuCheckpointProcessUnlock(ctypes.c_int(pid), None))
+
+
+class UnlockFailed(RuntimeError):
+    """A process this side locked stays locked: its next CUDA call would wait forever (the job's failure, not the
+    answer's)."""
 
 
 @dataclass
@@ -114,8 +128,9 @@ class HeldWork:
 def hold(pids: Sequence[int], timeout_s: float, into: HeldWork | None = None) -> HeldWork:
     """Lock each of ``pids`` that has CUDA state and is running (``into``'s locked ones again: no), those without
     are left alone; the locks go into ``into`` (a new record where None), to be undone by ``release``. A process
-    that is stopped is not asked (the driver would not answer) and counts as failed. With no driver support nothing
-    is locked and the record is complete: the caller's stop is all there is."""
+    that is stopped is not asked (the driver would not answer) and counts as failed, as does any answer of the
+    driver's but success and "no CUDA state". With no driver support nothing is locked and the record is complete:
+    the caller's stop is all there is."""
     held = into if into is not None else HeldWork()
     if not available():
         return held
@@ -125,19 +140,26 @@ def hold(pids: Sequence[int], timeout_s: float, into: HeldWork | None = None) ->
         running = _running(pid)
         if running is None:
             continue  # gone: nothing of it can run
-        if not running:
-            held.failed[pid] = NOT_RUNNING
-            continue
-        found = _bounded(lambda pid=pid: state(pid), CALL_MARGIN_S)
-        if found is None or found == STATE_LOCKED:
-            continue  # no CUDA state, or locked already by another caller: nothing of it runs for us to drain
-        code = UNANSWERED if found == UNANSWERED else _lock_bounded(pid, timeout_s)
+        code = _held_code(pid, timeout_s) if running else NOT_RUNNING
         if code == CUDA_SUCCESS:
             held.locked.append(pid)
             held.failed.pop(pid, None)
-        else:  # it has CUDA state, unlocked: it could run beside what comes next
+        elif code != CUDA_ERROR_NOT_INITIALIZED:  # it may have CUDA work, unlocked: it could run beside what comes next
             held.failed[pid] = code
     return held
+
+
+def _held_code(pid: int, timeout_s: float) -> int:
+    """The driver's state query, then its lock where the process has CUDA state and runs: the code that decides."""
+    found = _bounded(lambda: state(pid), CALL_MARGIN_S)
+    if found is None:
+        return UNANSWERED
+    code, current = found
+    if code != CUDA_SUCCESS:
+        return code  # CUDA_ERROR_NOT_INITIALIZED: no CUDA state; anything else: the driver cannot tell
+    if current == STATE_LOCKED:
+        return HELD_ELSEWHERE
+    return _lock_bounded(pid, timeout_s)
 
 
 def mark_unknown(pids: Sequence[int], into: HeldWork) -> None:
@@ -149,10 +171,21 @@ def mark_unknown(pids: Sequence[int], into: HeldWork) -> None:
 
 
 def release(held: HeldWork) -> None:
-    """Unlock what ``hold`` locked (a process that ended meanwhile: nothing to unlock)."""
+    """Unlock what ``hold`` locked (a process that ended meanwhile: nothing to unlock); one the driver leaves locked
+    after a second try raises ``UnlockFailed``."""
+    stuck = []
     for pid in held.locked:
-        _bounded(lambda pid=pid: unlock(pid), CALL_MARGIN_S)
+        for _ in range(2):
+            if _bounded(lambda pid=pid: unlock(pid), CALL_MARGIN_S) == CUDA_SUCCESS or _running(pid) is None:
+                break
+            now = _bounded(lambda pid=pid: state(pid), CALL_MARGIN_S)
+            if now is not None and now[0] == CUDA_SUCCESS and now[1] != STATE_LOCKED:
+                break
+        else:
+            stuck.append(pid)
     held.locked.clear()
+    if stuck:
+        raise UnlockFailed(f"the CUDA driver left process(es) {stuck} locked after two unlocks")
 
 
 def _running(pid: int) -> bool | None:
@@ -166,13 +199,13 @@ def _running(pid: int) -> bool | None:
     return status not in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 
 
-def _bounded(call: Callable[[], int | None], deadline_s: float) -> int | None:
-    """``call``'s result, or UNANSWERED where it has not returned within ``deadline_s`` (it runs on in its thread)."""
-    result: list[int | None] = []
+def _bounded(call: Callable[[], T], deadline_s: float) -> T | None:
+    """``call``'s result, or None where it has not returned within ``deadline_s`` (it runs on in its thread)."""
+    result: list[T] = []
     worker = threading.Thread(target=lambda: result.append(call()), name="cuda-lock", daemon=True)
     worker.start()
     worker.join(deadline_s)
-    return result[0] if result else UNANSWERED
+    return result[0] if result else None
 
 
 def _lock_bounded(pid: int, timeout_s: float) -> int:

@@ -76,6 +76,7 @@ class FrozenTree:
             time.sleep(0.0002)  # SIGSTOP lands within microseconds of the stopped process being scheduled
 
     def thaw(self) -> None:
+        """Resume every stopped process, then unlock (``cuda_lock.UnlockFailed`` where the driver keeps one locked)."""
         for p in self.stopped.values():
             try:
                 p.send_signal(signal.SIGCONT)
@@ -92,8 +93,8 @@ def frozen(root_pid: int | None) -> Iterator[FrozenTree | None]:
         yield None
         return
     tree = FrozenTree(root_pid)
-    tree.freeze()
     try:
+        tree.freeze()  # inside: a freeze cut short still resumes and unlocks what it reached
         yield tree
     finally:
         tree.thaw()

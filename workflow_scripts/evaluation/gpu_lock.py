@@ -39,7 +39,9 @@ answer process's device start) runs in ``held`` blocks, which the watcher never 
 it runs the answer's code, is the followed tree. Off by default: a stopped process's queued GPU work still runs, so a
 hostile answer could leave a kernel running into the other job's timing; the whole-job shared lease rules that out,
 at a price: a job waiting to time waits for every other evaluation on its GPU to end or to time (on an H100, 16% of a
-20-problem run's wall was timing; bench/README.md, s26).
+20-problem run's wall was timing; bench/README.md, s26). Where the driver has the checkpoint lock (``cuda_lock``), a
+stop also completes and holds the tree's GPU work, and a tree whose work could not be held is incomplete (no
+step-aside), which answers that objection; yielding stays off by default until a run on a GPU has measured it.
 
 Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, expected peak memory if given) next to the lock, removed
 on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live holders'
@@ -69,7 +71,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from workflow_scripts.core.records import GENERATION_PURPOSE
-from workflow_scripts.evaluation import freezer, timeline
+from workflow_scripts.evaluation import cuda_lock, freezer, timeline
 from workflow_scripts.evaluation.memory_plan import DEVICE_SHARE
 
 DEFAULT_LOCK_DIR = Path("results/.locks")
@@ -326,9 +328,12 @@ class YieldingLease:
                     with self._stopped_tree() as complete:
                         if complete:
                             self.lease.step_aside(REENTRY_POLL_S, self._stop.is_set)
-                        else:  # a process of the tree still runs: it could run beside the timer, so no step-aside
-                            self._warn_once("a process of its child's tree could not be stopped")
-            except OSError as e:  # a lock call failed: hold the shared lock again and stop yielding, visibly
+                        else:  # a process of the tree still runs, or may still have GPU work: no step-aside
+                            self._warn_once("a process of its child's tree could not be stopped, or its GPU work "
+                                            "not held (cuda_lock)")
+            except (OSError, cuda_lock.UnlockFailed) as e:
+                # a lock call failed, or the driver kept the child locked: hold the shared lock again and stop
+                # yielding, visibly
                 if self.lease.mode == "shared":
                     fcntl.flock(self.lease._fd, fcntl.LOCK_SH)
                 warnings.warn(f"GPU {self.lease.gpu}: the {self.lease.purpose} job's lease stops stepping aside for "

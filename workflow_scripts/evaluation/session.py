@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.core.statuses import Status, is_integrity_flag
-from workflow_scripts.evaluation import environment, freezer, gpu_lock, timeline, timing
+from workflow_scripts.evaluation import cuda_lock, environment, freezer, gpu_lock, timeline, timing
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, Message, ProtocolError
 from workflow_scripts.evaluation.config import EvalConfig
 from workflow_scripts.evaluation.evidence import count, launch_counts, number, raw_times, text
@@ -357,14 +357,22 @@ class AnswerSession:
 
     @contextlib.contextmanager
     def _answer_stopped(self, ans: ChildProcess) -> Iterator[None]:
-        """The answer's process tree stopped meanwhile, its GPU work completed and held (``freezer``): it cannot slow
-        what runs beside it. It is stopped only after it answered its timed calls, so GPU work of its still running
-        seconds later (a kernel queued past its call) is a cheat on the reference's timing beside it: rejected."""
+        """The answer's process tree stopped meanwhile, its GPU work completed and held where the driver can
+        (``freezer``, ``cuda_lock``): it cannot slow what runs beside it. It is stopped only after it answered its
+        calls, so GPU work of its still running seconds later (a kernel queued past its call) would run into the
+        reference's timing beside it: flagged for review (``gpu_work_outlived_call``; ``gpu_work_unheld:<code>`` where
+        the driver could not lock it for another reason) until a run on a GPU has shown honest answers never raise it."""
         t0 = time.monotonic()
-        with freezer.frozen(ans.proc.pid if ans.proc is not None and ans.returncode is None else None) as tree:
-            if tree is not None and tree.gpu_work.still_running:
-                self.flag("gpu_work_outlived_call")
-            yield
+        try:
+            with freezer.frozen(ans.proc.pid if ans.proc is not None and ans.returncode is None else None) as tree:
+                if tree is not None:
+                    self._add_phase("answer_gpu_locks", len(tree.gpu_work.locked))
+                    for code in sorted(set(tree.gpu_work.failed.values())):
+                        self.flag("gpu_work_outlived_call" if code in cuda_lock.STILL_RUNNING_CODES
+                                  else f"gpu_work_unheld:{code}")
+                yield
+        except cuda_lock.UnlockFailed as e:  # the answer's process would wait forever: this side's failure
+            raise InfrastructureError(str(e)) from None
         self._add_phase("answer_stopped_s", time.monotonic() - t0)
         if tree is not None and not tree.complete:
             # a process of its tree was still running after the wait, or its GPU work could not be held

@@ -75,9 +75,10 @@ def protocol_record(cfg: EvalConfig) -> dict[str, Any]:
         # Whether the job stepped aside between its GPU steps (evaluation.yield_gpu): it changes what may run beside
         # the answer's untimed steps, never its timing, so it is recorded here and kept out of the store key.
         "yield_gpu": cfg.yield_gpu,
-        # Whether each stop of the answer's process tree also locked its CUDA work (freezer, cuda_lock: its submitted
-        # kernels completed before anything is timed beside it, its further calls held); "stop only" where the driver
-        # cannot, when a stopped answer's queued kernels may still run.
+        # Whether each stop of the answer's process tree also locks its CUDA work (freezer, cuda_lock: its submitted
+        # kernels completed before anything is timed beside it, its further calls held): "cuda_lock" where the driver
+        # has the calls (phases_s.answer_gpu_locks counts the locks taken, flags gpu_work_* the failures); "stop only"
+        # where it has not, when a stopped answer's queued kernels may still run.
         "gpu_work_held": ("cuda_lock" if cuda_lock.available() else "stop only") if cfg.device == "cuda" else None,
     }
 
