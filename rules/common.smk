@@ -17,8 +17,8 @@ from workflow_scripts.core.progress import report_progress
 from workflow_scripts.evaluation.config import fill_protocol_defaults
 from workflow_scripts.evaluation.environment import gpu_memory_gib, live_facts
 from workflow_scripts.evaluation.gpu_lock import visible_gpus
-from workflow_scripts.evaluation.resources import (baseline_reserved_cores, baseline_slots, compile_threads, host_memory_bytes, host_resources,
-                                                   job_memory)
+from workflow_scripts.evaluation.resources import (baseline_reserved_cores, baseline_slots, compile_threads,
+                                                   host_memory_bytes, host_resources, job_memory)
 from workflow_scripts.evaluation.timeline import mark_run_start
 from workflow_scripts.generation.kinds import calibration_models, kind_of, models_for_rule
 from workflow_scripts.generation.preflight import RunContext, startup_problems

@@ -55,7 +55,7 @@ class FrozenTree:
             self._stop()
             return
         listed = _tree_pid_list(self.root_pid)
-        self.gpu_work = cuda_lock.hold(listed, STOP_WAIT_S)
+        cuda_lock.hold(listed, STOP_WAIT_S, into=self.gpu_work)  # into the tree's record: a hold cut short is undone
         self._stop()
         cuda_lock.mark_unknown([pid for pid in self.stopped if pid not in listed], into=self.gpu_work)
 
