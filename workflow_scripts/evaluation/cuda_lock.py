@@ -189,9 +189,17 @@ def release(held: HeldWork) -> None:
 
 
 def _running(pid: int) -> bool | None:
-    """Whether the process runs (False: stopped or traced), None where it is gone."""
     try:
-        status = psutil.Process(pid).status()
+        return process_runs(psutil.Process(pid))
+    except psutil.Error:
+        return None
+
+
+def process_runs(process: psutil.Process) -> bool | None:
+    """Whether the process runs (False: stopped or traced), None where it is gone: what the driver needs of it here,
+    and what ``freezer`` waits for (a tree is stopped once none of it runs)."""
+    try:
+        status = process.status()
     except psutil.Error:
         return None
     if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):

@@ -143,8 +143,4 @@ def _tree_pids(root_pid: int) -> list[int]:
 
 
 def _stopped(p: psutil.Process) -> bool:
-    try:
-        return p.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE,
-                              psutil.STATUS_DEAD)
-    except psutil.Error:
-        return True  # gone
+    return cuda_lock.process_runs(p) is not True  # stopped, traced, or gone
