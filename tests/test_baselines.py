@@ -11,8 +11,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cuda_driver import Driver, use_driver
 from gpu_timers import start_timer, stopped
 
+from workflow_scripts.evaluation import cuda_lock
 from workflow_scripts.evaluation.baseline import BaselineConfig, _run_one, compile_seconds, measure_baselines
 from workflow_scripts.evaluation.gpu_lock import YieldingLease, acquire_gpu
 
@@ -46,6 +48,8 @@ def test_eager_and_compile_on_cpu(tmp_path: Path) -> None:
     assert d["timing_mode"] == "cpu_wall_interpreter" and d["fingerprint"]["key"]
     assert d["protocol"]["timing"]["trials"] == 5 and d["protocol"]["timing"]["discard_first"] == 1
     assert d["protocol"]["autotune_alone"] is False  # the default: autotuning benchmarks in the job's GPU turn
+    assert d["protocol"]["beside_others_timing"] is None  # no lease on the CPU: nothing steps aside
+    assert d["phases_s"]["stopped_s"] == d["phases_s"]["gpu_held_s"] == 0.0
     # The compile cache: empty at first, it keeps what the compile built, the precompiled header apart (shared by
     # every problem); the same problem compiled again takes it all back and compiles far faster.
     assert d["compile_cache"]["files_seeded"] == 0 and d["compile_cache"]["files_kept"] > 0
@@ -120,6 +124,39 @@ def test_a_baseline_steps_aside_while_it_compiles_and_times_alone(tmp_path: Path
                for e in own)  # timed inside the baseline's exclusive window
 
 
+def test_a_trusted_baseline_child_runs_on_beside_a_timing_with_its_gpu_work_held(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # baselines.compile_beside_timing, where the driver can lock (a stand-in here: every process has CUDA state): a
+    # timing job that comes while the child starts gets the GPU at once, the child locked but running; the seconds
+    # count as held, not stopped, and move the deadline all the same.
+    driver = Driver(set(), every_pid=True)
+    use_driver(monkeypatch, driver)
+    locks = tmp_path / "locks"
+    cfg = BaselineConfig(device="cpu", timing_trials=2, lock_dir=str(locks))
+    out: dict = {}
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
+            YieldingLease(lease, trusted_child=True) as yielding_lease:
+        worker = threading.Thread(target=lambda: out.update(
+            res=_run_one(PROBLEMS / "1_ElementwiseAdd.py", cfg, yielding_lease, None, "eager")))
+        worker.start()
+        try:
+            child = next_child("workflow_scripts.evaluation.child")  # importing torch: seconds before it loads
+            timer = start_timer(locks, 1.0)
+            assert timer.stdout is not None and float(timer.stdout.readline()) < 1.0
+            assert driver.states.get(child.pid) == cuda_lock.STATE_LOCKED and not stopped(child.pid)
+            timer.wait(10)
+        finally:
+            worker.join(300)
+    status, info = out["res"]
+    assert status == "ok", status
+    assert info["stopped_s"] == 0.0 and info["gpu_held_s"] >= 1.0
+    # Locked for the step-aside (and again as its own window closed: a downgrade holds the child while this side
+    # holds no lock), unlocked after each, never while stopped.
+    locks = [(call, status) for call, pid, status in driver.calls if pid == child.pid and call != "state"]
+    assert len(locks) >= 2 and [call for call, _ in locks] == ["lock", "unlock"] * (len(locks) // 2)
+    assert psutil.STATUS_STOPPED not in {status for _, status in locks}
+
+
 @pytest.mark.parametrize("waits, stops, expected", [
     ([], [], 10.0),
     ([(2.0, 4.0)], [], 8.0),
@@ -153,6 +190,23 @@ def next_child(marker: str, timeout_s: float = 60.0) -> psutil.Process:
                 continue
         time.sleep(0.01)
     raise AssertionError(f"no process with {marker!r} started")
+
+
+def test_compile_beside_timing_is_a_baseline_setting_outside_its_store_key() -> None:
+    """``baselines.compile_beside_timing`` (on by default) changes what runs beside other jobs' timing, never a pick or
+    a timing of the baseline's own: the schema's key, a BaselineConfig field, not in the store key."""
+    import yaml
+
+    from workflow_scripts.core.params import ParamsError, parse_params
+    from workflow_scripts.evaluation.jobs import key_params
+
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+    assert schema["properties"]["baselines"]["properties"]["compile_beside_timing"]["type"] == "boolean"
+    stopped_whole = parse_params(BaselineConfig, {"compile_beside_timing": False}, source="--params baselines")
+    assert BaselineConfig().compile_beside_timing is True and stopped_whole.compile_beside_timing is False
+    assert key_params(stopped_whole) == key_params(BaselineConfig())
+    with pytest.raises(ParamsError, match="compile_beside_timing"):
+        parse_params(BaselineConfig, {"compile_beside_timing": "yes"}, source="--params baselines")
 
 
 def test_autotune_alone_reaches_the_baseline_s_config_and_its_store_key() -> None:

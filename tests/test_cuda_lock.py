@@ -18,42 +18,9 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+from cuda_driver import TIMEOUT, Driver, use_driver
 
 from workflow_scripts.evaluation import cuda_lock, freezer
-
-TIMEOUT = 600  # CUDA_ERROR_NOT_READY: what the driver returned as a lock's wait ran out (bench/cuda_lock_probe.py)
-
-
-class Driver:
-    """The checkpoint calls over a set of pids with CUDA state; ``queued_s``: a pid's submitted work left, which a lock
-    waits for up to its timeout."""
-
-    def __init__(self, cuda_pids: set[int], queued_s: dict[int, float] | None = None) -> None:
-        self.states = {pid: cuda_lock.STATE_RUNNING for pid in cuda_pids}
-        self.queued_s = queued_s or {}
-        self.calls: list[tuple[str, int, str]] = []  # (call, pid, the process's status then)
-
-    def _note(self, call: str, pid: int) -> None:
-        self.calls.append((call, pid, psutil.Process(pid).status()))
-
-    def state(self, pid: int) -> tuple[int, int]:
-        self._note("state", pid)
-        if pid not in self.states:
-            return cuda_lock.CUDA_ERROR_NOT_INITIALIZED, -1  # what the driver says of a process without CUDA state
-        return cuda_lock.CUDA_SUCCESS, self.states[pid]
-
-    def lock(self, pid: int, timeout_s: float) -> int:
-        self._note("lock", pid)
-        if self.queued_s.get(pid, 0.0) > timeout_s:
-            return TIMEOUT  # the driver gave up: the process stays running
-        self.states[pid] = cuda_lock.STATE_LOCKED
-        return cuda_lock.CUDA_SUCCESS
-
-    def unlock(self, pid: int) -> int:
-        self._note("unlock", pid)
-        self.states[pid] = cuda_lock.STATE_RUNNING
-        return cuda_lock.CUDA_SUCCESS
-
 
 @pytest.fixture
 def tree() -> Iterator[tuple[int, int]]:
@@ -73,18 +40,11 @@ def tree() -> Iterator[tuple[int, int]]:
         proc.wait()
 
 
-def _use(monkeypatch: pytest.MonkeyPatch, driver: Driver) -> None:
-    monkeypatch.setattr(cuda_lock, "available", lambda: True)
-    monkeypatch.setattr(cuda_lock, "state", driver.state)
-    monkeypatch.setattr(cuda_lock, "lock", driver.lock)
-    monkeypatch.setattr(cuda_lock, "unlock", driver.unlock)
-
-
 def test_a_tree_s_cuda_process_is_locked_before_it_is_stopped_and_unlocked_after_it_resumes(
         monkeypatch: pytest.MonkeyPatch, tree: tuple[int, int]) -> None:
     parent, child = tree
     driver = Driver({child})
-    _use(monkeypatch, driver)
+    use_driver(monkeypatch, driver)
     with freezer.frozen(parent) as frozen:
         assert frozen is not None and frozen.complete and frozen.gpu_work.locked == [child]
         assert driver.states[child] == cuda_lock.STATE_LOCKED
@@ -103,7 +63,7 @@ def test_a_tree_whose_queued_gpu_work_outlasts_the_wait_is_incomplete(monkeypatc
     # is not complete (a yielding lease then does not step aside; an evaluation records answer_stop_incomplete).
     parent, child = tree
     driver = Driver({child}, queued_s={child: 10 * freezer.STOP_WAIT_S})
-    _use(monkeypatch, driver)
+    use_driver(monkeypatch, driver)
     with freezer.frozen(parent) as frozen:
         assert frozen is not None and frozen.stops_complete and not frozen.complete
         assert frozen.gpu_work.failed == {child: TIMEOUT} and frozen.gpu_work.locked == []
@@ -119,7 +79,7 @@ def test_a_lock_the_driver_refuses_leaves_the_tree_incomplete_without_calling_th
     parent, child = tree
     driver = Driver({child})
     driver.lock = lambda pid, timeout_s: 801  # type: ignore[method-assign]
-    _use(monkeypatch, driver)
+    use_driver(monkeypatch, driver)
     with freezer.frozen(parent) as frozen:
         assert frozen is not None and not frozen.complete
         assert frozen.gpu_work.failed == {child: 801} and frozen.gpu_work.still_running == []
@@ -134,11 +94,37 @@ def test_without_the_driver_s_lock_a_tree_is_complete_once_stopped(monkeypatch: 
         assert psutil.Process(child).status() == psutil.STATUS_STOPPED
 
 
+def test_a_trusted_tree_held_at_the_gpu_only_runs_on_with_its_cuda_process_locked(
+        monkeypatch: pytest.MonkeyPatch, tree: tuple[int, int]) -> None:
+    # A baseline's child (baselines.compile_beside_timing): locked, not stopped, so its compiling goes on.
+    parent, child = tree
+    driver = Driver({child})
+    use_driver(monkeypatch, driver)
+    with freezer.frozen(parent, stop=False) as held:
+        assert held is not None and not held.stops and held.complete and held.gpu_work.locked == [child]
+        assert not held.stopped and driver.states[child] == cuda_lock.STATE_LOCKED
+        busy_before = psutil.Process(child).cpu_times().user
+        time.sleep(0.3)
+        assert psutil.Process(child).status() != psutil.STATUS_STOPPED
+        assert psutil.Process(child).cpu_times().user > busy_before
+    assert driver.states[child] == cuda_lock.STATE_RUNNING
+
+
+def test_a_trusted_tree_is_stopped_where_the_driver_cannot_lock(monkeypatch: pytest.MonkeyPatch,
+                                                               tree: tuple[int, int]) -> None:
+    parent, child = tree
+    monkeypatch.setattr(cuda_lock, "available", lambda: False)
+    with freezer.frozen(parent, stop=False) as held:
+        assert held is not None and held.stops and held.complete
+        assert psutil.Process(child).status() == psutil.STATUS_STOPPED
+    assert psutil.Process(child).status() != psutil.STATUS_STOPPED
+
+
 def test_hold_locks_each_running_cuda_process_once_and_release_undoes_it(monkeypatch: pytest.MonkeyPatch,
                                                                          tree: tuple[int, int]) -> None:
     parent, child = tree
     driver = Driver({parent, child})
-    _use(monkeypatch, driver)
+    use_driver(monkeypatch, driver)
     held = cuda_lock.hold([parent, child], 1.0)
     cuda_lock.hold([parent, child], 1.0, into=held)  # the second pass locks nothing again
     assert held.locked == [parent, child] and held.complete
@@ -153,7 +139,7 @@ def test_a_stopped_cuda_process_is_never_asked_and_leaves_the_tree_incomplete(mo
     # H100): an answer that stopped itself must not hang the trusted side.
     parent, child = tree
     driver = Driver({child})
-    _use(monkeypatch, driver)
+    use_driver(monkeypatch, driver)
     os.kill(child, signal.SIGSTOP)
     try:
         deadline = time.monotonic() + 5
@@ -180,7 +166,7 @@ def test_a_driver_call_past_its_deadline_counts_as_failed_and_a_late_lock_is_und
         return code
 
     driver.lock = slow_lock  # type: ignore[method-assign]
-    _use(monkeypatch, driver)
+    use_driver(monkeypatch, driver)
     monkeypatch.setattr(cuda_lock, "CALL_MARGIN_S", 0.1)
     t0 = time.monotonic()
     held = cuda_lock.hold([child], 0.1)
@@ -201,7 +187,7 @@ def test_a_process_the_driver_keeps_locked_fails_the_release(monkeypatch: pytest
     parent, child = tree
     driver = Driver({child})
     driver.unlock = lambda pid: 999  # type: ignore[method-assign]
-    _use(monkeypatch, driver)
+    use_driver(monkeypatch, driver)
     held = cuda_lock.hold([child], 1.0)
     with pytest.raises(cuda_lock.UnlockFailed, match=str(child)):
         cuda_lock.release(held)

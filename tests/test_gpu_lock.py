@@ -13,9 +13,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
+from cuda_driver import Driver, use_driver
 from gpu_timers import lock_refused, start_timer, stopped
 
+from workflow_scripts.evaluation import cuda_lock
 from workflow_scripts.evaluation.gpu_lock import GpuLease, GpuLockTimeout, YieldingLease, acquire_gpu, visible_gpus
 
 pytestmark = pytest.mark.integration  # starts processes (evaluator children, the Snakemake CLI)
@@ -269,13 +272,14 @@ def _timeline(lock_dir: Path) -> list[dict]:
 
 
 @contextlib.contextmanager
-def _yielding_lease_following_a_busy_child(lock_dir: Path) -> Iterator[tuple[GpuLease, YieldingLease, int]]:
+def _yielding_lease_following_a_busy_child(lock_dir: Path, trusted_child: bool = False,
+                                           ) -> Iterator[tuple[GpuLease, YieldingLease, int]]:
     """A baseline's yielding shared lease on GPU 0 of ``lock_dir``, following a busy child; the child unfollowed
     before the lease ends, and killed after."""
     child = subprocess.Popen([sys.executable, "-c", BUSY_CHILD])
     try:
         with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=lock_dir, purpose="baseline") as lease, \
-                YieldingLease(lease) as yielding_lease:
+                YieldingLease(lease, trusted_child=trusted_child) as yielding_lease:
             with yielding_lease.held():
                 yielding_lease.follow(child.pid)
             yield lease, yielding_lease, child.pid
@@ -303,6 +307,52 @@ def test_a_yielding_lease_steps_aside_for_a_timing_job_with_its_child_stopped(tm
     yielded = [e for e in _timeline(tmp_path) if e["activity"] == "lease_yielded"]
     assert len(yielded) == 1 and yielded[0]["purpose"] == "baseline"
     assert yielded[0]["end"] - yielded[0]["start"] >= 1.0  # it stood aside for the timer's whole hold
+
+
+def test_a_trusted_child_compiles_on_while_its_lease_steps_aside_with_its_gpu_work_held(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """baselines.compile_beside_timing: where the driver can lock, the baseline's child is locked (its GPU work held),
+    not stopped, while the timer holds the GPU; its seconds so held are counted apart from stops (which its compile
+    time leaves out) and unlocked once the lease is back."""
+    driver = Driver(set())
+    use_driver(monkeypatch, driver)
+    with _yielding_lease_following_a_busy_child(tmp_path, trusted_child=True) as (lease, yielding_lease, child):
+        driver.states[child] = cuda_lock.STATE_RUNNING  # the child has CUDA state
+        timer = start_timer(tmp_path, 1.0)
+        assert timer.stdout is not None
+        assert float(timer.stdout.readline()) < 1.0  # it stepped aside at once
+        assert _others_exclusive(tmp_path) and driver.states[child] == cuda_lock.STATE_LOCKED
+        cpu_before = psutil.Process(child).cpu_times().user
+        time.sleep(0.3)
+        assert not stopped(child) and psutil.Process(child).cpu_times().user > cpu_before  # it runs on
+        timer.wait(10)
+        deadline = time.monotonic() + 2.0
+        while driver.states[child] == cuda_lock.STATE_LOCKED and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert driver.states[child] == cuda_lock.STATE_RUNNING and lease.mode == "shared"
+        assert yielding_lease.stop_spans == [] and yielding_lease.gpu_held_s >= 0.9
+        assert yielding_lease.frozen_s >= yielding_lease.gpu_held_s  # the deadline moves by it all the same
+    assert [call for call, pid, _ in driver.calls if call != "state" and pid == child] == ["lock", "unlock"]
+
+
+def test_a_trusted_child_the_driver_cannot_lock_keeps_its_lease_from_stepping_aside(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A CUDA process of the baseline's that the driver refuses to lock could run GPU work into the timing: the
+    lease stays put (the timer waits for the baseline's own window or end), as for an incomplete stop."""
+    driver = Driver(set())
+    driver.lock = lambda pid, timeout_s: 801  # type: ignore[method-assign]
+    use_driver(monkeypatch, driver)
+    with pytest.warns(RuntimeWarning, match="did not step aside"), \
+            _yielding_lease_following_a_busy_child(tmp_path, trusted_child=True) as (lease, yielding_lease, child):
+        driver.states[child] = cuda_lock.STATE_RUNNING
+        timer = start_timer(tmp_path, 0.2)
+        assert timer.stdout is not None
+        time.sleep(0.5)
+        assert not select.select([timer.stdout], [], [], 0)[0] and not stopped(child)  # the timer still waits
+        assert yielding_lease.incomplete_stops > 0 and lease.mode == "shared"
+        yielding_lease.upgrade(timeout_s=5.0)  # the baseline's own timing, then the timer
+        yielding_lease.downgrade()
+        timer.wait(10)
 
 
 def test_a_yielding_lease_never_steps_aside_in_its_own_exclusive_window(tmp_path: Path) -> None:

@@ -7,15 +7,18 @@ with the same :class:`workflow_scripts.evaluation.timing.TimingProtocol` as answ
 trial, trial count, L2 flush, ``torch.no_grad()``, output scrubbing between calls). Baselines are timed on
 KernelBench's seed-42 inputs.
 
-GPU: the job holds its GPU shared and yielding (``gpu_lock.YieldingLease``: while a timing job waits, the child is
-held stopped and the timer goes first) and exclusively only while something is timed (``baseline_windows``): the
+GPU: the job holds its GPU shared and yielding (``gpu_lock.YieldingLease``: while a timing job waits, the child's
+GPU work is held by the driver's lock while its CPU work goes on, ``baselines.compile_beside_timing``, or the whole
+child is held stopped; the timer goes first) and exclusively only while something is timed (``baseline_windows``): the
 eager timing and the compiled module's timing. Inductor's autotuning benchmarks during its first call run in the
 job's GPU turn (no timing beside them), or with the GPU alone where ``baselines.autotune_alone`` is set. Loading,
-building inputs, tracing, code generation and Triton compilation run beside other jobs' correctness work.
+building inputs, tracing, code generation and Triton compilation run beside other jobs' correctness work, and (where
+the driver can lock) beside their timing.
 
 Compile: ``torch._dynamo.reset()`` first; the first call (tracing + Inductor code generation + autotuning) is
 timed separately as ``compile_time_s`` (less the waits for exclusive windows and the time the child was held
-stopped) and is not part of ``compile_stats``.
+stopped; the seconds it compiled on with its GPU work held stay in, ``phases_s.gpu_held_s``, though a CUDA call of
+its meanwhile waited for the lock) and is not part of ``compile_stats``.
 On CPU Inductor generates C++ (``compile_backend = "inductor-cpp"``), on CUDA Triton kernels (``"inductor"``). A
 failing baseline records its status (``"error: ..."``, ``"timeout"``, ``"crash: ..."``) and the problem stays in every
 table; its speedup is null. ``compile_max_abs_diff_vs_eager`` records how far the compiled output is from eager on the
@@ -38,7 +41,7 @@ from typing import Any
 from workflow_scripts.core.records import TIMING_MODES, headline_ms
 from workflow_scripts.core.hashing import sha256_file
 from workflow_scripts.core.intervals import covered_seconds
-from workflow_scripts.evaluation import compile_cache, environment, gpu_lock, resources, timeline, timing
+from workflow_scripts.evaluation import compile_cache, cuda_lock, environment, gpu_lock, resources, timeline, timing
 from workflow_scripts.evaluation.baseline_windows import DONE, GRANT, REQUEST, ExclusiveWindows
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, Message, ProtocolError
 from workflow_scripts.evaluation.config import BaselineConfig
@@ -63,6 +66,7 @@ class _Run:
     started: float = 0.0  # monotonic
     waited_s: float = 0.0  # for exclusive windows
     frozen_before: float = 0.0  # the lease's frozen_s when the child started
+    held_before: float = 0.0  # the lease's gpu_held_s then
 
     def start(self) -> None:
         """The child started while the lease is held, and followed from then on (stopped whenever the lease steps
@@ -75,10 +79,17 @@ class _Run:
                 assert self.child.proc is not None
                 self.yielding_lease.follow(self.child.proc.pid)
                 self.frozen_before = self.yielding_lease.frozen_s
+                self.held_before = self.yielding_lease.gpu_held_s
         self.started = time.monotonic()
 
     def frozen_s(self) -> float:
+        """Seconds the child was held stopped, or (compile_beside_timing) ran with its GPU work held, while the lease
+        stepped aside: its deadline moves by them."""
         return self.yielding_lease.frozen_s - self.frozen_before if self.yielding_lease is not None else 0.0
+
+    def gpu_held_s(self) -> float:
+        """Of ``frozen_s``: the seconds the child ran on with only its GPU work held."""
+        return self.yielding_lease.gpu_held_s - self.held_before if self.yielding_lease is not None else 0.0
 
     def deadline(self) -> float:
         return self.started + self.timeout_s + self.waited_s + self.frozen_s()
@@ -193,7 +204,9 @@ def _run_one(problem_path: Path, cfg: BaselineConfig, yielding_lease: gpu_lock.Y
         return f"error: protocol: {e}", info
     finally:
         run.stop()
-        info.update(wall_s=time.monotonic() - t0, gpu_wait_s=run.waited_s, stopped_s=run.frozen_s())
+        held = run.gpu_held_s()
+        info.update(wall_s=time.monotonic() - t0, gpu_wait_s=run.waited_s, stopped_s=run.frozen_s() - held,
+                    gpu_held_s=held)
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -219,17 +232,17 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
     expected = resources.problem_gpu_gib("baseline", problem_path, {}) if cfg.device == "cuda" else None
     with (gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False,
                                  expected_mem_gib=expected, purpose="baseline") as lease,
-          gpu_lock.yielding(lease) as yielding_lease):
+          gpu_lock.yielding(lease, trusted_child=cfg.compile_beside_timing) as yielding_lease):
         gpu = lease.gpu if lease else None
         eager_status, eager = (("skipped", {}) if not cfg.run_eager
                                else _run_one(problem_path, cfg, yielding_lease, gpu, "eager"))
         comp_status, comp = (("skipped", {}) if not cfg.run_compile
                              else _run_one(problem_path, cfg, yielding_lease, gpu, "compile"))
     # Seconds: each child's wall, the waits for exclusive windows, the child held stopped while the lease stepped
-    # aside; and how many autotune windows the compile child was granted (a count).
+    # aside, or running with its GPU work held (compile_beside_timing); and how many autotune windows the compile
+    # child was granted (a count).
     phases = {"eager_wall_s": eager.get("wall_s", 0.0), "compile_wall_s": comp.get("wall_s", 0.0),
-              "gpu_wait_s": eager.get("gpu_wait_s", 0.0) + comp.get("gpu_wait_s", 0.0),
-              "stopped_s": eager.get("stopped_s", 0.0) + comp.get("stopped_s", 0.0),
+              **{key: eager.get(key, 0.0) + comp.get(key, 0.0) for key in ("gpu_wait_s", "stopped_s", "gpu_held_s")},
               "autotune_windows": float(comp.get("windows_granted") or 0)}
     eager_stats = timing.stats((eager.get("raw") or {}).get("trials_ms") or []) if eager_status == "ok" else None
     comp_stats = timing.stats((comp.get("raw") or {}).get("trials_ms") or []) if comp_status == "ok" else None
@@ -254,6 +267,11 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
                   "autotune_exclusive": comp.get("autotune_exclusive"),
                   # Whether those windows held the GPU exclusively, or the job's turn beside other jobs' correctness
                   # work (baselines.autotune_alone).
-                  "autotune_alone": cfg.autotune_alone},
+                  "autotune_alone": cfg.autotune_alone,
+                  # While other jobs timed: the child stopped whole ("stopped"), or its GPU work held by the driver's
+                  # lock while it compiled on ("gpu_held": baselines.compile_beside_timing, where the driver can).
+                  # None on the CPU (no lease).
+                  "beside_others_timing": None if cfg.device != "cuda" else (
+                      "gpu_held" if cfg.compile_beside_timing and cuda_lock.available() else "stopped")},
         phases_s=phases,
     )

@@ -227,6 +227,11 @@ class BaselineConfig(RunConfig):
     # same two runs (0.7%), and the run took 412.6 s instead of over 480 s (bench/README.md, s28). Part of the store
     # key: the picks may differ.
     autotune_alone: bool = False
+    # While another job times on the GPU, the compiling child's GPU work held by the CUDA driver's lock and its CPU
+    # work (Inductor's code generation and compile workers) going on (True), or the child stopped whole (False, and
+    # wherever the driver has no lock): gpu_lock.YieldingLease.trusted_child. Not part of the store key: it moves no
+    # pick and no timing of the baseline's own.
+    compile_beside_timing: bool = True
 
 
 def filled(config_class: type[RunConfig], section: Mapping[str, Any], keys: Iterable[str],

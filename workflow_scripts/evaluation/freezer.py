@@ -12,6 +12,11 @@ into the reference's timing or another job's. So where the driver can (``cuda_lo
 CUDA state is locked first, which completes its submitted work and holds its further CUDA calls, and stopped after (the
 driver answers only a process that runs); a tree counts as ``complete`` only once each of its CUDA processes is locked
 too. ``thaw`` resumes, then unlocks.
+
+A tree of trusted code (a baseline's child: the problem's own ``Model`` and Inductor) may be held at the GPU only
+(``stop=False``): its CUDA processes are locked and nothing is stopped, so its CPU work (Inductor's code generation and
+compile workers) goes on beside another job's timing while its GPU work waits. Where the driver has no lock, it is
+stopped as any tree.
 """
 
 from __future__ import annotations
@@ -36,26 +41,32 @@ STOP_WAIT_S = 2.0
 class FrozenTree:
     """The processes of one tree that ``freeze`` stopped, to be resumed by ``thaw``."""
 
-    def __init__(self, root_pid: int) -> None:
+    def __init__(self, root_pid: int, stop: bool = True) -> None:
         self.root_pid = root_pid
+        # Every process stopped, or (a trusted tree, where the driver can lock) only its GPU work held.
+        self.stops = stop or not cuda_lock.available()
         self.stopped: dict[int, psutil.Process] = {}
         self.stops_complete = False  # every process of the tree was seen stopped
         self.gpu_work = cuda_lock.HeldWork()  # its CUDA processes locked (their GPU work done), or not
 
     @property
     def complete(self) -> bool:
-        """Every process of the tree is stopped and none has GPU work left running."""
-        return self.stops_complete and self.gpu_work.complete
+        """No process of the tree has GPU work left running, and (unless only its GPU work is held) every process of
+        it is stopped."""
+        return (self.stops_complete or not self.stops) and self.gpu_work.complete
 
     def freeze(self) -> None:
         """Lock the tree's CUDA processes while they run (the driver answers only a running process; its lock
         completes their work), then stop every process; one that appeared in between cannot be asked any more, so it
-        leaves the tree incomplete."""
+        leaves the tree incomplete. A tree held at the GPU only is not stopped: a process that starts CUDA after the
+        locks is not held (trusted code: its GPU benchmarks wait for the job's windows anyway)."""
         if not cuda_lock.available():
             self._stop()
             return
         listed = _tree_pid_list(self.root_pid)
         cuda_lock.hold(listed, STOP_WAIT_S, into=self.gpu_work)  # into the tree's record: a hold cut short is undone
+        if not self.stops:
+            return
         self._stop()
         cuda_lock.mark_unknown([pid for pid in self.stopped if pid not in listed], into=self.gpu_work)
 
@@ -87,12 +98,13 @@ class FrozenTree:
 
 
 @contextlib.contextmanager
-def frozen(root_pid: int | None) -> Iterator[FrozenTree | None]:
-    """The tree under ``root_pid`` stopped for the block's duration (nothing to stop: None)."""
+def frozen(root_pid: int | None, stop: bool = True) -> Iterator[FrozenTree | None]:
+    """The tree under ``root_pid`` stopped for the block's duration, or (``stop=False``, a trusted tree) only its GPU
+    work held where the driver can (nothing to stop: None)."""
     if root_pid is None:
         yield None
         return
-    tree = FrozenTree(root_pid)
+    tree = FrozenTree(root_pid, stop)
     try:
         tree.freeze()  # inside: a freeze cut short still resumes and unlocks what it reached
         yield tree

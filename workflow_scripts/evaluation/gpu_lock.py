@@ -29,7 +29,9 @@ Yielding: a baseline job (``YieldingLease``) holds its GPU shared while its chil
 (tens of seconds for ``torch.compile``), which would keep every timing job out of that GPU meanwhile. A thread of its
 trusted process watches the gate instead: when a timing job waits, it stops the child's process tree (``freezer``),
 drops the shared lock and takes it back through the gate as ``downgrade`` does, so the waiter times first, then
-resumes the child (``lease_yielded`` on the timeline). The job's own exclusive windows (``YieldingLease.upgrade``)
+resumes the child (``lease_yielded`` on the timeline). Where the driver has the checkpoint lock (``cuda_lock``)
+and ``baselines.compile_beside_timing`` is set (the default), the baseline's child is not stopped: only its GPU work
+is held, and its compiling goes on beside the timing. The job's own exclusive windows (``YieldingLease.upgrade``)
 are never given up. A shared lease that never steps aside (an evaluation's by default) pins its GPU (``gpu<g>.pin``
 held shared, dropped with the shared lock as its upgrade begins): while one does, a waiting timer cannot start anyway,
 so a yielding lease leaves it alone and its child keeps compiling (``timer_blocked_elsewhere``; only a hint, the lock
@@ -229,12 +231,19 @@ class YieldingLease:
     tree (``follow``), lets the timer go first (``GpuLease.step_aside``) and resumes the tree. The job's main thread
     changes the lease's mode only through ``upgrade``/``downgrade`` here: one lock (``_turn``) lets either the
     watcher step aside or the job hold an exclusive window, never both. ``frozen_s``: how long the tree was held
-    stopped, which is no time of the job's (its deadline moves by it)."""
+    stopped (or, trusted, its GPU work held), which is no time of the job's (its deadline moves by it).
 
-    def __init__(self, lease: GpuLease, poll_s: float = GATE_POLL_S, steps_aside: bool = True) -> None:
+    ``trusted_child``: the followed tree runs trusted code (a baseline's child), so only its GPU work is held
+    (``freezer.frozen(stop=False)``, where the driver can lock) and its CPU work, Inductor's compiling, goes on beside
+    the other job's timing; ``gpu_held_s`` counts those seconds, ``stop_spans`` only real stops."""
+
+    def __init__(self, lease: GpuLease, poll_s: float = GATE_POLL_S, steps_aside: bool = True,
+                 trusted_child: bool = False) -> None:
         self.lease = lease
         self._poll_s = poll_s
         self.steps_aside = steps_aside  # False: no watcher, held blocks run at once; the lease stays shared for the job
+        self.trusted_child = trusted_child
+        self.gpu_held_s = 0.0  # of frozen_s: the seconds the tree ran on, its GPU work held (trusted_child)
         # Held by the watcher while it steps aside, by the job from upgrade to downgrade and in ``held`` blocks
         # (re-entrant: a job's held block may take an exclusive window).
         self._turn = threading.RLock()
@@ -352,10 +361,11 @@ class YieldingLease:
     @contextlib.contextmanager
     def _stopped_tree(self) -> Iterator[bool]:
         """The followed tree stopped for the block (``freezer``): while this job holds no lock its child must touch
-        neither the GPU nor the CPU; the seconds go to ``frozen_s``, the span to ``stop_spans``. Yields whether every
-        process of the tree was seen stopped (True where nothing is followed)."""
+        neither the GPU nor the CPU (a trusted child: not the GPU); the seconds go to ``frozen_s``, the span of a stop
+        to ``stop_spans``. Yields whether the tree is ``complete``: every process of it seen stopped (a trusted child:
+        its CUDA processes locked), its GPU work held where the driver can (True where nothing is followed)."""
         start = time.time()  # before the stop: stopping a tree of many processes takes a while
-        with self._pid_lock, freezer.frozen(self._pid) as tree:
+        with self._pid_lock, freezer.frozen(self._pid, stop=not self.trusted_child) as tree:
             if tree is None:
                 yield True
                 return
@@ -366,19 +376,25 @@ class YieldingLease:
             finally:
                 # Added before the start is cleared (and before the thaw): a reader in between over-counts (a later
                 # deadline), never under.
-                self._frozen_s += time.monotonic() - self._frozen_since
+                seconds = time.monotonic() - self._frozen_since
+                self._frozen_s += seconds
                 self._frozen_since = None
-                self.stop_spans.append((start, time.time()))
+                if tree.stops:
+                    self.stop_spans.append((start, time.time()))
+                else:  # it ran on: no stop to leave out of its compile time
+                    self.gpu_held_s += seconds
 
 
 @contextlib.contextmanager
-def yielding(lease: GpuLease | None, steps_aside: bool = True) -> Iterator[YieldingLease | None]:
+def yielding(lease: GpuLease | None, steps_aside: bool = True,
+             trusted_child: bool = False) -> Iterator[YieldingLease | None]:
     """``lease`` as a ``YieldingLease`` for the ``with`` block (one that never steps aside where ``steps_aside`` is
-    False); None where no lease is taken (the CPU)."""
+    False; one whose child's CPU work goes on while it steps aside where ``trusted_child``); None where no lease is
+    taken (the CPU)."""
     if lease is None:
         yield None
         return
-    with YieldingLease(lease, steps_aside=steps_aside) as yielding_lease:
+    with YieldingLease(lease, steps_aside=steps_aside, trusted_child=trusted_child) as yielding_lease:
         yield yielding_lease
 
 
