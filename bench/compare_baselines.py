@@ -19,12 +19,22 @@ TIMES = ("compile_ms", "eager_ms")
 
 def baselines(run: Path) -> dict[str, dict]:
     """Baseline records by file name (``level2_40.json``), from a results folder or a results archive."""
+    return records(run, "baselines")
+
+
+def records(run: Path, folder: str) -> dict[str, dict]:
+    """The JSON records under ``folder`` of a run (``baselines``: by file name; ``evaluations``: by
+    ``<model>/<file name>``), from a results folder or a results archive."""
     if run.is_dir():
-        return {path.name: json.loads(path.read_text()) for path in run.glob("baselines/*.json")}
+        return {str(path.relative_to(run / folder)): json.loads(path.read_text())
+                for path in (run / folder).rglob("*.json")}
     with tarfile.open(run) as archive:
-        return {Path(member.name).name: json.load(archive.extractfile(member))
-                for member in archive.getmembers()
-                if member.isfile() and Path(member.name).parent.name == "baselines" and member.name.endswith(".json")}
+        found = {}
+        for member in archive.getmembers():
+            parts = Path(member.name).parts
+            if member.isfile() and member.name.endswith(".json") and folder in parts:
+                found["/".join(parts[parts.index(folder) + 1:])] = json.load(archive.extractfile(member))
+        return found
 
 
 def ratios(first: dict[str, dict], second: dict[str, dict]) -> dict[str, dict[str, float | None]]:

@@ -1,0 +1,69 @@
+"""Two runs of the same answers side by side (issue 34, done-when 6): each answer's status in both, and what the second
+run's records say of the CUDA driver's lock (evaluation/cuda_lock.py) and of the baselines stepping aside. Each run is
+a results folder or a `dag_results.tgz` from bench/dag_bench_run.sh.
+
+    python3 bench/lock_evidence.py RUN_BEFORE RUN_AFTER [--out F.json]
+
+Per answer of the second run: `phases_s.answer_gpu_locks` (locks taken while its tree was stopped),
+`answer_stop_incomplete`, the `gpu_work_*` review flags; per baseline: `phases_s.stopped_s`, `gpu_held_s` and
+`protocol.beside_others_timing`; the evaluations' `protocol.gpu_work_held` and `yield_gpu`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from compare_baselines import records
+
+
+def statuses(evaluations: dict[str, dict]) -> dict[str, str]:
+    return {name: record.get("status", "?") for name, record in evaluations.items()}
+
+
+def lock_evidence(evaluations: dict[str, dict], baselines: dict[str, dict]) -> dict[str, Any]:
+    phases = {name: record.get("phases_s") or {} for name, record in evaluations.items()}
+    flags = Counter(flag for record in evaluations.values() for flag in record.get("flags") or []
+                    if flag.startswith("gpu_work_"))
+    locks = [phase.get("answer_gpu_locks", 0.0) for phase in phases.values()]
+    held = {name: (record.get("phases_s") or {}) for name, record in baselines.items()}
+    return {
+        "answers": len(evaluations),
+        "answers_with_locks": sum(1 for count in locks if count > 0),
+        "locks_taken": sum(locks),
+        "answer_stop_incomplete": sorted(name for name, phase in phases.items() if phase.get("answer_stop_incomplete")),
+        "gpu_work_flags": dict(flags),
+        "gpu_work_held": dict(Counter(str((record.get("protocol") or {}).get("gpu_work_held"))
+                                      for record in evaluations.values())),
+        "yield_gpu": dict(Counter(str((record.get("protocol") or {}).get("yield_gpu")) for record in evaluations.values())),
+        "baselines": len(baselines),
+        "baseline_beside_others_timing": dict(Counter(str((record.get("protocol") or {}).get("beside_others_timing"))
+                                                      for record in baselines.values())),
+        "baseline_stopped_s": round(sum(phase.get("stopped_s", 0.0) for phase in held.values()), 2),
+        "baseline_gpu_held_s": round(sum(phase.get("gpu_held_s", 0.0) for phase in held.values()), 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("before", type=Path)
+    parser.add_argument("after", type=Path)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    before, after = (statuses(records(run, "evaluations")) for run in (args.before, args.after))
+    changed = {name: [before.get(name), after.get(name)] for name in sorted(before.keys() | after.keys())
+               if before.get(name) != after.get(name)}
+    report = {"before": str(args.before), "after": str(args.after),
+              "statuses_before": dict(Counter(before.values())), "statuses_after": dict(Counter(after.values())),
+              "changed": changed,
+              "after_lock": lock_evidence(records(args.after, "evaluations"), records(args.after, "baselines"))}
+    print(json.dumps(report, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
