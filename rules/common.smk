@@ -118,6 +118,15 @@ ANSWERS_FIRST = 10
 # Baselines next, before any evaluation (rules/evaluation.smk): each takes a baseline slot (baseline_slots) and compiles
 # beside the evaluations, which take the other cores.
 BASELINES_EARLY = 5
+
+
+def evaluation_priority(wildcards):
+    """Among ready evaluate jobs, the first configured model's first, then the second's, ...: all in (0, 1], below
+    BASELINES_EARLY. A problem's first job judges every model's answer along, under the problem's lock; a second job
+    of the same problem started beside it only waits on that lock, holding an evaluation slot (in an H100 run three of
+    its first four evaluate jobs were one problem's, bench/README.md s30). One model's jobs are of different problems,
+    so the slots judge as many problems at once; the other models' jobs then find their results stored."""
+    return 1.0 - MODELS.index(wildcards.model) / len(MODELS)
 for _name in [config["summary"]["reference"], *(config["summary"]["compare"] or [])]:
     if _name not in config["models"]:
         raise WorkflowError(f"summary names model {_name!r}, which is not under models: (models: {MODELS})")

@@ -134,6 +134,8 @@ rule evaluate:
         locks=LAYOUT.locks(),
     log:
         LAYOUT.log("evaluations/{model}/level{level}_{problem_id}"),
+    # The first configured model's jobs first: one job per problem at a time judges its answers (common.smk).
+    priority: evaluation_priority
     resources:
         runtime=int(EVAL["timeout_s"] // 60) + 10,
         # A local run gives each GPU JOBS_PER_GPU evaluations (evaluation/resources.py host_resources); `gpu` adds the

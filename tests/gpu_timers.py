@@ -3,10 +3,12 @@ exist: the locks are files). Imported by test modules (pytest puts tests/ on sys
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -33,6 +35,33 @@ def start_timer(lock_dir: Path, hold_s: float, give_up_s: float = 10.0) -> subpr
                              stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert timer.stdout is not None and timer.stdout.readline() == "waiting\n"
     return timer
+
+
+# Holds GPU 0 shared as an evaluate job does (its first argument: steps aside or pins the GPU), says "held", and lets
+# go once its standard input closes.
+EVALUATION = """
+import sys
+from workflow_scripts.evaluation.gpu_lock import YieldingLease, acquire_gpu
+with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=sys.argv[1], purpose="evaluate") as lease, \\
+        YieldingLease(lease, steps_aside=sys.argv[2] == "yields"):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def evaluation_holding(lock_dir: Path, yields: bool) -> Iterator[None]:
+    """An evaluate job of another process holding GPU 0 shared for the block (yielding or pinning)."""
+    job = subprocess.Popen([sys.executable, "-c", EVALUATION, str(lock_dir), "yields" if yields else "pins"], cwd=REPO,
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    try:
+        assert job.stdout is not None and job.stdout.readline() == "held\n"
+        yield
+    finally:
+        assert job.stdin is not None
+        job.stdin.close()
+        job.wait(30)
 
 
 def stopped(pid: int) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from gpu_timers import lock_refused, start_timer, stopped
+from gpu_timers import evaluation_holding, lock_refused, start_timer, stopped
 
 from workflow_scripts.evaluation.baseline import _Run
 from workflow_scripts.evaluation.baseline_windows import LINGER_S, ExclusiveWindows, bypasses_benchmarker
@@ -232,7 +232,8 @@ def test_a_child_s_benchmarks_beside_correctness_work_and_its_whole_first_call_a
 
 def test_a_burst_in_the_job_s_turn_says_whether_an_evaluation_held_the_gpu(tmp_path: Path) -> None:
     """In the job's turn, picks may be made beside answers' untimed work: each ``baseline_autotune`` line says whether
-    an evaluation's shared lease (its pin) was on the GPU, so a reviewer sees which picks were."""
+    an evaluate job held the GPU (its holder file), one that pins it or one that yields between its steps
+    (``evaluation.yield_gpu``, whose pin would not show it), so a reviewer sees which picks were."""
     locks = tmp_path / "locks"
     with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
             YieldingLease(lease) as yielding_lease:
@@ -240,17 +241,16 @@ def test_a_burst_in_the_job_s_turn_says_whether_an_evaluation_held_the_gpu(tmp_p
         windows.benchmark(timeout_s=5.0)  # alone on the GPU
         windows.benchmark_done()
         windows.close()
-        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="evaluate") as evaluation, \
-                YieldingLease(evaluation, steps_aside=False):
-            windows.benchmark(timeout_s=5.0)  # beside an evaluation's whole-job lease
-            windows.benchmark_done()
-            windows.close()
+        for yields in (False, True):
+            with evaluation_holding(locks, yields):
+                windows.benchmark(timeout_s=5.0)  # beside an evaluation's lease: whole-job, then yielding
+                windows.benchmark_done()
+                windows.close()
         windows.benchmark(timeout_s=5.0)  # an evaluation that comes during the burst is seen at its close
-        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="evaluate") as evaluation, \
-                YieldingLease(evaluation, steps_aside=False):
+        with evaluation_holding(locks, yields=False):
             windows.benchmark_done()
             windows.close()
     autotune = [json.loads(line) for line in (locks / "timeline.jsonl").read_text().splitlines()
                 if json.loads(line)["activity"] == "baseline_autotune"]
     assert [(line["exclusive"], line["beside_evaluation"]) for line in autotune] == [
-        (False, False), (False, True), (False, True)]
+        (False, False), (False, True), (False, True), (False, True)]

@@ -47,7 +47,7 @@ def test_eager_and_compile_on_cpu(tmp_path: Path) -> None:
     assert d["compile_max_abs_diff_vs_eager"] is not None and d["compile_max_abs_diff_vs_eager"] < 1e-4
     assert d["timing_mode"] == "cpu_wall_interpreter" and d["fingerprint"]["key"]
     assert d["protocol"]["timing"]["trials"] == 5 and d["protocol"]["timing"]["discard_first"] == 1
-    assert d["protocol"]["autotune_alone"] is False  # the default: autotuning benchmarks in the job's GPU turn
+    assert d["protocol"]["autotune_alone"] is True  # the default: each autotuning benchmark with the GPU alone
     assert d["protocol"]["beside_others_timing"] is None  # no lease on the CPU: nothing steps aside
     assert d["phases_s"]["stopped_s"] == d["phases_s"]["gpu_held_s"] == 0.0
     # The compile cache: empty at first, it keeps what the compile built, the precompiled header apart (shared by
@@ -219,9 +219,9 @@ def test_autotune_alone_reaches_the_baseline_s_config_and_its_store_key() -> Non
 
     schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
     assert schema["properties"]["baselines"]["properties"]["autotune_alone"]["type"] == "boolean"
-    alone = parse_params(BaselineConfig, {"autotune_alone": True}, source="--params baselines")
-    assert alone.autotune_alone is True and BaselineConfig().autotune_alone is False
-    assert key_params(alone) != key_params(BaselineConfig())
+    in_turn = parse_params(BaselineConfig, {"autotune_alone": False}, source="--params baselines")
+    assert in_turn.autotune_alone is False and BaselineConfig().autotune_alone is True
+    assert key_params(in_turn) != key_params(BaselineConfig())
     with pytest.raises(ParamsError, match="autotune_alone"):
         parse_params(BaselineConfig, {"autotune_alone": "no"}, source="--params baselines")
     # The compile cache keeps max-autotune's picks: one folder per setting, the alone one named as caches were before.

@@ -201,6 +201,31 @@ def planned_resources(stdout: str) -> dict[tuple[str, str], dict[str, str]]:
     return jobs
 
 
+def test_the_first_configured_model_s_evaluate_jobs_come_first_after_the_baselines(tmp_path: Path) -> None:
+    """Snakemake runs ready jobs of higher priority first: the first configured model's evaluate jobs (one per
+    problem, each judging every model's answer along) before the second model's, and so on, so the evaluation slots
+    judge different problems at once instead of a second job waiting on a problem's lock; all after the baselines."""
+    work = copy_workflow(tmp_path / "wf")
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=work, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    priorities: dict[str, set[float]] = {}
+    for block in re.split(r"\n(?=rule \w+:)", proc.stdout):
+        rule = re.match(r"rule (\w+):", block)
+        model = re.search(r"^\s+wildcards: model=(\w+),", block, re.M)
+        priority = re.search(r"^\s+priority: (\S+)$", block, re.M)
+        if rule and rule.group(1) == "evaluate" and model:
+            priorities.setdefault(model.group(1), set()).add(float(priority.group(1)) if priority else 0.0)
+        elif rule and rule.group(1) == "baseline":
+            assert priority and float(priority.group(1)) == 5.0
+    models = list(yaml.safe_load((work / "config.yaml").read_text())["models"])
+    assert list(priorities) and set(priorities) == set(models)
+    assert all(len(found) == 1 for found in priorities.values())  # one priority per model, whatever the problem
+    ordered = [priorities[model].pop() for model in models]
+    assert ordered == sorted(ordered, reverse=True) and len(set(ordered)) == len(models)
+    assert 0.0 < ordered[-1] and ordered[0] <= 1.0  # below the baselines' 5
+
+
 @pytest.mark.integration
 def test_jobs_of_a_large_and_a_small_problem_declare_different_memory(tmp_path: Path) -> None:
     work = copy_workflow(tmp_path / "wf")

@@ -113,12 +113,12 @@ class ExclusiveWindows:
     ``baseline_autotune`` (from the first grant to the last benchmark's end; the linger after it is the window's
     own overhead). Without a lease (the CPU) only the bookkeeping runs.
 
-    ``alone=False`` (``baselines.autotune_alone: false``, the configuration's default): a benchmark's window is the
-    job's GPU turn instead (``YieldingLease.held``: the lease stays shared and does not step aside meanwhile). No
+    ``alone=False`` (``baselines.autotune_alone: false``; the configuration's default is ``true``): a benchmark's
+    window is the job's GPU turn instead (``YieldingLease.held``: the lease stays shared and does not step aside meanwhile). No
     timing runs beside the benchmarks then either (a timing needs the GPU exclusively, which a shared holder keeps it
-    from), but other jobs' correctness work may (``beside_evaluation`` says whether an evaluation's did); each window
-    costs no drain of the GPU's shared holders (an H100 run's 721 windows waited 347 s for them, s27). A timing
-    (``enter``) always upgrades."""
+    from), but other jobs' correctness work may (``beside_evaluation`` says whether an evaluation held the GPU), which
+    can sway the picks (s30: one of 20 compiled baselines 2.06x slower); each window costs no drain of the GPU's
+    shared holders (an H100 run's 721 windows waited 347 s for them, s27). A timing (``enter``) always upgrades."""
 
     yielding_lease: gpu_lock.YieldingLease | None
     lock_dir: Path | str | None
@@ -134,8 +134,9 @@ class ExclusiveWindows:
     autotune_start: float | None = None  # epoch: this window's first benchmark
     autotune_end: float | None = None  # epoch: its last benchmark's end
     _turn: contextlib.ExitStack | None = None  # the job's GPU turn, held by a window that is not exclusive
-    # A window in the job's turn with an evaluation's shared lease on the GPU (its pin) as it opened or closed: the
-    # picks were made beside answers' untimed work (the timeline line says so; docs/evaluation.md, trust).
+    # A window in the job's turn with an evaluation holding the GPU as it opened or closed (its holder file: pinned,
+    # or yielding between its steps): the picks may have been made beside answers' untimed work (the timeline line
+    # says so; docs/evaluation.md, trust).
     beside_evaluation: bool = False
 
     def enter(self, timeout_s: float, exclusive: bool = True) -> float:
@@ -150,15 +151,16 @@ class ExclusiveWindows:
             elif not exclusive and not self.is_open:
                 self._turn = contextlib.ExitStack()
                 self._turn.enter_context(self.yielding_lease.held())
-                self.beside_evaluation = self._evaluation_pins_gpu()
+                self.beside_evaluation = self._evaluation_holds_gpu()
         self.is_open = True
         self.users += 1
         self.idle_since = None
         return waited
 
-    def _evaluation_pins_gpu(self) -> bool:
-        """Whether an evaluation's shared lease is on the GPU now (its pin: ``GpuLease.timer_blocked_elsewhere``)."""
-        return self.yielding_lease is not None and self.yielding_lease.lease.timer_blocked_elsewhere()
+    def _evaluation_holds_gpu(self) -> bool:
+        """Whether an evaluation job holds the GPU now (``GpuLease.held_beside_by``): a pinned one, and a yielding one
+        (``evaluation.yield_gpu``), whose pin would not show it."""
+        return self.yielding_lease is not None and self.yielding_lease.lease.held_beside_by("evaluate")
 
     def leave(self) -> None:
         self.users = max(0, self.users - 1)  # a user left after ``close`` counted nobody
@@ -194,7 +196,7 @@ class ExclusiveWindows:
         if not self.is_open:
             return
         if self.autotune_start is not None:
-            beside = self.beside_evaluation or (self._turn is not None and self._evaluation_pins_gpu())
+            beside = self.beside_evaluation or (self._turn is not None and self._evaluation_holds_gpu())
             timeline.append(self.lock_dir, "baseline_autotune", self.where, self.autotune_start,
                             self.autotune_end or time.time(), problem=self.problem, exclusive=self.exclusive,
                             beside_evaluation=beside)

@@ -221,12 +221,12 @@ class BaselineConfig(RunConfig):
     # A folder where what torch.compile builds persists between compile children of one environment
     # (compile_cache.py; the baseline stage passes one per environment in the store); None: a fresh cache each time.
     compile_cache: str | None = None
-    # Inductor's autotuning benchmarks with the GPU exclusively (True), or in the job's GPU turn (False, the default):
-    # beside other jobs' correctness work but never beside a timing (baseline_windows.ExclusiveWindows). In the turn,
-    # the compiled times on an H100 changed by at most 0.8%, about as much as the untouched eager times between the
-    # same two runs (0.7%), and the run took 412.6 s instead of over 480 s (bench/README.md, s28). Part of the store
-    # key: the picks may differ.
-    autotune_alone: bool = False
+    # Inductor's autotuning benchmarks with the GPU exclusively (True, the default), or in the job's GPU turn (False):
+    # beside other jobs' untimed GPU work but never beside a timing (baseline_windows.ExclusiveWindows). In the turn
+    # a run took 412.6 s instead of over 480 s on an H100, its compiled times within 0.8% (s28), but in s30 one of 20
+    # compiled baselines, its bursts all beside evaluations, came out 2.06x slower (bench/README.md): a swayed pick
+    # moves every model's compiled speedup on the problem. Part of the store key: the picks may differ.
+    autotune_alone: bool = True
     # While another job times on the GPU, the compiling child's GPU work held by the CUDA driver's lock and its CPU
     # work (Inductor's code generation and compile workers) going on (True), or the child stopped whole (False, and
     # wherever the driver has no lock): gpu_lock.YieldingLease.trusted_child. Not part of the store key: it moves no

@@ -70,7 +70,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from workflow_scripts.core.records import GENERATION_PURPOSE
 from workflow_scripts.evaluation import cuda_lock, freezer, timeline
@@ -185,6 +185,11 @@ class GpuLease:
             fcntl.flock(self._pin_fd, fcntl.LOCK_UN)
             return False
         return True
+
+    def held_beside_by(self, purpose: str) -> bool:
+        """Whether another live job of ``purpose`` (``evaluate``, ...) holds this GPU too, by its holder file: its
+        untimed GPU work may run beside this job's (a shared hold, or one stepped aside for the moment)."""
+        return any(record.get("purpose") == purpose for record in other_holders(self.lock_path.parent, self.gpu))
 
     def timer_waiting(self) -> bool:
         """Whether a job waits to time on this GPU: it holds the gate exclusively (``upgrade``, ``acquire_gpu``).
@@ -492,9 +497,9 @@ def _alive(pid: object) -> bool:
     return True
 
 
-def promised_gib(lock_dir: Path, gpu: str) -> tuple[float, int]:
-    """(GiB the GPU's other live holders expect to use, how many they are), from their holder files."""
-    total, holders = 0.0, 0
+def other_holders(lock_dir: Path, gpu: str) -> list[dict[str, Any]]:
+    """The holder files of the GPU's other live holders (mode, purpose, expected memory)."""
+    records = []
     for info in lock_dir.glob(f"gpu{_safe(gpu)}.*.json"):
         try:
             record = json.loads(info.read_text())
@@ -502,9 +507,14 @@ def promised_gib(lock_dir: Path, gpu: str) -> tuple[float, int]:
             continue
         if not isinstance(record, dict) or record.get("pid") == os.getpid() or not _alive(record.get("pid")):
             continue  # this job's own, or left by a holder that died
-        holders += 1
-        total += float(record.get("expected_mem_gib") or 0.0)
-    return total, holders
+        records.append(record)
+    return records
+
+
+def promised_gib(lock_dir: Path, gpu: str) -> tuple[float, int]:
+    """(GiB the GPU's other live holders expect to use, how many they are), from their holder files."""
+    records = other_holders(lock_dir, gpu)
+    return sum(float(record.get("expected_mem_gib") or 0.0) for record in records), len(records)
 
 
 def _admits(lock_dir: Path, gpu: str, need_gib: float | None, capacity_gib: Callable[[str], float | None] | None
@@ -583,7 +593,7 @@ def acquire_gpu(
                         refused["gate"] += 1
                     if ok:
                         chosen = g
-                        _write_info(lock_dir, g, mode, expected_mem_gib)
+                        _write_info(lock_dir, g, mode, expected_mem_gib, purpose)
                         break
             if chosen is None:
                 if timeout_s is not None and time.monotonic() - t0 > timeout_s:
@@ -623,11 +633,12 @@ def acquire_gpu(
                 _holder_file(lock_dir, chosen, os.getpid()).unlink()
 
 
-def _write_info(lock_dir: Path, gpu: str, mode: str, expected_mem_gib: float | None) -> None:
-    """The holder file: for operators, and what memory admission adds up."""
+def _write_info(lock_dir: Path, gpu: str, mode: str, expected_mem_gib: float | None, purpose: str) -> None:
+    """The holder file: for operators, what memory admission adds up, and who else holds the GPU (``purpose``)."""
     with contextlib.suppress(OSError):
         _holder_file(lock_dir, gpu, os.getpid()).write_text(json.dumps(
-            {"pid": os.getpid(), "mode": mode, "since": time.time(), "expected_mem_gib": expected_mem_gib}))
+            {"pid": os.getpid(), "mode": mode, "since": time.time(), "expected_mem_gib": expected_mem_gib,
+             "purpose": purpose}))
 
 
 def host_locks(folder: Path | str) -> Path:

@@ -19,11 +19,10 @@ and answer tables run before any evaluation (priority ``ANSWERS_FIRST``, rules/c
 
 from __future__ import annotations
 
-import dataclasses
-import json
-
 import argparse
 import contextlib
+import dataclasses
+import json
 import sys
 import tempfile
 import time
@@ -42,6 +41,9 @@ from workflow_scripts.evaluation.jobs import (
 )
 
 STAGE = "evaluate"
+# The log line that says how long the job waited for its problem's lock (another job judging its answer along), in
+# seconds: time its evaluation slot stood idle (rules/common.smk evaluation_priority keeps it short).
+PROBLEM_LOCK_WAIT = "problem lock waited s"
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         if row is not None:
             companions.append(_answer(model, row, Path(f"{model}.json"), config, problem_sha, environment))
     code = code_version(__spec__.name)  # once: it hashes the source of every module the stage uses
+    waiting_since = time.monotonic()
     with _problem_lock(Path(config.lock_dir), params):
+        print(f"{PROBLEM_LOCK_WAIT}: {time.monotonic() - waiting_since:.2f}")
         results = _evaluate_missing(answers + companions, args, config, code)
         for answer in answers:
             computed = store_measurement(args.store, answer.out, STAGE, code, answer.config, answer.inputs,
