@@ -62,12 +62,17 @@ def summary(rows: dict[str, dict[str, float | None]]) -> dict[str, dict[str, Any
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("first", type=Path)
-    parser.add_argument("second", type=Path)
+def two_runs(description: str, first: str = "first", second: str = "second") -> argparse.Namespace:
+    """The command line of a script that sets two runs side by side: the two, and ``--out`` for its report."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument(first, type=Path)
+    parser.add_argument(second, type=Path)
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = two_runs(__doc__.splitlines()[0])
     runs = {run: baselines(run) for run in (args.first, args.second)}
     for run, found in runs.items():
         if not found:

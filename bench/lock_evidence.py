@@ -11,13 +11,11 @@ Per answer of the second run: `phases_s.answer_gpu_locks` (locks taken while its
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from compare_baselines import records
+from compare_baselines import records, two_runs
 
 
 def statuses(evaluations: dict[str, dict]) -> dict[str, str]:
@@ -48,11 +46,7 @@ def lock_evidence(evaluations: dict[str, dict], baselines: dict[str, dict]) -> d
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("before", type=Path)
-    parser.add_argument("after", type=Path)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = two_runs(__doc__.splitlines()[0], "before", "after")
     before, after = (statuses(records(run, "evaluations")) for run in (args.before, args.after))
     changed = {name: [before.get(name), after.get(name)] for name in sorted(before.keys() | after.keys())
                if before.get(name) != after.get(name)}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -92,26 +94,36 @@ def test_same_timing_protocol_as_answers() -> None:
         assert BaselineConfig(device=dev).timing_protocol() == EvalConfig(device=dev).timing_protocol()
 
 
+@contextlib.contextmanager
+def _baseline_beside_a_timer(locks: Path, cfg: BaselineConfig, problem: str, which: str, trusted_child: bool = False
+                             ) -> Iterator[tuple[psutil.Process, dict]]:
+    """One baseline child (``_run_one``) in a thread under a yielding lease of GPU 0 of ``locks`` (a lock file: the
+    child runs on the CPU); a 1-s timing job comes while the child starts (importing torch: seconds) and gets the GPU
+    at once; the block runs while the timer holds it. The child's (status, info) is under "res" once the block ends."""
+    out: dict = {}
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
+            YieldingLease(lease, trusted_child=trusted_child) as yielding_lease:
+        worker = threading.Thread(target=lambda: out.update(
+            res=_run_one(PROBLEMS / problem, cfg, yielding_lease, None, which)))
+        worker.start()
+        try:
+            child = next_child("workflow_scripts.evaluation.child")
+            timer = start_timer(locks, 1.0)
+            assert timer.stdout is not None and float(timer.stdout.readline()) < 1.0
+            yield child, out
+            timer.wait(10)
+        finally:
+            worker.join(300)
+
+
 def test_a_baseline_steps_aside_while_it_compiles_and_times_alone(tmp_path: Path) -> None:
     # The compile child under a yielding lease of a GPU that is only a lock file (the child runs on the CPU): a timing
     # job that comes while it starts and compiles gets the GPU at once, the child's tree stopped meanwhile; the
     # baseline's own timing runs in an exclusive window of its own.
     locks = tmp_path / "locks"
     cfg = BaselineConfig(device="cpu", timing_trials=2, compile_threads=1, lock_dir=str(locks))
-    out: dict = {}
-    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
-            YieldingLease(lease) as yielding_lease:
-        worker = threading.Thread(target=lambda: out.update(
-            res=_run_one(PROBLEMS / "5_LinearReLU.py", cfg, yielding_lease, None, "compile")))
-        worker.start()
-        try:
-            child = next_child("workflow_scripts.evaluation.child")  # importing torch: seconds before it compiles
-            timer = start_timer(locks, 1.0)
-            assert timer.stdout is not None and float(timer.stdout.readline()) < 1.0
-            assert stopped(child.pid)
-            timer.wait(10)
-        finally:
-            worker.join(300)
+    with _baseline_beside_a_timer(locks, cfg, "5_LinearReLU.py", "compile") as (child, out):
+        assert stopped(child.pid)
     status, info = out["res"]
     assert status == "ok", status
     assert info["autotune_exclusive"] == "benchmarks" and info["stopped_s"] >= 1.0
@@ -133,20 +145,8 @@ def test_a_trusted_baseline_child_runs_on_beside_a_timing_with_its_gpu_work_held
     use_driver(monkeypatch, driver)
     locks = tmp_path / "locks"
     cfg = BaselineConfig(device="cpu", timing_trials=2, lock_dir=str(locks))
-    out: dict = {}
-    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
-            YieldingLease(lease, trusted_child=True) as yielding_lease:
-        worker = threading.Thread(target=lambda: out.update(
-            res=_run_one(PROBLEMS / "1_ElementwiseAdd.py", cfg, yielding_lease, None, "eager")))
-        worker.start()
-        try:
-            child = next_child("workflow_scripts.evaluation.child")  # importing torch: seconds before it loads
-            timer = start_timer(locks, 1.0)
-            assert timer.stdout is not None and float(timer.stdout.readline()) < 1.0
-            assert driver.states.get(child.pid) == cuda_lock.STATE_LOCKED and not stopped(child.pid)
-            timer.wait(10)
-        finally:
-            worker.join(300)
+    with _baseline_beside_a_timer(locks, cfg, "1_ElementwiseAdd.py", "eager", trusted_child=True) as (child, out):
+        assert driver.states.get(child.pid) == cuda_lock.STATE_LOCKED and not stopped(child.pid)
     status, info = out["res"]
     assert status == "ok", status
     assert info["stopped_s"] == 0.0 and info["gpu_held_s"] >= 1.0
