@@ -127,6 +127,8 @@ def evaluation_priority(wildcards):
     its first four evaluate jobs were one problem's, bench/README.md s30). One model's jobs are of different problems,
     so the slots judge as many problems at once; the other models' jobs then find their results stored."""
     return 1.0 - MODELS.index(wildcards.model) / len(MODELS)
+
+
 for _name in [config["summary"]["reference"], *(config["summary"]["compare"] or [])]:
     if _name not in config["models"]:
         raise WorkflowError(f"summary names model {_name!r}, which is not under models: (models: {MODELS})")

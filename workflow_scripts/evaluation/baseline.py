@@ -10,8 +10,8 @@ KernelBench's seed-42 inputs.
 GPU: the job holds its GPU shared and yielding (``gpu_lock.YieldingLease``: while a timing job waits, the child's
 GPU work is held by the driver's lock while its CPU work goes on, ``baselines.compile_beside_timing``, or the whole
 child is held stopped; the timer goes first) and exclusively only while something is timed (``baseline_windows``): the
-eager timing and the compiled module's timing. Inductor's autotuning benchmarks during its first call run in the
-job's GPU turn (no timing beside them), or with the GPU alone where ``baselines.autotune_alone`` is set. Loading,
+eager timing and the compiled module's timing. Inductor's autotuning benchmarks during its first call run with the GPU
+alone (``baselines.autotune_alone``, the default) or in the job's GPU turn (no timing beside them). Loading,
 building inputs, tracing, code generation and Triton compilation run beside other jobs' correctness work, and (where
 the driver can lock) beside their timing.
 

@@ -2,11 +2,11 @@
 
 A baseline job holds its GPU shared and yielding (``gpu_lock.YieldingLease``); it takes the GPU alone for what it
 times: the eager and the compiled module's timing. The benchmarks with which Inductor's max-autotune picks its
-kernels during the compiled module's first call run in windows too: by default the job's GPU turn (no timing beside
-them, other jobs' untimed work may run; on an H100 the compiled times changed by at most 0.8%, s28), or
-the GPU alone where ``baselines.autotune_alone`` is set (``ExclusiveWindows.alone``). For the benchmarks the child
-(trusted code: the problem's own ``Model``) routes every GPU benchmark of Inductor's through
-``gate_inductor_benchmarks``: before one it sends ``REQUEST`` and blocks on its stdin until the parent's ``GRANT`` (it
+kernels during the compiled module's first call run in windows too: by default with the GPU alone
+(``baselines.autotune_alone``, ``ExclusiveWindows.alone``), or in the job's GPU turn (no timing beside them, other
+jobs' untimed work may run: on an H100 the compiled times changed by at most 0.8% in s28, one of 20 by 2.06x in
+s30). For the benchmarks the child (trusted code: the problem's own ``Model``) routes every GPU benchmark of
+Inductor's through ``gate_inductor_benchmarks``: before one it sends ``REQUEST`` and blocks on its stdin until the parent's ``GRANT`` (it
 runs nothing meanwhile), after it it sends ``DONE``. The parent (``ExclusiveWindows``) opens a window for a request
 (the job's turn, or its lease upgraded) and keeps it ``LINGER_S`` after the last benchmark, so a burst of candidates
 shares one window. Where Inductor's benchmarker is not found (another torch), the child asks for one window around its
@@ -114,11 +114,12 @@ class ExclusiveWindows:
     own overhead). Without a lease (the CPU) only the bookkeeping runs.
 
     ``alone=False`` (``baselines.autotune_alone: false``; the configuration's default is ``true``): a benchmark's
-    window is the job's GPU turn instead (``YieldingLease.held``: the lease stays shared and does not step aside meanwhile). No
-    timing runs beside the benchmarks then either (a timing needs the GPU exclusively, which a shared holder keeps it
-    from), but other jobs' correctness work may (``beside_evaluation`` says whether an evaluation held the GPU), which
-    can sway the picks (s30: one of 20 compiled baselines 2.06x slower); each window costs no drain of the GPU's
-    shared holders (an H100 run's 721 windows waited 347 s for them, s27). A timing (``enter``) always upgrades."""
+    window is the job's GPU turn instead (``YieldingLease.held``: the lease stays shared and does not step aside
+    meanwhile). No timing runs beside the benchmarks then either (a timing needs the GPU exclusively, which a shared
+    holder keeps it from), but other jobs' correctness work may (``beside_evaluation`` says whether an evaluation held
+    the GPU), which can sway the picks (s30: one of 20 compiled baselines 2.06x slower); each window costs no drain of
+    the GPU's shared holders (an H100 run's 721 windows waited 347 s for them, s27). A timing (``enter``) always
+    upgrades."""
 
     yielding_lease: gpu_lock.YieldingLease | None
     lock_dir: Path | str | None
