@@ -43,7 +43,8 @@ hostile answer could leave a kernel running into the other job's timing; the who
 at a price: a job waiting to time waits for every other evaluation on its GPU to end or to time (on an H100, 16% of a
 20-problem run's wall was timing; bench/README.md, s26). Where the driver has the checkpoint lock (``cuda_lock``), a
 stop also completes and holds the tree's GPU work, and a tree whose work could not be held is incomplete (no
-step-aside), which answers that objection; yielding stays off by default until a run on a GPU has measured it.
+step-aside), which answers that objection (on an H100 every timed answer's tree was locked, s30); yielding stays
+off by default: in that run's pair it was slower (368.3 s against 337.9 s, bench/README.md).
 
 Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, expected peak memory if given) next to the lock, removed
 on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live holders'
