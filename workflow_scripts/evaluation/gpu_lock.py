@@ -46,8 +46,8 @@ stop also completes and holds the tree's GPU work, and a tree whose work could n
 step-aside), which answers that objection (on an H100 every timed answer's tree was locked, s30); yielding stays
 off by default: in that run's pair it was slower (368.3 s against 337.9 s, bench/README.md).
 
-Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, purpose, expected peak memory if given) next to the lock, removed
-on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live holders'
+Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, purpose, expected peak memory if given) next to the
+lock, removed on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live holders'
 expectations and its own fit ``DEVICE_SHARE`` of the card (or the card has no other holder), checked and recorded
 under ``select.lock``: evaluations started by hand side by side wait for room instead of failing out of memory
 (Snakemake's ``gpu_mem_gb`` resource does the same for a pipeline run). On CPU no lock is taken (``acquire_gpu`` is not called).
