@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -51,10 +50,10 @@ def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 class BackgroundDemo:
     """The session's demo run, started as soon as the tests are collected (``pytest_collection_finish``), beside the
-    other worker's tests: the demo (13 torch.compile baselines) is the session's longest single piece of work. It
-    lives in a folder (``base``) with its log, its process id and, once it ended, its return code, so that any
-    process of the session can wait for it: under pytest-xdist the first worker to collect starts it in the session's
-    shared folder and the worker that runs its readers waits for it."""
+    tests that come before its readers: the demo (13 torch.compile baselines) is the session's longest single piece
+    of work. It lives in a folder (``base``) with its log, its process id and, once it ended, its return code, so
+    that any process of the session can wait for it: under pytest-xdist the first worker to collect starts it in the
+    session's shared folder and the worker that runs its readers waits for it."""
 
     def __init__(self, base: Path) -> None:
         self.base = base
@@ -107,8 +106,6 @@ def pytest_configure(config: pytest.Config) -> None:
     compile_package()
     if getattr(config.option, "numprocesses", None):
         os.environ[SHARED_DIR_ENV] = tempfile.mkdtemp(prefix="kb-tests-")
-        # The groups go out in the order pytest_collection_modifyitems gives them, not xdist's (most tests first).
-        config.option.loadscopereorder = False
 
 
 def compile_package() -> None:
@@ -137,9 +134,6 @@ BACKGROUND_DEMO = pytest.StashKey[BackgroundDemo]()
 # uses one joins that run's group, so one worker builds it once; every other file is a group of its own (module-scoped
 # fixtures, such as the cheat suite's one evaluation of every case, stay built once).
 SHARED_RUNS = ("demo_run", "small_run")
-# Files that mostly wait: test_slurm.py's cluster runs its jobs through Slurm's daemons for about two minutes, at a
-# few seconds of this process's CPU.
-EARLY_FILES = ("test_slurm.py",)
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by the marks added here, and before xdist reads the groups
@@ -158,17 +152,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group_of_file[item.path] = shared or group_of_file.get(item.path) or item.path.name
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group_of_file[item.path]))
-    # The groups' order is the order in which the workers take them (pytest_configure turns xdist's own off). The
-    # demo's readers first: their worker waits while the demo, started at collection, runs on its core. Then the
-    # files that wait more than they compute (EARLY_FILES), so they wait beside the others' work rather than alone at
-    # the end; then the rest, the groups of most tests first (as xdist orders them).
-    tests_in = Counter(group_of_file[item.path] for item in items)
-
-    def rank(item: pytest.Item) -> tuple[int, int]:
-        group = group_of_file[item.path]
-        return (0 if group == "demo_run" else 1 if item.path.name in EARLY_FILES else 2), -tests_in[group]
-
-    items.sort(key=rank)
+    # The demo's readers last: their worker runs other files while the demo, started at collection, runs beside.
+    items.sort(key=lambda item: group_of_file[item.path] == "demo_run")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
