@@ -13,15 +13,20 @@ import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = "workflow_scripts"
 WORKFLOW_PARTS = ["Snakefile", "rules", "report", "schemas", "workflow_scripts", "profiles", "envs", "demo", "config.yaml", "config"]
 
 
 def copy_workflow(dest: Path, root: Path = ROOT) -> Path:
+    """The workflow's parts copied to ``dest``, with the package's bytecode where the checkout has it: the copies
+    keep their sources' times, so Python takes it as it is instead of compiling each module in each process (where
+    none may write it: PYTHONDONTWRITEBYTECODE, the evaluator's children); an edited source is compiled afresh."""
     dest.mkdir(parents=True, exist_ok=True)
     for part in WORKFLOW_PARTS:
         source = root / part
         if source.is_dir():
-            shutil.copytree(source, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(source, dest / part,
+                            ignore=None if part == PACKAGE else shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(source, dest / part)
     return dest
