@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import signal
 import shutil
@@ -175,11 +174,10 @@ def run_pipeline(config_paths: list[Path], config: dict, root: Path, out: Path, 
 def problem_lock_waits(results: Path, idle_s: float = 1.0) -> dict:
     """How long evaluate jobs waited for their problem's lock (each log's line, stages/evaluate.py), their evaluation
     slots idle meanwhile: jobs that logged it, those that waited over ``idle_s``, and the seconds in all."""
-    from workflow_scripts.stages.evaluate import PROBLEM_LOCK_WAIT
+    from workflow_scripts.stages.evaluate import logged_lock_waits
 
-    waits = [float(found) for log in results.glob("logs/evaluations/*/*.log")
-             for found in re.findall(rf"^{re.escape(PROBLEM_LOCK_WAIT)}: ([\d.]+)$", log.read_text(errors="replace"),
-                                     re.MULTILINE)]
+    waits = [wait for log in results.glob("logs/evaluations/*/*.log")
+             for wait in logged_lock_waits(log.read_text(errors="replace"))]
     return {"jobs": len(waits), f"over_{idle_s:g}_s": sum(wait > idle_s for wait in waits),
             "seconds": round(sum(waits), 1)}
 

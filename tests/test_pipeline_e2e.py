@@ -25,7 +25,7 @@ from cli import snakemake, study_on_disk
 
 from workflow_scripts.devtools.workspace import copy_workflow
 from workflow_scripts.evaluation.confinement import hidden_by
-from workflow_scripts.stages.evaluate import PROBLEM_LOCK_WAIT
+from workflow_scripts.stages.evaluate import logged_lock_waits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -158,8 +158,7 @@ def test_a_problem_is_judged_once_for_all_models(demo: Path) -> None:
     judged_by_leader = [log for log in logs if log.parent.name == leader and "evaluation computed" in log.read_text()]
     assert len(judged_by_leader) >= len(problems) - 2, sorted(judging.items())
     # Each job says how long it waited for its problem's lock (its slot idle meanwhile).
-    waits = [re.findall(rf"^{PROBLEM_LOCK_WAIT}: (\d+\.\d+)$", log.read_text(), re.MULTILINE) for log in logs]
-    assert all(len(found) == 1 for found in waits)
+    assert all(len(logged_lock_waits(log.read_text())) == 1 for log in logs)
 
 
 def test_a_judging_job_logs_each_answer_as_it_is_judged(demo: Path) -> None:

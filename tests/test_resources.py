@@ -188,16 +188,24 @@ def test_a_problem_without_sizes_falls_back_to_the_configuration(tmp_path: Path)
 # -- the workflow ----------------------------------------------------------------------------------------------------
 
 
-def planned_resources(stdout: str) -> dict[tuple[str, str], dict[str, str]]:
-    """(rule, wildcards) -> the resources a dry run prints for the job."""
+def planned_jobs(stdout: str) -> dict[tuple[str, str], str]:
+    """(rule, wildcards) -> the block a dry run prints for the job."""
     jobs = {}
     for block in re.split(r"\n(?=rule \w+:)", stdout):
         rule = re.match(r"rule (\w+):", block)
         wildcards = re.search(r"^\s+wildcards: (.+)$", block, re.M)
+        if rule and wildcards:
+            jobs[(rule.group(1), wildcards.group(1))] = block
+    return jobs
+
+
+def planned_resources(stdout: str) -> dict[tuple[str, str], dict[str, str]]:
+    """(rule, wildcards) -> the resources a dry run prints for the job."""
+    jobs = {}
+    for job, block in planned_jobs(stdout).items():
         resources = re.search(r"^\s+resources: (.+)$", block, re.M)
-        if rule and wildcards and resources:
-            jobs[(rule.group(1), wildcards.group(1))] = dict(
-                item.split("=", 1) for item in resources.group(1).split(", "))
+        if resources:
+            jobs[job] = dict(item.split("=", 1) for item in resources.group(1).split(", "))
     return jobs
 
 
@@ -210,13 +218,12 @@ def test_the_first_configured_model_s_evaluate_jobs_come_first_after_the_baselin
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     priorities: dict[str, set[float]] = {}
-    for block in re.split(r"\n(?=rule \w+:)", proc.stdout):
-        rule = re.match(r"rule (\w+):", block)
-        model = re.search(r"^\s+wildcards: model=(\w+),", block, re.M)
+    for (rule, wildcards), block in planned_jobs(proc.stdout).items():
         priority = re.search(r"^\s+priority: (\S+)$", block, re.M)
-        if rule and rule.group(1) == "evaluate" and model:
+        model = re.match(r"model=(\w+),", wildcards)
+        if rule == "evaluate" and model:
             priorities.setdefault(model.group(1), set()).add(float(priority.group(1)) if priority else 0.0)
-        elif rule and rule.group(1) == "baseline":
+        elif rule == "baseline":
             assert priority and float(priority.group(1)) == 5.0
     models = list(yaml.safe_load((work / "config.yaml").read_text())["models"])
     assert list(priorities) and set(priorities) == set(models)

@@ -92,10 +92,10 @@ class Memory:
 
 def compile_threads(cores: int | None, configured: int | None = None) -> int:
     """A baseline job's compile workers (its rule reserves ``baseline_reserved_cores`` of them): the configuration's
-    ``baselines.compile_threads`` where set (at most the cores below), else a quarter (``COMPILE_CORE_FRACTION``) of the cores this process may
-    run on (its CPU affinity) or of ``cores`` (the run's --cores) where fewer, from 1 to ``MAX_COMPILE_THREADS``. The
-    affinity keeps a cluster job's own evaluation of the rule (on the node, inside its allocation) at or below what
-    the submitting process asked for."""
+    ``baselines.compile_threads`` where set (at most the cores below), else a quarter (``COMPILE_CORE_FRACTION``) of
+    the cores this process may run on (its CPU affinity) or of ``cores`` (the run's --cores) where fewer, from 1 to
+    ``MAX_COMPILE_THREADS``. The affinity keeps a cluster job's own evaluation of the rule (on the node, inside its
+    allocation) at or below what the submitting process asked for."""
     if configured:  # at most the cores the run may use, as Snakemake capped the rule's threads when they were these
         return max(1, min(int(configured), _usable_cores(cores)))
     return max(1, min(MAX_COMPILE_THREADS, _usable_cores(cores) // COMPILE_CORE_FRACTION))

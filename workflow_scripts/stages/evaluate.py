@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import re
 import sys
 import tempfile
 import time
@@ -44,6 +45,12 @@ STAGE = "evaluate"
 # The log line that says how long the job waited for its problem's lock (another job judging its answer along), in
 # seconds: time its evaluation slot stood idle (rules/common.smk evaluation_priority keeps it short).
 PROBLEM_LOCK_WAIT = "problem lock waited s"
+
+
+def logged_lock_waits(log_text: str) -> list[float]:
+    """The waits for the problem's lock an evaluate job's log records (its ``PROBLEM_LOCK_WAIT`` lines), in seconds."""
+    return [float(seconds) for seconds in
+            re.findall(rf"^{re.escape(PROBLEM_LOCK_WAIT)}: (\d+\.\d+)$", log_text, re.MULTILINE)]
 
 
 @dataclass(frozen=True)
