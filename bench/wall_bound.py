@@ -1,0 +1,93 @@
+"""How close to KernelBench's wall any schedule of one pipeline run could come (issue 34, done-when 1 and 2).
+
+    python3 bench/wall_bound.py --pipeline P.json --kernelbench K.json --timeline T.jsonl [--out F.json]
+
+``--pipeline`` and ``--kernelbench``: the ``dag_vs_kernelbench.json`` records of the two sides (the latest entry of
+each side's list is taken; the kernelbench side's says the walls of all its calls, added up when one was cut off and
+resumed); ``--timeline``: the
+pipeline run's ``timeline_<host>.jsonl`` (``bench/dag_bench_run.sh`` copies it out).
+
+The protocol's timed work (``core.records.TIMED_KINDS``: the answers' and the paired reference's timed blocks, the
+probes, the placement audits, the baselines' timings and Inductor's autotuning benchmarks) must not overlap another
+job's timing on its GPU; on one GPU it runs one piece at a time, so its seconds (overlaps counted once) are a floor
+under the pipeline's wall whatever the scheduling. Written out:
+- ``timed_s`` by activity and in all, the run's wall and KernelBench's;
+- ``ratio``: the pipeline's wall over KernelBench's (done-when 1 asks at most ``TARGET_RATIO``);
+- ``floor_ratio``: the timed seconds over KernelBench's wall: the least ratio this run's timed work allows;
+- ``wall_for_busy_share_s``: the wall at which the timed work is ``TARGET_BUSY`` of it (done-when 2, leaving out
+  that done-when's first minute).
+A run whose timed work differs (autotuning alone or in the job's turn, another card) has another floor: compare
+floors of runs of one configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere
+
+from workflow_scripts.core.intervals import covered_seconds  # noqa: E402
+from workflow_scripts.core.records import TIMED_KINDS  # noqa: E402
+
+TARGET_RATIO = 1 / 3  # done-when 1: the pipeline's wall at most a third of KernelBench's
+TARGET_BUSY = 0.70  # done-when 2: the GPU busy timing or autotuning at least 70% of the wall
+
+
+def side_wall(record: dict, side: str) -> float:
+    """The wall of ``side`` in a ``dag_vs_kernelbench.json``: the pipeline's latest call, or the kernelbench side's
+    calls added up, as its latest call records them (a cut-off call resumes from its job records)."""
+    entries = record.get(side)
+    if not entries:
+        raise SystemExit(f"no {side!r} entry in the record")
+    if side == "pipeline":
+        latest = entries[-1]
+        if not latest.get("summary_json"):
+            raise SystemExit("the pipeline's latest call did not reach summary.json: its wall bounds nothing")
+        return float(latest["wall_s"])
+    return float(entries[-1]["wall_s_all_calls"])
+
+
+def timed_seconds(timeline: Path) -> dict[str, float]:
+    """Seconds of timed work per activity and ``all`` (overlaps counted once) in a timeline file."""
+    lines = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
+    spans = {kind: [(float(e["start"]), float(e["end"])) for e in lines if e["activity"] == kind]
+             for kind in TIMED_KINDS}
+    seconds = {kind: round(covered_seconds(s), 2) for kind, s in spans.items() if s}
+    seconds["all"] = round(covered_seconds([s for kind in spans.values() for s in kind]), 2)
+    return seconds
+
+
+def bound(pipeline_wall_s: float, kernelbench_wall_s: float, timed: dict[str, float]) -> dict[str, float | bool]:
+    return {"pipeline_wall_s": pipeline_wall_s, "kernelbench_wall_s": kernelbench_wall_s,
+            "ratio": round(pipeline_wall_s / kernelbench_wall_s, 3),
+            "target_wall_s": round(TARGET_RATIO * kernelbench_wall_s, 1),
+            "floor_ratio": round(timed["all"] / kernelbench_wall_s, 3),
+            "target_reachable": timed["all"] <= TARGET_RATIO * kernelbench_wall_s,
+            "wall_for_busy_share_s": round(timed["all"] / TARGET_BUSY, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pipeline", type=Path, required=True)
+    parser.add_argument("--kernelbench", type=Path, required=True)
+    parser.add_argument("--timeline", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    timed = timed_seconds(args.timeline)
+    record = {"inputs": {k: str(getattr(args, k)) for k in ("pipeline", "kernelbench", "timeline")},
+              "timed_s": timed,
+              "bound": bound(side_wall(json.loads(args.pipeline.read_text()), "pipeline"),
+                             side_wall(json.loads(args.kernelbench.read_text()), "kernelbench"), timed)}
+    for section in ("timed_s", "bound"):
+        for key, value in record[section].items():
+            print(f"{section:8s} {key:24s} {value}")
+    if args.out:
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
