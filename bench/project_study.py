@@ -13,13 +13,22 @@ What the run gives, per unit of work (the inputs, all written to the output):
 - ``exclusive_per_baseline_s``: the baselines' exclusive leases over the problems whose baselines ran;
 - ``evaluation_s_per_answer``: the evaluations' span on the GPU (first evaluate lease to last) over the answers judged
   (the run's evaluation JSON files), at the run's concurrency;
-- ``baseline_s_per_baseline``: the baselines' span over the baselines that ended, at the run's slots.
+- ``baseline_s_per_baseline``: the baselines' span over the baselines that ended, at the run's slots;
+- the judging jobs' shape (one job per problem judges every model's answer against one reference side):
+  ``job_fixed_s``, the median over problems of the job's ``evaluate_total_s`` less its answers' ``answer_wall_s``
+  (lease, reference side, processes' start, close); ``job_answer_s``, the mean ``answer_wall_s`` (load, correctness,
+  timing for the correct ones, the waits for the GPU); ``judging_concurrency``, the judging jobs' seconds over the
+  evaluations' span (how many judged at once on average).
 
 The projection (each a bound the study's wall cannot beat at the run's rates and concurrency):
 - ``exclusive_floor_s`` = correct answers x exclusive per timed answer + problems x exclusive per baseline: the GPU held
   alone, whatever the scheduling;
-- ``evaluations_s`` = answers x evaluation seconds per answer; ``baselines_s`` = problems x baseline seconds per
-  baseline; ``wall_s`` = the largest of the three (the run overlapped evaluations and baselines; a study does too).
+- ``evaluations_s`` = answers x evaluation seconds per answer, which carries the run's own answers per problem (a
+  job's fixed part spread over 4 answers, say); ``judging_s`` = problems x (job_fixed_s + the study's answers per
+  problem x job_answer_s) / judging_concurrency: the same work at the study's answers per problem (15), the
+  concurrency and the per-answer waits as measured (the store-reuse jobs of the other models, a second or two of a
+  slot each, not counted); ``baselines_s`` = problems x baseline seconds per baseline; ``wall_s`` = the largest of
+  the floor, ``judging_s`` and ``baselines_s`` (the run overlapped evaluations and baselines; a study does too).
 A run of level-2 problems only stands in for level 1 as well: level 1's multi-GB problems cost more per answer, so the
 projection is a lower bound there. Prints a table; ``--out`` writes the JSON.
 """
@@ -30,6 +39,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from statistics import median
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
@@ -64,6 +74,7 @@ def run_rates(timeline: Path, results: Path) -> dict[str, float | int]:
     baselines_done = len(list((results / "baselines").glob("*.json")))
     if not (timed and baselines_ran and evaluate and baseline and answers and baselines_done):
         raise SystemExit(f"{timeline} / {results}: the run has no timed answer, baseline or evaluation to project from")
+    jobs = judging_jobs(results)
     evaluation_span = max(b for _, b in evaluate) - min(a for a, _ in evaluate)
     baseline_span = max(b for _, b in baseline) - min(a for a, _ in baseline)
     run_span = max(e["end"] for e in lines) - min(e["start"] for e in lines)
@@ -74,16 +85,39 @@ def run_rates(timeline: Path, results: Path) -> dict[str, float | int]:
         "exclusive_per_baseline_s": covered_seconds(spans("lease_exclusive", "baseline")) / len(baselines_ran),
         "evaluation_span_s": round(evaluation_span, 1), "evaluation_s_per_answer": evaluation_span / answers,
         "baseline_span_s": round(baseline_span, 1), "baseline_s_per_baseline": baseline_span / baselines_done,
+        "job_fixed_s": median(total - sum(walls) for total, walls in jobs.values()),
+        "job_answer_s": sum(sum(walls) for _, walls in jobs.values()) / sum(len(w) for _, w in jobs.values()),
+        "judging_concurrency": sum(total for total, _ in jobs.values()) / evaluation_span,
     }
+
+
+def judging_jobs(results: Path) -> dict[str, tuple[float, list[float]]]:
+    """Per problem judged in the run: its judging job's ``evaluate_total_s`` and each answer's ``answer_wall_s`` (the
+    answers judged together share the job's total; an answer judged in a job of its own, a model whose table came
+    late, counts in the job of the longest total)."""
+    per_job: dict[tuple[str, float], list[float]] = {}
+    for path in (results / "evaluations").glob("*/*.json"):
+        phases = json.loads(path.read_text()).get("phases_s") or {}
+        if "evaluate_total_s" in phases and "answer_wall_s" in phases:
+            per_job.setdefault((path.stem, phases["evaluate_total_s"]), []).append(phases["answer_wall_s"])
+    jobs: dict[str, tuple[float, list[float]]] = {}
+    for (problem, total), walls in sorted(per_job.items()):
+        longest, earlier = jobs.get(problem, (0.0, []))
+        jobs[problem] = (max(total, longest), earlier + walls)
+    return jobs
 
 
 def project(shape: dict[str, int], rates: dict[str, float | int]) -> dict[str, float | bool]:
     floor = (shape["correct"] * rates["exclusive_per_timed_answer_s"]
              + shape["problems"] * rates["exclusive_per_baseline_s"])
     evaluations = shape["answers"] * rates["evaluation_s_per_answer"]
+    per_problem = shape["answers"] / shape["problems"]
+    judging = (shape["problems"] * (rates["job_fixed_s"] + per_problem * rates["job_answer_s"])
+               / rates["judging_concurrency"])
     baselines = shape["problems"] * rates["baseline_s_per_baseline"]
-    wall = max(floor, evaluations, baselines)
-    return {"exclusive_floor_s": round(floor), "evaluations_s": round(evaluations), "baselines_s": round(baselines),
+    wall = max(floor, judging, baselines)
+    return {"exclusive_floor_s": round(floor), "evaluations_s": round(evaluations), "judging_s": round(judging),
+            "baselines_s": round(baselines),
             "wall_s": round(wall), "wall_min": round(wall / 60, 1), "fits_90_min": wall <= BUDGET_S,
             "busy_share_needed": round(floor / BUDGET_S, 3)}
 
