@@ -74,6 +74,35 @@ def test_code_version_changes_with_any_file_of_a_used_subpackage(tmp_path: Path,
     assert code_version("workflow_scripts.stages.summary") != before_summary  # every stage uses core/
 
 
+def test_code_versions_follow_each_files_imports_by_its_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each file's imports are parsed once per content (``_ImportsCache``): a cached entry is what the closure
+    follows, and an edited file is parsed again, never matched to its old entry."""
+    import shutil
+
+    copy = tmp_path / "workflow_scripts"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(store_module, "PACKAGE_DIR", copy)
+    cache = copy / "__pycache__" / store_module.IMPORTS_CACHE_NAME
+    summary = copy / "stages" / "summary.py"
+
+    def follows_evaluation() -> bool:
+        return any(p.parent.name == "evaluation" for p in code_files("workflow_scripts.stages.summary"))
+
+    first = code_version("workflow_scripts.stages.summary")
+    entries = json.loads(cache.read_text())
+    assert sha256_file(summary) in entries and not follows_evaluation()
+    # The closure reads the entry, not the source: an entry naming a module the file does not import is followed.
+    entries[sha256_file(summary)] = sorted(entries[sha256_file(summary)] + ["workflow_scripts.evaluation"])
+    cache.write_text(json.dumps(entries))
+    assert follows_evaluation()
+    cache.write_text("not json")  # a damaged cache is parsed anew, and rewritten
+    assert code_version("workflow_scripts.stages.summary") == first and not follows_evaluation()
+    assert sha256_file(summary) in json.loads(cache.read_text())
+    # A lazy import added inside a function: a new content, parsed, its import followed.
+    summary.write_text(summary.read_text() + "\n\ndef _late() -> None:\n    import workflow_scripts.evaluation.answer\n")
+    assert follows_evaluation() and code_version("workflow_scripts.stages.summary") != first
+
+
 def object_of(store: Store, name: str) -> Path:
     return store.object_path(json.loads((store.manifest / f"{name}.json").read_text())["key"])
 

@@ -52,6 +52,9 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 PACKAGE = PACKAGE_DIR.name
 # Subpackages that no stage's result depends on: never part of a key.
 UNHASHED_SUBPACKAGES = frozenset({"devtools"})
+# The file in the package's __pycache__ where code versions keep each source file's imports by its content
+# (_ImportsCache), beside Python's bytecode.
+IMPORTS_CACHE_NAME = "code_imports.json"
 # ioctl_ficlone(2): a copy-on-write clone of a whole file (Btrfs, XFS, ...); fcntl has the name from Python 3.12.
 FICLONE = getattr(fcntl, "FICLONE", 0x40049409)
 
@@ -80,11 +83,11 @@ def _refuse_string_import(node: ast.Call, path: Path) -> None:
     )
 
 
-def _imported_modules(path: Path) -> set[str]:
+def _imported_modules(source: bytes, path: Path) -> set[str]:
     """Every workflow_scripts module a source file imports, anywhere in it (lazy imports inside functions too). An
     import by name at run time is refused (``StringImport``): every import that can decide a result is followed."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+    for node in ast.walk(ast.parse(source, filename=str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -110,12 +113,43 @@ def _source_files(module: str) -> list[Path]:
     return []  # a name imported from a module (a function, a class), not a module itself
 
 
+class _ImportsCache:
+    """Each source file's package imports (``_imported_modules``) under the sha256 of its bytes, in
+    ``__pycache__/IMPORTS_CACHE_NAME`` of the package: parsing the package's sources is most of a code version (a quarter of a second for an evaluate
+    job's 72 files on the 2-core development machine), which every stage job takes, most of them (a study's store-reuse
+    jobs) for nothing else. Keyed by content, an entry never outlives its source; a file that cannot be read or
+    written (a read-only install) only costs the parse."""
+
+    def __init__(self) -> None:
+        self.path = PACKAGE_DIR / "__pycache__" / IMPORTS_CACHE_NAME
+        try:
+            self.entries: dict[str, list[str]] = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.entries = {}
+        self.changed = False
+
+    def imports(self, path: Path) -> list[str]:
+        source = path.read_bytes()
+        digest = sha256_bytes(source)
+        if digest not in self.entries:
+            self.entries[digest] = sorted(_imported_modules(source, path))  # raises StringImport: never cached
+            self.changed = True
+        return self.entries[digest]
+
+    def save(self) -> None:
+        if self.changed:
+            with contextlib.suppress(OSError):
+                self.path.parent.mkdir(exist_ok=True)
+                atomic_write_text(self.path, json.dumps(self.entries, sort_keys=True))
+
+
 def code_files(module: str) -> list[Path]:
     """Every source file ``module`` depends on inside the package: the transitive closure of its imports, each
     library module widened to its whole subpackage."""
     seen: set[str] = set()
     files: set[Path] = set()
     pending = [module]
+    cache = _ImportsCache()
     while pending:
         name = pending.pop()
         if name in seen:
@@ -124,7 +158,8 @@ def code_files(module: str) -> list[Path]:
         for path in _source_files(name):
             if path not in files:
                 files.add(path)
-                pending.extend(_imported_modules(path))
+                pending.extend(cache.imports(path))
+    cache.save()
     return sorted(files)
 
 

@@ -2,8 +2,9 @@
 for the problem (workflow_scripts.evaluation.answer.evaluate_answers; docs/evaluation.md).
 
 Each answer's result is its own store object, keyed by the problem's and the code's sha256 (not the model's name) and
-the run settings: two models with the same answer are evaluated once, a problem whose answers are all stored runs
-nothing, and when one completion changes only that answer is evaluated again. Answers without code (no completion,
+the run settings: two models with the same answer are evaluated once, a job whose answers are all stored runs
+nothing (it takes no lock, reads no other table and never imports the evaluator), and when one completion changes
+only that answer is evaluated again. Answers without code (no completion,
 no code block) get their failed verdict without running anything. GPU jobs lock one specific GPU themselves;
 Snakemake only bounds how many run at once.
 
@@ -29,22 +30,27 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workflow_scripts.core.hashing import sha256_file, sha256_text
 from workflow_scripts.core.io import locked_file
 from workflow_scripts.core.layout import ResultsLayout
 from workflow_scripts.core.params import parse_params, parse_stage_args, stage_parser
 from workflow_scripts.core.store import Store, code_version
-from workflow_scripts.evaluation.answer import EvalConfig, EvalResult, evaluate_answers
+from workflow_scripts.evaluation.config import EvalConfig
 from workflow_scripts.evaluation.jobs import (
     environment_key, failed_without_running, key_params, load_answer, run_settings, store_measurement,
 )
+
+if TYPE_CHECKING:
+    from workflow_scripts.evaluation.records import EvalResult
 
 STAGE = "evaluate"
 # The log line that says how long the job waited for its problem's lock (another job judging its answer along), in
 # seconds: time its evaluation slot stood idle (rules/common.smk evaluation_priority keeps it short).
 PROBLEM_LOCK_WAIT = "problem lock waited s"
+# The log line of a job whose answers were all in the store as it began: it took no lock and read no other table.
+ALL_STORED = "every answer already stored"
 
 
 def logged_lock_waits(log_text: str) -> list[float]:
@@ -111,29 +117,47 @@ def main(argv: list[str] | None = None) -> int:
         store.check_result(path)  # an edited answers table stops the job, naming it
     answers = [_answer(model, load_answer(path, params.level, params.problem_id), outputs[model], config,
                        problem_sha, environment) for model, path in answers_files.items()]
-    layout = ResultsLayout(str(args.results))
-    companions = []
-    for model in _configured_models(Path(layout.model_names())):
-        path = Path(layout.answers(model))
-        row = None if model in answers_files else _ready_answer(store, path, params)
-        if row is not None:
-            companions.append(_answer(model, row, Path(f"{model}.json"), config, problem_sha, environment))
     code = code_version(__spec__.name)  # once: it hashes the source of every module the stage uses
+    if all(store.holds(STAGE, code, key_params(answer.config), answer.inputs) for answer in answers):
+        # Judged already (along with another model's job, or by an earlier run): no other model's table to read, no
+        # lock to wait for. Most of a study's evaluate jobs end here (one job per problem judges its answers).
+        print(f"{ALL_STORED}: no answer to judge, no problem lock taken", flush=True)
+        _store(answers, [], {}, args, code)
+        return 0
+    companions = _companions(store, ResultsLayout(str(args.results)), answers_files, params, config, problem_sha,
+                             environment)
     waiting_since = time.monotonic()
     with _problem_lock(Path(config.lock_dir), params):
         print(f"{PROBLEM_LOCK_WAIT}: {time.monotonic() - waiting_since:.2f}")
-        results = _evaluate_missing(answers + companions, args, config, code)
-        for answer in answers:
-            computed = store_measurement(args.store, answer.out, STAGE, code, answer.config, answer.inputs,
-                                         args.environment, lambda answer=answer: results[answer.key])
-            print(f"{answer.model}: evaluation {'computed' if computed else 'reused from the store'}: {answer.out}"
-                  + ("" if computed else f" (to evaluate it anew: python -m workflow_scripts forget {answer.out})"))
-        for answer in companions:
-            if answer.key in results:
-                store_measurement(args.store, answer.out, STAGE, code, answer.config, answer.inputs,
-                                  args.environment, lambda answer=answer: results[answer.key], materialize=False)
-                print(f"{answer.model}: evaluated along, stored for its own job")
+        _store(answers, companions, _evaluate_missing(answers + companions, args, config, code), args, code)
     return 0
+
+
+def _companions(store: Store, layout: ResultsLayout, own: dict[str, Path], params: Params, config: EvalConfig,
+                problem_sha: str, environment: str) -> list[Answer]:
+    """The other configured models' answers to the problem whose tables are written, to be judged along."""
+    companions = []
+    for model in _configured_models(Path(layout.model_names())):
+        row = None if model in own else _ready_answer(store, Path(layout.answers(model)), params)
+        if row is not None:
+            companions.append(_answer(model, row, Path(f"{model}.json"), config, problem_sha, environment))
+    return companions
+
+
+def _store(answers: list[Answer], companions: list[Answer], results: dict[Any, dict], args: argparse.Namespace,
+           code: str) -> None:
+    """Each of the job's answers through the store (computed now, or reused), each companion judged now stored for
+    its own job."""
+    for answer in answers:
+        computed = store_measurement(args.store, answer.out, STAGE, code, answer.config, answer.inputs,
+                                     args.environment, lambda answer=answer: results[answer.key])
+        print(f"{answer.model}: evaluation {'computed' if computed else 'reused from the store'}: {answer.out}"
+              + ("" if computed else f" (to evaluate it anew: python -m workflow_scripts forget {answer.out})"))
+    for answer in companions:
+        if answer.key in results:
+            store_measurement(args.store, answer.out, STAGE, code, answer.config, answer.inputs,
+                              args.environment, lambda answer=answer: results[answer.key], materialize=False)
+            print(f"{answer.model}: evaluated along, stored for its own job")
 
 
 def _configured_models(names_file: Path) -> list[str]:
@@ -199,6 +223,9 @@ def _evaluate_missing(answers: list[Answer], args: argparse.Namespace, config: E
             runnable[key] = answer
     if not runnable:
         return results
+    # Imported only here: a job whose answers are stored never loads the evaluator (sandbox, GPU lock, reference side).
+    from workflow_scripts.evaluation.answer import evaluate_answers
+
     # The answer files live outside the children's working directories, which copy what they load.
     with tempfile.TemporaryDirectory(prefix="answers-") as tmp:
         files = []
