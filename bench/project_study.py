@@ -135,11 +135,16 @@ def main() -> None:
                          "published": str(args.published)},
               "study": shape, "run": {k: round(v, 3) if isinstance(v, float) else v for k, v in rates.items()},
               "projection": projection}
-    for section in ("study", "run", "projection"):
+    emit(record, ("study", "run", "projection"), args.out)
+
+
+def emit(record: dict, sections: tuple[str, ...], out: Path | None) -> None:
+    """The record's sections printed as a table (section, key, value), and written to ``out`` as JSON if given."""
+    for section in sections:
         for key, value in record[section].items():
             print(f"{section:10s} {key:30s} {value}")
-    if args.out:
-        args.out.write_text(json.dumps(record, indent=1) + "\n")
+    if out:
+        out.write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

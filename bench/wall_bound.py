@@ -30,6 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
+sys.path.insert(0, str(ROOT / "bench"))
+
+from project_study import emit  # noqa: E402
+
 from workflow_scripts.core.intervals import covered_seconds  # noqa: E402
 from workflow_scripts.core.records import TIMED_KINDS  # noqa: E402
 
@@ -82,11 +86,7 @@ def main() -> None:
               "timed_s": timed,
               "bound": bound(side_wall(json.loads(args.pipeline.read_text()), "pipeline"),
                              side_wall(json.loads(args.kernelbench.read_text()), "kernelbench"), timed)}
-    for section in ("timed_s", "bound"):
-        for key, value in record[section].items():
-            print(f"{section:8s} {key:24s} {value}")
-    if args.out:
-        args.out.write_text(json.dumps(record, indent=1) + "\n")
+    emit(record, ("timed_s", "bound"), args.out)
 
 
 if __name__ == "__main__":
