@@ -114,11 +114,11 @@ def _source_files(module: str) -> list[Path]:
 
 
 class _ImportsCache:
-    """Each source file's package imports (``_imported_modules``) under the sha256 of its bytes, in
-    ``__pycache__/IMPORTS_CACHE_NAME`` of the package: parsing the package's sources is most of a code version (a quarter of a second for an evaluate
-    job's 72 files on the 2-core development machine), which every stage job takes, most of them (a study's store-reuse
-    jobs) for nothing else. Keyed by content, an entry never outlives its source; a file that cannot be read or
-    written (a read-only install) only costs the parse."""
+    """Each source file's package imports (``_imported_modules``) under the sha256 of its bytes, in the package's
+    ``__pycache__/<IMPORTS_CACHE_NAME>``: parsing the sources is most of a code version (a quarter of a second for
+    an evaluate job's 72 files on the 2-core development machine), which every stage job takes, most of them (a
+    study's store-reuse jobs) for little else. Keyed by content, an entry never outlives its source; a cache that
+    cannot be read or written (a read-only install) only costs the parse."""
 
     def __init__(self) -> None:
         self.path = PACKAGE_DIR / "__pycache__" / IMPORTS_CACHE_NAME

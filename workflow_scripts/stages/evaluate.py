@@ -4,9 +4,8 @@ for the problem (workflow_scripts.evaluation.answer.evaluate_answers; docs/evalu
 Each answer's result is its own store object, keyed by the problem's and the code's sha256 (not the model's name) and
 the run settings: two models with the same answer are evaluated once, a job whose answers are all stored runs
 nothing (it takes no lock, reads no other table and never imports the evaluator), and when one completion changes
-only that answer is evaluated again. Answers without code (no completion,
-no code block) get their failed verdict without running anything. GPU jobs lock one specific GPU themselves;
-Snakemake only bounds how many run at once.
+only that answer is evaluated again. Answers without code (no completion, no code block) get their failed verdict
+without running anything. GPU jobs lock one specific GPU themselves; Snakemake only bounds how many run at once.
 
 The rule runs one job per (model, problem), so that targeting one model plans only that model's branch. The job
 still judges every model's answer to its problem at once: ``<results>/models.json`` (rule model_names) names the
