@@ -325,6 +325,36 @@ def test_channel_eof_timeout_and_header_cap() -> None:
     os.close(r2)
 
 
+def test_a_receive_whose_deadline_moves_waits_while_it_moves_and_keeps_events() -> None:
+    """``ChildProcess.recv_moving`` (an answer's process stopped by its job's lease: those seconds move its
+    deadline): a message sent after the first deadline, but before the moved one, is received; an event before it
+    is kept, not returned; a deadline that stops moving ends the wait."""
+    from workflow_scripts.evaluation.sandbox import ChildProcess
+
+    reader, sender, r, w = _pipe()
+    child = ChildProcess.__new__(ChildProcess)  # only its channel: no process behind it
+    child.reader, child.events = reader, []
+    start = time.monotonic()
+    moved = {"s": 0.0}
+
+    def later() -> None:
+        time.sleep(0.2)
+        moved["s"] = 1.0  # the process stood stopped meanwhile: its deadline moves a second later
+        time.sleep(0.4)
+        sender.send({"type": "event", "n": 1})
+        sender.send({"type": "output"})
+
+    writer = threading.Thread(target=later)
+    writer.start()
+    m = child.recv_moving(lambda: start + 0.4 + moved["s"])
+    writer.join()
+    assert m.type == "output" and child.events == [{"type": "event", "n": 1}]
+    assert time.monotonic() - start > 0.4  # past the first deadline
+    with pytest.raises(ChildTimeout):
+        child.recv_moving(lambda: time.monotonic() + 0.2 if time.monotonic() - start < 1.0 else start + 1.0)
+    os.close(r), os.close(w)
+
+
 def _ignore_broken_pipe(f) -> None:
     try:
         f()

@@ -155,6 +155,73 @@ def test_no_answer_process_starts_on_the_device_while_the_job_lets_a_timer_go_fi
     assert max(_overlap(hold, part) for part in device_parts) == 0.0
 
 
+SLOW_FIRST_CALL = """
+import time
+
+from add_triton import ModelNew as Fast
+
+
+class ModelNew(Fast):
+    # Its first call takes seconds, as a real answer's first call compiles its kernels on a GPU.
+    def forward(self, a, b):
+        if not getattr(self, "warm", False):
+            self.warm = True
+            time.sleep(4.0)
+        return super().forward(a, b)
+"""
+
+
+@pytest.mark.integration
+def test_a_stepping_aside_evaluation_lets_a_timer_in_during_its_answer_s_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the lease steps aside, the answer's own calls run outside the job's turns: a timer that comes while the
+    answer's first correctness call runs (seconds: it compiles its kernels on a GPU) gets the GPU during that call,
+    with the answer's tree stopped, instead of after it; the seconds it stood stopped move its deadlines."""
+    from workflow_scripts.evaluation.session import AnswerSession
+
+    answer = tmp_path / "answer" / "slow_first_call.py"
+    answer.parent.mkdir()
+    answer.write_text(HONEST.read_text().replace("class ModelNew", "class _Fast") + SLOW_FIRST_CALL.replace(
+        "from add_triton import ModelNew as Fast\n", "Fast = _Fast\n"))
+    lock_dir = tmp_path / "locks"
+    calls: list[tuple[float, float]] = []  # the answer's correctness calls, from the trial sent to its reply
+    timers: list[subprocess.Popen] = []
+    original = AnswerSession._trial_output
+
+    def watched_call(self: AnswerSession, ans: object, rt: object) -> object:
+        start = time.time()
+        if not timers:
+            time.sleep(0.5)  # the answer is inside its slow first call
+            timers.append(start_timer(lock_dir, 1.0, give_up_s=60.0))
+        try:
+            return original(self, ans, rt)
+        finally:
+            calls.append((start, time.time()))
+
+    monkeypatch.setattr(AnswerSession, "_trial_output", watched_call)
+    cfg = EvalConfig(device="cpu", run_static=False, lock_dir=str(lock_dir), timing_trials=5, prestart=1)
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=lock_dir, purpose="evaluate") as lease, \
+            YieldingLease(lease, steps_aside=True) as yielding_lease:
+        evaluator = answer_module.ProblemEvaluator(ADD, cfg, yielding_lease)
+        try:
+            evaluator.prepare(1)
+            (result,) = evaluator.evaluate([(answer, static_verdict(answer, cfg), cfg)])
+        finally:
+            evaluator.close()
+        stops = list(yielding_lease.stop_spans)
+    (timer,) = timers
+    timer.wait(10)
+    assert result.status == Status.CORRECT.value, result.error
+    (hold,) = [(e["start"], e["end"]) for e in _timeline(lock_dir)
+               if e["pid"] == timer.pid and e["activity"] == "lease_exclusive"]
+    # The timer held the GPU inside the answer's first call, not after it ...
+    assert calls[0][0] < hold[0] and hold[1] < calls[0][1]
+    # ... while the answer's tree stood stopped ...
+    assert any(start <= hold[0] and hold[1] <= end for start, end in stops), (hold, stops)
+    # ... and those seconds were not the answer's: its deadlines moved by them.
+    assert result.phases_s["stepped_aside_s"] >= hold[1] - hold[0]
+
+
 def test_yield_gpu_is_recorded_in_each_result_s_protocol_and_kept_out_of_the_store_key() -> None:
     """Whether a job stepped aside changes what ran beside the answer's untimed steps, never its timing: each result
     says which, and a result measured either way serves the other (the same store key)."""

@@ -36,9 +36,10 @@ are never given up. A shared lease that never steps aside (an evaluation's by de
 held shared, dropped with the shared lock as its upgrade begins): while one does, a waiting timer cannot start anyway,
 so a yielding lease leaves it alone and its child keeps compiling (``timer_blocked_elsewhere``; only a hint, the lock
 alone decides who holds the GPU). Where ``evaluation.yield_gpu`` is set, an evaluation job yields the same way
-between its steps: its trusted side's own GPU work (the reference side's preparation, each correctness trial, an
-answer process's device start) runs in ``held`` blocks, which the watcher never cuts, and the answer's process, once
-it runs the answer's code, is the followed tree. Off by default: a stopped process's queued GPU work still runs, so a
+between its steps and during its answer's own work: its trusted side's own GPU work (the reference side's
+preparation, each correctness trial's reference, inputs and judging, an answer process's device start) runs in
+``held`` blocks, which the watcher never cuts, and the answer's process, once it runs the answer's code, is the
+followed tree, stopped during its import and its calls too (the seconds move its deadlines). Off by default: a stopped process's queued GPU work still runs, so a
 hostile answer could leave a kernel running into the other job's timing; the whole-job shared lease rules that out,
 at a price: a job waiting to time waits for every other evaluation on its GPU to end or to time (on an H100, 16% of a
 20-problem run's wall was timing; bench/README.md, s26). Where the driver has the checkpoint lock (``cuda_lock``), a

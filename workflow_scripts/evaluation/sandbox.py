@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 
@@ -48,6 +48,8 @@ _ENV_PASSTHROUGH = (
 # How long a command may take to reach a child that reads its stdin (a line is a few bytes to a few KB; only a child
 # that stopped reading makes this side wait): where no deadline is given.
 WRITE_TIMEOUT_S = 60.0
+# How often ``recv_moving`` reads its deadline again while no message comes.
+MOVING_DEADLINE_POLL_S = 0.1
 
 # Descriptors one SCM_RIGHTS message may carry (the kernel's SCM_MAX_FD): the areas a child gets at once.
 MAX_AREAS = 253
@@ -280,16 +282,38 @@ class ChildProcess:
         if self.reader is None:
             raise ChildDied("result channel closed")
         while True:
-            try:
-                msg = self.reader.recv(deadline)
-            except ChildDied:
-                self.wait(5.0)
-                raise
-            if msg.type == "event" and keep_events:
-                if len(self.events) < self.MAX_EVENTS:
-                    self.events.append(msg.header)
-                continue
-            return msg
+            msg = self._frame(deadline)
+            if not (keep_events and self._kept_event(msg)):
+                return msg
+
+    def recv_moving(self, deadline: Callable[[], float], poll_s: float = MOVING_DEADLINE_POLL_S) -> Message:
+        """``recv`` by a deadline read again as it waits: one that moves while the process stands stopped by its
+        job's lease (seconds that are not the child's). A frame is read only once one is waiting, so no deadline cuts
+        one in half."""
+        while True:
+            left = deadline() - time.monotonic()
+            if left <= 0:
+                raise ChildTimeout()
+            if self.readable(min(left, poll_s)):
+                msg = self._frame(deadline())
+                if not self._kept_event(msg):
+                    return msg
+
+    def _frame(self, deadline: float) -> Message:
+        assert self.reader is not None
+        try:
+            return self.reader.recv(deadline)
+        except ChildDied:
+            self.wait(5.0)
+            raise
+
+    def _kept_event(self, msg: Message) -> bool:
+        """Whether ``msg`` is an event (a monitor's report), collected in ``events``."""
+        if msg.type != "event":
+            return False
+        if len(self.events) < self.MAX_EVENTS:
+            self.events.append(msg.header)
+        return True
 
     def readable(self, timeout_s: float) -> bool:
         """Whether a message (or the channel's end) is waiting, within ``timeout_s``; raises ``ChildDied`` once the

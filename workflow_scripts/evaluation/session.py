@@ -77,8 +77,9 @@ class AnswerSession:
         self.reference = reference
         self.slot = slot
         self.gate = gate  # the later answers' processes start in the gaps between timings
-        # Shared; where it steps aside (``evaluation.yield_gpu``) it does so between this answer's steps
-        # (``_gpu_turn``), its process stopped meanwhile once it runs the answer's code (followed from the load on).
+        # Shared; where it steps aside (``evaluation.yield_gpu``) it does so outside this side's GPU steps
+        # (``_gpu_turn``), the answer's process stopped meanwhile once it runs the answer's code (followed from the
+        # load on): between the steps, and during the answer's import and its correctness calls (``_recv``).
         self.lease = lease
         self.deadline = 0.0
         # (limit s, reference forward ms) of the call the watchdog killed, if it did
@@ -168,9 +169,9 @@ class AnswerSession:
             self._await_ready(ans, t_start)
             if self.lease is not None and ans.proc is not None:
                 self.lease.follow(ans.proc.pid)  # the answer's code runs in it from the load on
-            with self._gpu_turn():
-                loaded = self._load(ans)
-            if not loaded or not self._correctness(ans):
+            # Not in the job's turn: the answer's own work (its import, its ModelNew built), during which a lease that
+            # steps aside stops its tree (``_recv`` moves its deadline by that).
+            if not self._load(ans) or not self._correctness(ans):
                 return
             if self._timeable(ans) and self.cfg.time_answer:
                 if not self._timing(ans):
@@ -228,10 +229,10 @@ class AnswerSession:
         # The source itself goes with the command: the answer's process writes it into its own folder.
         self._send(ans, "load", init_inputs=self.reference.init_entries, source=source,
                    inputs_source=self.reference.fresh_source)
-        m = ans.recv(self.deadline)
+        m = self._recv(ans)
         answer_running = m.type == "loading"  # from here on the answer's code runs in that process
         if answer_running:
-            m = ans.recv(self.deadline)
+            m = self._recv(ans)
         self._merge(m)
         if m.type == "setup_error" and not answer_running:
             raise InfrastructureError(f"answer child setup failed: {m.header.get('error')}")
@@ -249,7 +250,7 @@ class AnswerSession:
             raise ProtocolError(f"unexpected {m.type} while importing")
         self.imported = True  # ModelNew exists (KernelBench's "compiled")
         self.phase = "init"
-        m = ans.recv(self.deadline)
+        m = self._recv(ans)
         self._merge(m)
         if m.type == "init_error":
             self.failure = Status.INIT_ERROR
@@ -270,11 +271,16 @@ class AnswerSession:
         plan += [(len(plan) + j, "hidden", s) for j, s in enumerate(self.hidden_seeds)]
         self.planned_trials = len(plan)
         for idx, kind, seed in plan:
+            # The trusted side's GPU work in the job's turn (the trial's reference and inputs, then the judging of
+            # the answer's outputs); the answer's call between the two outside it: a lease that steps aside may stop
+            # the answer's tree during its call (the first compiles its kernels), which moves its deadlines (_recv).
             with self._gpu_turn():
                 rt = ref.seeded[idx] if kind == "seeded" else self._secret_trial(kind, seed)
                 self._send(ans, "trial", index=idx, kind=kind, inputs=ref.trial_inputs(rt, self.slot.secret),
                            rng=rt.rng)
-                passed = self._answer_trial(ans, rt, idx, kind, seed)
+            am = self._trial_output(ans, rt)
+            with self._gpu_turn():
+                passed = self._judge_trial(rt, am, idx, kind, seed)
             if not passed:
                 break
         self.phases["correctness_s"] = time.monotonic() - t_corr
@@ -420,7 +426,7 @@ class AnswerSession:
         """The done message: without it, no answer is correct."""
         self.phase = "finish"
         self._send(ans, "finish")
-        dm = ans.recv(self.deadline)
+        dm = self._recv(ans)
         if dm.type != "done":
             raise ProtocolError(f"expected done, got {dm.type}")
         self._merge(dm)
@@ -590,7 +596,7 @@ class AnswerSession:
         inputs (``seed``: the call's fresh inputs, drawn here again; None: the timing inputs) before the next call
         starts, and replies with the next call's seed. A report beyond the block's calls is forged. Returns the
         block's last message (``timing``, or the answer's error)."""
-        m = ans.recv(self.deadline)
+        m = self._recv(ans)
         if m.type != "calling":
             return m
         end = self._watch_end(limit_s)
@@ -668,7 +674,7 @@ class AnswerSession:
         """The answer child's next message after it announced a call: at most ``limit_s`` after the announcement
         (the per-call watchdog, which kills the child at once), never past the evaluation's deadline. Reading the
         inputs before the announcement is not the answer's time."""
-        m = ans.recv(self.deadline)
+        m = self._recv(ans)
         if m.type != "calling":
             return m  # it failed before calling (an error message): nothing to watch
         return self._recv_watched(ans, self._watch_end(limit_s), limit_s, reference_ms)
@@ -681,14 +687,36 @@ class AnswerSession:
         return min(self.deadline, time.monotonic() + limit_s)
 
     def _recv_watched(self, ans: ChildProcess, end: float, limit_s: float, reference_ms: float) -> Message:
-        """The child's next message by ``end``; a timeout before the evaluation's deadline is the watchdog's kill
-        (recorded for the verdict's message)."""
+        """The child's next message by ``end`` (``_recv``: moved by the seconds its tree stands stopped); a timeout
+        before the evaluation's deadline is the watchdog's kill (recorded for the verdict's message)."""
+        watchdog_first = end < self.deadline  # both move by the same seconds
         try:
-            return ans.recv(end)
+            return self._recv(ans, end)
         except ChildTimeout:
-            if end < self.deadline:
+            if watchdog_first:
                 self.watchdog = (limit_s, reference_ms)
             raise
+
+    def _recv(self, ans: ChildProcess, end: float | None = None) -> Message:
+        """The child's next message by ``end`` (default: the evaluation's deadline). The seconds its tree stands
+        stopped meanwhile because the job's lease stepped aside for another job's timing (``evaluation.yield_gpu``:
+        outside the job's turns) are not the answer's: they move ``end`` and the evaluation's deadline, and add to
+        ``phases_s.stepped_aside_s``. A lease that never steps aside never stops it during a receive: ``recv``."""
+        base = self.deadline if end is None else end
+        if self.lease is None or not self.lease.steps_aside:
+            return ans.recv(base)
+        stopped_from = self._stopped_s()
+        try:
+            return ans.recv_moving(lambda: base + self._stopped_s() - stopped_from)
+        finally:
+            moved = self._stopped_s() - stopped_from
+            self.deadline += moved
+            if moved:
+                self._add_phase("stepped_aside_s", moved)
+
+    def _stopped_s(self) -> float:
+        """Seconds the job's lease has held the followed tree (this answer's, from its load on) stopped so far."""
+        return self.lease.frozen_s if self.lease is not None else 0.0
 
     def _judge(self, rt: ReferenceTrial, am: Message, device: Any = None) -> tuple[str, float | None, str | None]:
         """(verdict, max_abs_diff, detail) of an ``output`` message against the reference trial, on this side's
@@ -733,10 +761,19 @@ class AnswerSession:
         return verdict, diff, detail
 
     def _answer_trial(self, ans: ChildProcess, rt: ReferenceTrial, idx: Any, kind: str, seed: int) -> bool:
+        """The answer's call on a trial and its outputs judged; False: it failed (``failure``) or its outputs did."""
+        return self._judge_trial(rt, self._trial_output(ans, rt), idx, kind, seed)
+
+    def _trial_output(self, ans: ChildProcess, rt: ReferenceTrial) -> Message:
+        """The answer's reply to the trial it was sent (its outputs, or its error), under the per-call watchdog."""
         ref_max = max(x for x in (rt.forward_ms, self.reference_ms(), 0.0) if x is not None)
         floors = self.cfg.watchdog_limits() or (0.0, 0.0)
         am = self._watched(ans, call_limit_s(ref_max, floors[0] if not self.trials else floors[1]), ref_max)
         self._merge(am)
+        return am
+
+    def _judge_trial(self, rt: ReferenceTrial, am: Message, idx: Any, kind: str, seed: int) -> bool:
+        """The answer's reply to a trial judged against the reference's outputs, and recorded."""
         rec = TrialRecord(index=idx, kind=kind, seed=seed, verdict="error", ref_forward_ms=rt.forward_ms)
         if am.type == "output":
             rec.launches = count(am.header.get("launches"))
