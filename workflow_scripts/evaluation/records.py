@@ -17,6 +17,8 @@ class TrialRecord:
     verdict: str  # ok | shape_mismatch | dtype_mismatch | device_mismatch | value_mismatch | bad_output | error
     max_abs_diff: float | None = None
     launches: int | None = None
+    # The answer's process's own report of its call: evidence, decides nothing; where the lease steps aside
+    # (evaluation.yield_gpu) it may hold seconds the process stood stopped.
     forward_ms: float | None = None
     ref_forward_ms: float | None = None
     detail: str | None = None
