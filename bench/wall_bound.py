@@ -18,6 +18,11 @@ under the pipeline's wall whatever the scheduling. Written out:
   that done-when's first minute).
 A run whose timed work differs (autotuning alone or in the job's turn, another card) has another floor: compare
 floors of runs of one configuration.
+
+``idle_s``: where the rest of the wall went (``idle_breakdown``): seconds with a job waiting to time and nothing timed
+(a convoy: the shared holders keep the timer out), and of them those with an evaluation holding the GPU shared; seconds
+with nobody waiting to time and nothing timed (no timed work ready), and of them those with an evaluation holding it
+shared; seconds held exclusively with nothing timed.
 """
 
 from __future__ import annotations
@@ -65,6 +70,42 @@ def timed_seconds(timeline: Path) -> dict[str, float]:
     return seconds
 
 
+def idle_breakdown(timeline: Path) -> dict[str, float]:
+    """The run's wall split by what the GPU's leases were doing while nothing was timed (exact, by a sweep over the
+    intervals' ends): see the module's docstring."""
+    lines = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
+
+    def kind(e: dict) -> str | None:
+        if e["activity"] in TIMED_KINDS:
+            return "timed"
+        if e["activity"] in ("lease_wait", "lease_exclusive"):
+            return e["activity"]
+        if e["activity"] == "lease_shared" and e.get("purpose") == "evaluate":
+            return "evaluation_shared"
+        return None
+
+    edges = sorted((float(e[end]), +1 if end == "start" else -1, k) for e in lines if (k := kind(e))
+                   for end in ("start", "end"))
+    live = {"timed": 0, "lease_wait": 0, "lease_exclusive": 0, "evaluation_shared": 0}
+    out = dict.fromkeys(("waiting_none_timed", "waiting_evaluation_shared", "nobody_waiting",
+                         "nobody_waiting_evaluation_shared", "exclusive_none_timed"), 0.0)
+    previous = edges[0][0] if edges else 0.0
+    for at, step, k in edges:
+        span = at - previous
+        if span > 0 and not live["timed"]:
+            if live["lease_exclusive"]:
+                out["exclusive_none_timed"] += span
+            elif live["lease_wait"]:
+                out["waiting_none_timed"] += span
+                out["waiting_evaluation_shared"] += span if live["evaluation_shared"] else 0.0
+            else:
+                out["nobody_waiting"] += span
+                out["nobody_waiting_evaluation_shared"] += span if live["evaluation_shared"] else 0.0
+        live[k] += step
+        previous = at
+    return {k: round(v, 1) for k, v in out.items()}
+
+
 def bound(pipeline_wall_s: float, kernelbench_wall_s: float, timed: dict[str, float]) -> dict[str, float | bool]:
     return {"pipeline_wall_s": pipeline_wall_s, "kernelbench_wall_s": kernelbench_wall_s,
             "ratio": round(pipeline_wall_s / kernelbench_wall_s, 3),
@@ -83,10 +124,10 @@ def main() -> None:
     args = parser.parse_args()
     timed = timed_seconds(args.timeline)
     record = {"inputs": {k: str(getattr(args, k)) for k in ("pipeline", "kernelbench", "timeline")},
-              "timed_s": timed,
+              "timed_s": timed, "idle_s": idle_breakdown(args.timeline),
               "bound": bound(side_wall(json.loads(args.pipeline.read_text()), "pipeline"),
                              side_wall(json.loads(args.kernelbench.read_text()), "kernelbench"), timed)}
-    emit(record, ("timed_s", "bound"), args.out)
+    emit(record, ("timed_s", "idle_s", "bound"), args.out)
 
 
 if __name__ == "__main__":
