@@ -57,9 +57,14 @@ def study_shape(published: Path) -> dict[str, int]:
             "problems": int(data["benchmark"]["problems"]), "models": len(overall)}
 
 
+def timeline_lines(timeline: Path) -> list[dict]:
+    """The intervals of a run's ``timeline_<host>.jsonl``, one dict per line."""
+    return [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
+
+
 def run_rates(timeline: Path, results: Path) -> dict[str, float | int]:
     """The run's measured costs per unit of work (see the module's docstring)."""
-    lines = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
+    lines = timeline_lines(timeline)
 
     def spans(activity: str, purpose: str | None = None) -> list[tuple[float, float]]:
         return [(e["start"], e["end"]) for e in lines

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 sys.path.insert(0, str(ROOT / "bench"))
 
-from project_study import emit  # noqa: E402
+from project_study import emit, timeline_lines  # noqa: E402
 
 from workflow_scripts.core.intervals import covered_seconds  # noqa: E402
 from workflow_scripts.core.records import TIMED_KINDS  # noqa: E402
@@ -60,9 +60,8 @@ def side_wall(record: dict, side: str) -> float:
     return float(entries[-1]["wall_s_all_calls"])
 
 
-def timed_seconds(timeline: Path) -> dict[str, float]:
-    """Seconds of timed work per activity and ``all`` (overlaps counted once) in a timeline file."""
-    lines = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
+def timed_seconds(lines: list[dict]) -> dict[str, float]:
+    """Seconds of timed work per activity and ``all`` (overlaps counted once) in a timeline's lines."""
     spans = {kind: [(float(e["start"]), float(e["end"])) for e in lines if e["activity"] == kind]
              for kind in TIMED_KINDS}
     seconds = {kind: round(covered_seconds(s), 2) for kind, s in spans.items() if s}
@@ -70,10 +69,9 @@ def timed_seconds(timeline: Path) -> dict[str, float]:
     return seconds
 
 
-def idle_breakdown(timeline: Path) -> dict[str, float]:
+def idle_breakdown(lines: list[dict]) -> dict[str, float]:
     """The run's wall split by what the GPU's leases were doing while nothing was timed (exact, by a sweep over the
     intervals' ends): see the module's docstring."""
-    lines = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
 
     def kind(e: dict) -> str | None:
         if e["activity"] in TIMED_KINDS:
@@ -122,9 +120,10 @@ def main() -> None:
     parser.add_argument("--timeline", type=Path, required=True)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    timed = timed_seconds(args.timeline)
+    lines = timeline_lines(args.timeline)
+    timed = timed_seconds(lines)
     record = {"inputs": {k: str(getattr(args, k)) for k in ("pipeline", "kernelbench", "timeline")},
-              "timed_s": timed, "idle_s": idle_breakdown(args.timeline),
+              "timed_s": timed, "idle_s": idle_breakdown(lines),
               "bound": bound(side_wall(json.loads(args.pipeline.read_text()), "pipeline"),
                              side_wall(json.loads(args.kernelbench.read_text()), "kernelbench"), timed)}
     emit(record, ("timed_s", "idle_s", "bound"), args.out)

@@ -705,18 +705,15 @@ class AnswerSession:
         base = self.deadline if end is None else end
         if self.lease is None or not self.lease.steps_aside:
             return ans.recv(base)
-        stopped_from = self._stopped_s()
+        lease = self.lease
+        stopped_from = lease.frozen_s  # the followed tree's (this answer's, from its load on) stopped seconds so far
         try:
-            return ans.recv_moving(lambda: base + self._stopped_s() - stopped_from)
+            return ans.recv_moving(lambda: base + lease.frozen_s - stopped_from)
         finally:
-            moved = self._stopped_s() - stopped_from
+            moved = lease.frozen_s - stopped_from
             self.deadline += moved
             if moved:
                 self._add_phase("stepped_aside_s", moved)
-
-    def _stopped_s(self) -> float:
-        """Seconds the job's lease has held the followed tree (this answer's, from its load on) stopped so far."""
-        return self.lease.frozen_s if self.lease is not None else 0.0
 
     def _judge(self, rt: ReferenceTrial, am: Message, device: Any = None) -> tuple[str, float | None, str | None]:
         """(verdict, max_abs_diff, detail) of an ``output`` message against the reference trial, on this side's
