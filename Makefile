@@ -115,4 +115,6 @@ wheelhouse: venv
 	$(BIN)/python -m pip download -q -d wheelhouse --find-links wheelhouse --only-binary=:all: --python-version $(WHEEL_PYTHON) \
 	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 	  --platform manylinux2014_x86_64 --platform any -r requirements/gpu-host.txt -c requirements/lock.txt
+	# PuLP bundles CBC for six platforms; the host runs only its own (a device call carries 64 MiB in all).
+	$(BIN)/python -m workflow_scripts.devtools.slim_wheel wheelhouse/pulp-*.whl
 	ls wheelhouse | wc -l
