@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The CPU-side reading of one pipeline call of bench/dag_bench_run.sh (issue 34), every record beside the call's own:
+#   bash bench/dag_bench_analyze.sh CALL_DIR PREFIX KB_JSON [BEFORE]
+# CALL_DIR: the call's returned files (dag_vs_kernelbench.json, timeline_<host>.jsonl, dag_results.tgz); PREFIX names
+# the records (e.g. bench/archive/h100/<date>-session<N>/<rev>_call1); KB_JSON: the same session's
+# dag_vs_kernelbench.json of SIDE=kernelbench (done-when 1's ratio); BEFORE (optional): an earlier call's
+# dag_results.tgz, for the baselines' compiled times (done-when 3) and the verdicts side by side (done-when 6).
+set -euo pipefail
+CALL=${1:?CALL_DIR}; PREFIX=${2:?PREFIX}; KB=${3:?KB_JSON}; BEFORE=${4:-}
+PY=${PYTHON:-.venv/bin/python}
+UNPACKED=$(mktemp -d)
+trap 'rm -rf "$UNPACKED"' EXIT
+tar -xzf "$CALL/dag_results.tgz" -C "$UNPACKED"
+RESULTS=$(find "$UNPACKED" -maxdepth 2 -path '*/results/dag_bench*' -type d | head -1)
+TIMELINE=$(ls "$CALL"/timeline_*.jsonl | head -1)
+$PY bench/wall_bound.py --pipeline "$CALL/dag_vs_kernelbench.json" --kernelbench "$KB" --timeline "$TIMELINE" \
+  --out "${PREFIX}_wall_bound.json"
+$PY bench/project_study.py --timeline "$TIMELINE" --results "$RESULTS" --published ../shared/published/results.json \
+  --out "${PREFIX}_projection.json"
+if [ -n "$BEFORE" ]; then
+  $PY bench/compare_baselines.py "$BEFORE" "$CALL/dag_results.tgz" --out "${PREFIX}_compare_baselines.json"
+  $PY bench/lock_evidence.py "$BEFORE" "$CALL/dag_results.tgz" --out "${PREFIX}_lock_evidence.json"
+fi
