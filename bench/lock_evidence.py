@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from compare_baselines import records, two_runs
@@ -45,15 +46,26 @@ def lock_evidence(evaluations: dict[str, dict], baselines: dict[str, dict]) -> d
     }
 
 
+def evaluations(run: Path) -> dict[str, dict]:
+    found = records(run, "evaluations")
+    if not found:
+        raise SystemExit(f"{run}: no evaluations/<model>/*.json (a results folder such as results/dag_bench, or a "
+                         "dag_results.tgz)")
+    return found
+
+
 def main() -> None:
     args = two_runs(__doc__.splitlines()[0], "before", "after")
-    before, after = (statuses(records(run, "evaluations")) for run in (args.before, args.after))
-    changed = {name: [before.get(name), after.get(name)] for name in sorted(before.keys() | after.keys())
-               if before.get(name) != after.get(name)}
+    before_records, after_records = evaluations(args.before), evaluations(args.after)
+    before, after = statuses(before_records), statuses(after_records)
+    # A smaller run (a few problems of the same answers) is compared where both judged the answer.
+    changed = {name: [before[name], after[name]] for name in sorted(before.keys() & after.keys())
+               if before[name] != after[name]}
     report = {"before": str(args.before), "after": str(args.after),
               "statuses_before": dict(Counter(before.values())), "statuses_after": dict(Counter(after.values())),
-              "changed": changed,
-              "after_lock": lock_evidence(records(args.after, "evaluations"), records(args.after, "baselines"))}
+              "judged_in_both": len(before.keys() & after.keys()), "changed": changed,
+              "only_before": len(before.keys() - after.keys()), "only_after": len(after.keys() - before.keys()),
+              "after_lock": lock_evidence(after_records, records(args.after, "baselines"))}
     print(json.dumps(report, indent=1))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
