@@ -17,11 +17,6 @@ from typing import Any
 TIMES = ("compile_ms", "eager_ms")
 
 
-def baselines(run: Path) -> dict[str, dict]:
-    """Baseline records by file name (``level2_40.json``), from a results folder or a results archive."""
-    return records(run, "baselines")
-
-
 def records(run: Path, folder: str) -> dict[str, dict]:
     """The JSON records under ``folder`` of a run (``baselines``: by file name; ``evaluations``: by
     ``<model>/<file name>``), from a results folder or a results archive."""
@@ -35,6 +30,14 @@ def records(run: Path, folder: str) -> dict[str, dict]:
             if member.isfile() and member.name.endswith(".json") and folder in parts:
                 found["/".join(parts[parts.index(folder) + 1:])] = json.load(archive.extractfile(member))
         return found
+
+
+def required_records(run: Path, folder: str, pattern: str) -> dict[str, dict]:
+    """``records``, or a stop that names the run and what it lacks: a wrong folder must not read as an empty run."""
+    found = records(run, folder)
+    if not found:
+        raise SystemExit(f"{run}: no {pattern} (a results folder such as results/dag_bench, or a dag_results.tgz)")
+    return found
 
 
 def ratios(first: dict[str, dict], second: dict[str, dict]) -> dict[str, dict[str, float | None]]:
@@ -73,10 +76,7 @@ def two_runs(description: str, first: str = "first", second: str = "second") -> 
 
 def main() -> None:
     args = two_runs(__doc__.splitlines()[0])
-    runs = {run: baselines(run) for run in (args.first, args.second)}
-    for run, found in runs.items():
-        if not found:
-            raise SystemExit(f"{run}: no baselines/*.json (a results folder or a dag_results.tgz)")
+    runs = {run: required_records(run, "baselines", "baselines/*.json") for run in (args.first, args.second)}
     rows = ratios(runs[args.first], runs[args.second])
     report = {"first": str(args.first), "second": str(args.second), "summary": summary(rows), "per_problem": rows}
     for name, row in rows.items():

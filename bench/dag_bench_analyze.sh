@@ -15,8 +15,7 @@ RESULTS=$(find "$UNPACKED" -maxdepth 2 -path '*/results/dag_bench*' -type d | he
 TIMELINE=$(ls "$CALL"/timeline_*.jsonl | head -1)
 $PY bench/wall_bound.py --pipeline "$CALL/dag_vs_kernelbench.json" --kernelbench "$KB" --timeline "$TIMELINE" \
   --out "${PREFIX}_wall_bound.json"
-$PY bench/project_study.py --timeline "$TIMELINE" --results "$RESULTS" --published ../shared/published/results.json \
-  --out "${PREFIX}_projection.json"
+$PY bench/project_study.py --timeline "$TIMELINE" --results "$RESULTS" --out "${PREFIX}_projection.json"
 if [ -n "$BEFORE" ]; then
   $PY bench/compare_baselines.py "$BEFORE" "$CALL/dag_results.tgz" --out "${PREFIX}_compare_baselines.json"
   $PY bench/lock_evidence.py "$BEFORE" "$CALL/dag_results.tgz" --out "${PREFIX}_lock_evidence.json"

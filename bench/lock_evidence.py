@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from compare_baselines import records, two_runs
+from compare_baselines import records, required_records, two_runs
 
 
 def statuses(evaluations: dict[str, dict]) -> dict[str, str]:
@@ -46,17 +45,10 @@ def lock_evidence(evaluations: dict[str, dict], baselines: dict[str, dict]) -> d
     }
 
 
-def evaluations(run: Path) -> dict[str, dict]:
-    found = records(run, "evaluations")
-    if not found:
-        raise SystemExit(f"{run}: no evaluations/<model>/*.json (a results folder such as results/dag_bench, or a "
-                         "dag_results.tgz)")
-    return found
-
-
 def main() -> None:
     args = two_runs(__doc__.splitlines()[0], "before", "after")
-    before_records, after_records = evaluations(args.before), evaluations(args.after)
+    before_records, after_records = (required_records(run, "evaluations", "evaluations/<model>/*.json")
+                                      for run in (args.before, args.after))
     before, after = statuses(before_records), statuses(after_records)
     # A smaller run (a few problems of the same answers) is compared where both judged the answer.
     changed = {name: [before[name], after[name]] for name in sorted(before.keys() & after.keys())

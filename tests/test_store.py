@@ -74,7 +74,8 @@ def test_code_version_changes_with_any_file_of_a_used_subpackage(tmp_path: Path,
     assert code_version("workflow_scripts.stages.summary") != before_summary  # every stage uses core/
 
 
-def test_code_versions_follow_each_files_imports_by_its_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_code_versions_follow_each_files_imports_by_its_content(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Each file's imports are parsed once per content (``_ImportsCache``): a cached entry is what the closure
     follows, and an edited file is parsed again, never matched to its old entry."""
     import shutil
@@ -99,7 +100,8 @@ def test_code_versions_follow_each_files_imports_by_its_content(tmp_path: Path, 
     assert code_version("workflow_scripts.stages.summary") == first and not follows_evaluation()
     assert sha256_file(summary) in json.loads(cache.read_text())
     # A lazy import added inside a function: a new content, parsed, its import followed.
-    summary.write_text(summary.read_text() + "\n\ndef _late() -> None:\n    import workflow_scripts.evaluation.answer\n")
+    lazy_import = "\n\ndef _late() -> None:\n    import workflow_scripts.evaluation.answer\n"
+    summary.write_text(summary.read_text() + lazy_import)
     assert follows_evaluation() and code_version("workflow_scripts.stages.summary") != first
 
 

@@ -1,4 +1,4 @@
-"""Drop other platforms' solver binaries from PuLP's wheel, so the GPU host's wheelhouse fits what a device call carries.
+"""Drop other platforms' solver binaries from PuLP's wheel: the GPU host's wheelhouse fits what a device call carries.
 
 PuLP's universal wheel bundles the CBC solver for six platforms (16 MB, 40% of the wheelhouse). Snakemake's ILP
 scheduler runs only the GPU host's own (linux/i64), so the others are removed and the wheel's RECORD rewritten to

@@ -1,16 +1,16 @@
 """A baseline job's windows on its GPU (issue 34): both sides, and the messages between them.
 
-A baseline job holds its GPU shared and yielding (``gpu_lock.YieldingLease``); it takes the GPU alone for what it
-times: the eager and the compiled module's timing. The benchmarks with which Inductor's max-autotune picks its
-kernels during the compiled module's first call run in windows too: by default with the GPU alone
-(``baselines.autotune_alone``, ``ExclusiveWindows.alone``), or in the job's GPU turn (no timing beside them, other
-jobs' untimed work may run: on an H100 the compiled times changed by at most 0.8% in s28, one of 20 by 2.06x in
-s30). For the benchmarks the child (trusted code: the problem's own ``Model``) routes every GPU benchmark of
-Inductor's through ``gate_inductor_benchmarks``: before one it sends ``REQUEST`` and blocks on its stdin until the
-parent's ``GRANT`` (it runs nothing meanwhile), after it it sends ``DONE``. The parent (``ExclusiveWindows``) opens a window for a request
-(the job's turn, or its lease upgraded) and keeps it ``LINGER_S`` after the last benchmark, so a burst of candidates
-shares one window. Where Inductor's benchmarker is not found (another torch), the child asks for one window around its
-whole first call instead; the result records which (``BENCHMARKS`` or ``WHOLE_FIRST_CALL``).
+A baseline job holds its GPU shared and yielding (``gpu_lock.YieldingLease``); it takes the GPU alone for what it times:
+the eager and the compiled module's timing. The benchmarks with which Inductor's max-autotune picks its kernels during
+the compiled module's first call run in windows too: by default with the GPU alone (``baselines.autotune_alone``,
+``ExclusiveWindows.alone``), or in the job's GPU turn (no timing beside them, other jobs' untimed work may run: on an
+H100 the compiled times changed by at most 0.8% in s28, one of 20 by 2.06x in s30). For the benchmarks the child
+(trusted code: the problem's own ``Model``) routes every GPU benchmark of Inductor's through
+``gate_inductor_benchmarks``: before one it sends ``REQUEST`` and blocks on its stdin until the parent's ``GRANT`` (it
+runs nothing meanwhile), after it it sends ``DONE``. The parent (``ExclusiveWindows``) opens a window for a request (the
+job's turn, or its lease upgraded) and keeps it ``LINGER_S`` after the last benchmark, so a burst of candidates shares
+one window. Where Inductor's benchmarker is not found (another torch), the child asks for one window around its whole
+first call instead; the result records which (``BENCHMARKS`` or ``WHOLE_FIRST_CALL``).
 """
 
 from __future__ import annotations

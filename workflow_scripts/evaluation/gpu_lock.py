@@ -35,23 +35,23 @@ is held, and its compiling goes on beside the timing. The job's own exclusive wi
 are never given up. A shared lease that never steps aside (an evaluation's by default) pins its GPU (``gpu<g>.pin``
 held shared, dropped with the shared lock as its upgrade begins): while one does, a waiting timer cannot start anyway,
 so a yielding lease leaves it alone and its child keeps compiling (``timer_blocked_elsewhere``; only a hint, the lock
-alone decides who holds the GPU). Where ``evaluation.yield_gpu`` is set, an evaluation job yields the same way
-between its steps and during its answer's own work: its trusted side's own GPU work (the reference side's
-preparation, each correctness trial's reference, inputs and judging, an answer process's device start) runs in
-``held`` blocks, which the watcher never cuts, and the answer's process, once it runs the answer's code, is the
-followed tree, stopped during its import and its calls too (the seconds move its deadlines). Off by default: a
-stopped process's queued GPU work still runs, so a hostile answer could leave a kernel running into the other job's
-timing; the whole-job shared lease rules that out, at a price: a job waiting to time waits for every other evaluation
-on its GPU to end or to time (on an H100, 16% of a 20-problem run's wall was timing; bench/README.md, s26). Where the driver has the checkpoint lock (``cuda_lock``), a
-stop also completes and holds the tree's GPU work, and a tree whose work could not be held is incomplete (no
-step-aside), which answers that objection (on an H100 every timed answer's tree was locked, s30); yielding stays
-off by default: in that run's pair it was slower (368.3 s against 337.9 s, bench/README.md).
+alone decides who holds the GPU). Where ``evaluation.yield_gpu`` is set, an evaluation job yields the same way between
+its steps and during its answer's own work: its trusted side's own GPU work (the reference side's preparation, each
+correctness trial's reference, inputs and judging, an answer process's device start) runs in ``held`` blocks, which the
+watcher never cuts, and the answer's process, once it runs the answer's code, is the followed tree, stopped during its
+import and its calls too (the seconds move its deadlines). Off by default: a stopped process's queued GPU work still
+runs, so a hostile answer could leave a kernel running into the other job's timing; the whole-job shared lease rules
+that out, at a price: a job waiting to time waits for every other evaluation on its GPU to end or to time (on an H100,
+16% of a 20-problem run's wall was timing; bench/README.md, s26). Where the driver has the checkpoint lock
+(``cuda_lock``), a stop also completes and holds the tree's GPU work, and a tree whose work could not be held is
+incomplete (no step-aside), which answers that objection (on an H100 every timed answer's tree was locked, s30);
+yielding stays off by default: in that run's pair it was slower (368.3 s against 337.9 s, bench/README.md).
 
-Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, purpose, expected peak memory if given) next to the
-lock, removed on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live
-holders' expectations and its own fit ``DEVICE_SHARE`` of the card (or the card has no other holder), checked and recorded
-under ``select.lock``: evaluations started by hand side by side wait for room instead of failing out of memory
-(Snakemake's ``gpu_mem_gb`` resource does the same for a pipeline run). On CPU no lock is taken (``acquire_gpu`` is not called).
+Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, purpose, expected peak memory if given) next to the lock,
+removed on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live holders'
+expectations and its own fit ``DEVICE_SHARE`` of the card (or the card has no other holder), checked and recorded under
+``select.lock``: evaluations started by hand side by side wait for room instead of failing out of memory (Snakemake's
+``gpu_mem_gb`` resource does the same for a pipeline run). On CPU no lock is taken (``acquire_gpu`` is not called).
 
 Visible GPUs come from, in order: an explicit list (config), ``CUDA_VISIBLE_DEVICES``, ``nvidia-smi -L``,
 ``torch.cuda.device_count()`` asked in a child process (the caller never initialises CUDA itself).
