@@ -20,9 +20,14 @@ A run whose timed work differs (autotuning alone or in the job's turn, another c
 floors of runs of one configuration.
 
 ``idle_s``: where the rest of the wall went (``idle_breakdown``): seconds with a job waiting to time and nothing timed
-(a convoy: the shared holders keep the timer out), and of them those with an evaluation holding the GPU shared; seconds
-with nobody waiting to time and nothing timed (no timed work ready), and of them those with an evaluation holding it
-shared; seconds held exclusively with nothing timed.
+(a convoy: the shared holders keep the timer out), and of them those with an evaluation holding the GPU shared, those
+with a baseline holding it shared, and those with no lease held at all (the hand-over between holders); seconds with
+nobody waiting to time and nothing timed (no timed work ready), and of them those with an evaluation holding it shared;
+seconds held exclusively with nothing timed.
+
+``entry_waits``: how long jobs waited to take their first lease on the GPU (``lease_acquire``, by the job's purpose:
+jobs, seconds in all, the longest, and the polling rounds refused by the memory admission, by the gate a waiting timer
+holds, or by the lock itself). A job waits there before any of its work, untimed work included.
 """
 
 from __future__ import annotations
@@ -78,15 +83,16 @@ def idle_breakdown(lines: list[dict]) -> dict[str, float]:
             return "timed"
         if e["activity"] in ("lease_wait", "lease_exclusive"):
             return e["activity"]
-        if e["activity"] == "lease_shared" and e.get("purpose") == "evaluate":
-            return "evaluation_shared"
+        if e["activity"] == "lease_shared" and e.get("purpose") in ("evaluate", "baseline"):
+            return f"{e['purpose'].replace('evaluate', 'evaluation')}_shared"
         return None
 
     edges = sorted((float(e[end]), +1 if end == "start" else -1, k) for e in lines if (k := kind(e))
                    for end in ("start", "end"))
-    live = {"timed": 0, "lease_wait": 0, "lease_exclusive": 0, "evaluation_shared": 0}
-    out = dict.fromkeys(("waiting_none_timed", "waiting_evaluation_shared", "nobody_waiting",
-                         "nobody_waiting_evaluation_shared", "exclusive_none_timed"), 0.0)
+    live = {"timed": 0, "lease_wait": 0, "lease_exclusive": 0, "evaluation_shared": 0, "baseline_shared": 0}
+    out = dict.fromkeys(("waiting_none_timed", "waiting_evaluation_shared", "waiting_baseline_shared",
+                         "waiting_none_held", "nobody_waiting", "nobody_waiting_evaluation_shared",
+                         "exclusive_none_timed"), 0.0)
     previous = edges[0][0] if edges else 0.0
     for at, step, k in edges:
         span = at - previous
@@ -96,12 +102,33 @@ def idle_breakdown(lines: list[dict]) -> dict[str, float]:
             elif live["lease_wait"]:
                 out["waiting_none_timed"] += span
                 out["waiting_evaluation_shared"] += span if live["evaluation_shared"] else 0.0
+                out["waiting_baseline_shared"] += span if live["baseline_shared"] else 0.0
+                held = live["evaluation_shared"] or live["baseline_shared"]
+                out["waiting_none_held"] += 0.0 if held else span
             else:
                 out["nobody_waiting"] += span
                 out["nobody_waiting_evaluation_shared"] += span if live["evaluation_shared"] else 0.0
         live[k] += step
         previous = at
     return {k: round(v, 1) for k, v in out.items()}
+
+
+def entry_waits(lines: list[dict]) -> dict[str, dict[str, float]]:
+    """The jobs' waits for their first lease (``lease_acquire``) by purpose: see the module's docstring."""
+    found: dict[str, dict[str, float]] = {}
+    for e in lines:
+        if e["activity"] != "lease_acquire":
+            continue
+        waited = float(e["end"]) - float(e["start"])
+        entry = found.setdefault(e.get("purpose", "unknown"), {"jobs": 0, "seconds": 0.0, "longest_s": 0.0,
+                                                               "refused_memory": 0, "refused_gate": 0,
+                                                               "refused_lock": 0})
+        entry["jobs"] += 1
+        entry["seconds"] += waited
+        entry["longest_s"] = max(entry["longest_s"], waited)
+        for reason, rounds in (e.get("refused") or {}).items():
+            entry[f"refused_{reason}"] = entry.get(f"refused_{reason}", 0) + rounds
+    return {purpose: {k: round(v, 1) for k, v in entry.items()} for purpose, entry in sorted(found.items())}
 
 
 def bound(pipeline_wall_s: float, kernelbench_wall_s: float, timed: dict[str, float]) -> dict[str, float | bool]:
@@ -123,10 +150,10 @@ def main() -> None:
     lines = timeline_lines(args.timeline)
     timed = timed_seconds(lines)
     record = {"inputs": {k: str(getattr(args, k)) for k in ("pipeline", "kernelbench", "timeline")},
-              "timed_s": timed, "idle_s": idle_breakdown(lines),
+              "timed_s": timed, "idle_s": idle_breakdown(lines), "entry_waits": entry_waits(lines),
               "bound": bound(side_wall(json.loads(args.pipeline.read_text()), "pipeline"),
                              side_wall(json.loads(args.kernelbench.read_text()), "kernelbench"), timed)}
-    emit(record, ("timed_s", "idle_s", "bound"), args.out)
+    emit(record, ("timed_s", "idle_s", "entry_waits", "bound"), args.out)
 
 
 if __name__ == "__main__":
