@@ -86,6 +86,13 @@ GATE_POLL_S = 0.005
 # How often a lease that stepped aside (or is downgrading) tries to get its shared lock back while another job times:
 # the waits last the other job's timing (seconds), so a slower poll costs little and wakes this host less.
 REENTRY_POLL_S = 0.05
+# How often a job waiting to time (``upgrade``) tries the exclusive lock. The GPU stands idle from the holders' release
+# to the waiter's next try, once per timed window: at 0.2 s, a lent H100's 20-problem run spent 26 s of its 372 s wall
+# with a timer waiting and no lease held at all (``wall_bound.py``'s ``waiting_none_held``, bench/README.md, s33;
+# its some 350 timed windows at about 0.075 s each). One non-blocking flock a try: microseconds.
+HANDOVER_POLL_S = 0.01
+# How often a job not yet on a GPU (``acquire_gpu``) tries again: the wait delays the job's untimed work, not the GPU.
+ENTRY_POLL_S = 0.05
 
 
 class GpuLockTimeout(TimeoutError):
@@ -118,7 +125,7 @@ class GpuLease:
                         purpose=self.purpose)
         return now
 
-    def upgrade(self, timeout_s: float | None = None, poll_s: float = 0.2) -> float:
+    def upgrade(self, timeout_s: float | None = None, poll_s: float = HANDOVER_POLL_S) -> float:
         """Shared -> exclusive on the same GPU (the job's processes are already bound to it), e.g. once an
         answer passed correctness and is about to be timed. Holds the GPU's gate while waiting so new shared
         jobs queue behind. flock conversion drops the shared lock first, so two upgraders cannot deadlock.
@@ -150,7 +157,7 @@ class GpuLease:
         self.waited_s += waited
         return waited
 
-    def downgrade(self, poll_s: float = 0.2) -> float:
+    def downgrade(self, poll_s: float = REENTRY_POLL_S) -> float:
         """Exclusive -> shared once timing is done, keeping the same GPU (a problem's trusted side lives there).
         Re-enters through the gate, so a timing job already waiting on this GPU goes first. Returns seconds
         waited."""
@@ -329,7 +336,7 @@ class YieldingLease:
             return
         try:
             with self._stopped_tree():
-                self.lease.downgrade(poll_s=REENTRY_POLL_S)
+                self.lease.downgrade()
         finally:
             self._upgraded = False
             self._turn.release()
@@ -537,7 +544,7 @@ def acquire_gpu(
     gpus: Sequence[str | int] | None = None,
     lock_dir: Path | str = DEFAULT_LOCK_DIR,
     timeout_s: float | None = None,
-    poll_s: float = 0.5,
+    poll_s: float = ENTRY_POLL_S,
     expected_mem_gib: float | None = None,
     capacity_gib: Callable[[str], float | None] | None = None,
     purpose: str = "job",
