@@ -28,7 +28,9 @@ The projection (each a bound the study's wall cannot beat at the run's rates and
   problem x job_answer_s) / judging_concurrency: the same work at the study's answers per problem (15), the
   concurrency and the per-answer waits as measured (the store-reuse jobs of the other models, a second or two of a
   slot each, not counted); ``baselines_s`` = problems x baseline seconds per baseline; ``wall_s`` = the largest of
-  the floor, ``judging_s`` and ``baselines_s`` (the run overlapped evaluations and baselines; a study does too).
+  the floor, ``judging_s`` and ``baselines_s`` (the run overlapped evaluations and baselines; a study does too);
+  ``judging_concurrency_needed``: the judging jobs at once that would bring ``judging_s`` within the budget at the
+  run's per-job and per-answer costs (which themselves grow with the waits more jobs bring).
 A run of level-2 problems only stands in for level 1 as well: level 1's multi-GB problems cost more per answer, so the
 projection is a lower bound there. Prints a table; ``--out`` writes the JSON.
 """
@@ -117,14 +119,15 @@ def project(shape: dict[str, int], rates: dict[str, float | int]) -> dict[str, f
              + shape["problems"] * rates["exclusive_per_baseline_s"])
     evaluations = shape["answers"] * rates["evaluation_s_per_answer"]
     per_problem = shape["answers"] / shape["problems"]
-    judging = (shape["problems"] * (rates["job_fixed_s"] + per_problem * rates["job_answer_s"])
-               / rates["judging_concurrency"])
+    judging_job_seconds = shape["problems"] * (rates["job_fixed_s"] + per_problem * rates["job_answer_s"])
+    judging = judging_job_seconds / rates["judging_concurrency"]
     baselines = shape["problems"] * rates["baseline_s_per_baseline"]
     wall = max(floor, judging, baselines)
     return {"exclusive_floor_s": round(floor), "evaluations_s": round(evaluations), "judging_s": round(judging),
             "baselines_s": round(baselines),
             "wall_s": round(wall), "wall_min": round(wall / 60, 1), "fits_90_min": wall <= BUDGET_S,
-            "busy_share_needed": round(floor / BUDGET_S, 3)}
+            "busy_share_needed": round(floor / BUDGET_S, 3),
+            "judging_concurrency_needed": round(judging_job_seconds / BUDGET_S, 2)}
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
-"""bench/wall_bound.py's reading of a run's GPU timeline: where the wall went while nothing was timed, and how long
-jobs waited to get onto the GPU (issue 34's done-when 2)."""
+"""The readings of a whole-DAG run (issue 34): bench/wall_bound.py's, where the wall went while nothing was timed and
+how long jobs waited to get onto the GPU (done-when 2), and bench/project_study.py's projection to the study (done-when
+4)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
+from project_study import BUDGET_S, project  # noqa: E402
 from wall_bound import entry_waits, idle_breakdown  # noqa: E402
 
 
@@ -47,3 +49,15 @@ def test_entry_waits_add_up_each_purpose_and_its_refusals() -> None:
     assert waits["evaluate"] == {"jobs": 2, "seconds": 3.0, "longest_s": 2.5, "refused_memory": 1,
                                  "refused_gate": 4, "refused_lock": 2}
     assert waits["baseline"]["jobs"] == 1 and waits["baseline"]["seconds"] == pytest.approx(0.0)
+
+
+def test_the_projection_says_how_many_judging_jobs_at_once_the_budget_needs() -> None:
+    shape = {"answers": 3000, "correct": 1200, "problems": 200, "models": 15}
+    rates = {"exclusive_per_timed_answer_s": 1.5, "exclusive_per_baseline_s": 5.0, "evaluation_s_per_answer": 4.0,
+             "baseline_s_per_baseline": 12.0, "job_fixed_s": 12.0, "job_answer_s": 5.0, "judging_concurrency": 2.0}
+    projection = project(shape, rates)
+    job_seconds = 200 * (12.0 + 15 * 5.0)  # each problem's judging job: its fixed part and 15 answers
+    assert projection["judging_s"] == round(job_seconds / 2.0)
+    assert projection["judging_concurrency_needed"] == round(job_seconds / BUDGET_S, 2)  # 3.22 jobs at once
+    assert projection["exclusive_floor_s"] == 1200 * 1.5 + 200 * 5.0
+    assert projection["wall_s"] == max(projection["judging_s"], 200 * 12.0, 2800) and not projection["fits_90_min"]
