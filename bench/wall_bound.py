@@ -19,10 +19,11 @@ under the pipeline's wall whatever the scheduling. Written out:
 A run whose timed work differs (autotuning alone or in the job's turn, another card) has another floor: compare
 floors of runs of one configuration.
 
-``idle_s``: where the rest of the wall went (``idle_breakdown``): seconds with a job waiting to time and nothing timed
-(a convoy: the shared holders keep the timer out), and of them those with an evaluation holding the GPU shared, those
-with a baseline holding it shared, and those with no lease held at all (the hand-over between holders); seconds with
-nobody waiting to time and nothing timed (no timed work ready), and of them those with an evaluation holding it shared;
+``idle_s``: where the rest of the wall went (``idle_breakdown``, each GPU's seconds added): seconds with a job waiting
+to time, or to enter alone, and nothing timed (a convoy: the shared holders keep the timer out), split into those with
+an evaluation holding the GPU shared, those with a baseline (and no evaluation) holding it, those with a job of another
+purpose only, and those with no lease held at all (the hand-over between holders), which add up; seconds with nobody
+waiting to time and nothing timed (no timed work ready), and of them those with an evaluation holding it shared;
 seconds held exclusively with nothing timed.
 
 ``entry_waits``: how long jobs waited to take their first lease on the GPU (``lease_acquire``, by the job's purpose:
@@ -75,25 +76,42 @@ def timed_seconds(lines: list[dict]) -> dict[str, float]:
     return seconds
 
 
+# What a timer's wait and the GPU's idle seconds are split into (``idle_breakdown``): the waiting_* parts after the
+# first add up to waiting_none_timed, each stretch counted once (an evaluation holding the GPU first, then a baseline,
+# then a job of another purpose, then nobody: the hand-over).
+IDLE_FIELDS = ("waiting_none_timed", "waiting_evaluation_shared", "waiting_baseline_shared", "waiting_other_shared",
+               "waiting_none_held", "nobody_waiting", "nobody_waiting_evaluation_shared", "exclusive_none_timed")
+SHARED_HOLDERS = {"evaluate": "evaluation_shared", "baseline": "baseline_shared"}  # by the lease's purpose
+
+
 def idle_breakdown(lines: list[dict]) -> dict[str, float]:
     """The run's wall split by what the GPU's leases were doing while nothing was timed (exact, by a sweep over the
-    intervals' ends): see the module's docstring."""
+    intervals' ends, each GPU on its own and the GPUs' seconds added): see the module's docstring."""
+    found = dict.fromkeys(IDLE_FIELDS, 0.0)
+    for gpu in sorted({str(e.get("gpu")) for e in lines}):
+        for field, seconds in _idle_on_one_gpu([e for e in lines if str(e.get("gpu")) == gpu]).items():
+            found[field] += seconds
+    return {k: round(v, 1) for k, v in found.items()}
 
+
+def _idle_on_one_gpu(lines: list[dict]) -> dict[str, float]:
     def kind(e: dict) -> str | None:
         if e["activity"] in TIMED_KINDS:
             return "timed"
-        if e["activity"] in ("lease_wait", "lease_exclusive"):
-            return e["activity"]
-        if e["activity"] == "lease_shared" and e.get("purpose") in ("evaluate", "baseline"):
-            return f"{e['purpose'].replace('evaluate', 'evaluation')}_shared"
+        # A job entering exclusively (the device rates, a vLLM job) waits to hold the GPU alone, as a timer does.
+        if e["activity"] == "lease_wait" or (e["activity"] == "lease_acquire" and e.get("mode") == "exclusive"):
+            return "lease_wait"
+        if e["activity"] == "lease_exclusive":
+            return "lease_exclusive"
+        if e["activity"] == "lease_shared":
+            return SHARED_HOLDERS.get(e.get("purpose"), "other_shared")
         return None
 
     edges = sorted((float(e[end]), +1 if end == "start" else -1, k) for e in lines if (k := kind(e))
                    for end in ("start", "end"))
-    live = {"timed": 0, "lease_wait": 0, "lease_exclusive": 0, "evaluation_shared": 0, "baseline_shared": 0}
-    out = dict.fromkeys(("waiting_none_timed", "waiting_evaluation_shared", "waiting_baseline_shared",
-                         "waiting_none_held", "nobody_waiting", "nobody_waiting_evaluation_shared",
-                         "exclusive_none_timed"), 0.0)
+    live = dict.fromkeys(("timed", "lease_wait", "lease_exclusive", "evaluation_shared", "baseline_shared",
+                          "other_shared"), 0)
+    out = dict.fromkeys(IDLE_FIELDS, 0.0)
     previous = edges[0][0] if edges else 0.0
     for at, step, k in edges:
         span = at - previous
@@ -102,16 +120,14 @@ def idle_breakdown(lines: list[dict]) -> dict[str, float]:
                 out["exclusive_none_timed"] += span
             elif live["lease_wait"]:
                 out["waiting_none_timed"] += span
-                out["waiting_evaluation_shared"] += span if live["evaluation_shared"] else 0.0
-                out["waiting_baseline_shared"] += span if live["baseline_shared"] else 0.0
-                held = live["evaluation_shared"] or live["baseline_shared"]
-                out["waiting_none_held"] += 0.0 if held else span
+                holder = next((h for h in ("evaluation_shared", "baseline_shared", "other_shared") if live[h]), None)
+                out[f"waiting_{holder or 'none_held'}"] += span
             else:
                 out["nobody_waiting"] += span
                 out["nobody_waiting_evaluation_shared"] += span if live["evaluation_shared"] else 0.0
         live[k] += step
         previous = at
-    return {k: round(v, 1) for k, v in out.items()}
+    return out
 
 
 def entry_waits(lines: list[dict]) -> dict[str, dict[str, float]]:

@@ -22,20 +22,37 @@ def span(activity: str, start: float, end: float, **fields: object) -> dict:
 def test_idle_seconds_are_split_by_who_held_the_gpu_while_a_timer_waited() -> None:
     lines = [
         span("timing_answer", 0.0, 1.0),
-        # 1-3: a timer waits while an evaluation holds the GPU shared; 3-4 while a baseline does; 4-4.5 nobody holds it
+        # 1-3: a timer waits while an evaluation holds the GPU shared (a baseline too from 2.5); 3-4 a baseline alone;
+        # 4-4.5 nobody holds it (the hand-over)
         span("lease_wait", 1.0, 4.5, purpose="evaluate"),
         span("lease_shared", 0.5, 3.0, purpose="evaluate"),
-        span("lease_shared", 3.0, 4.0, purpose="baseline"),
+        span("lease_shared", 2.5, 4.0, purpose="baseline"),
         span("lease_exclusive", 4.5, 6.0, purpose="evaluate"),
         span("timing_answer", 5.0, 6.0),  # 4.5-5: held exclusively, nothing timed
         span("lease_shared", 6.0, 8.0, purpose="evaluate"),  # 6-8: nobody waits, an evaluation holds it
         span("lease_shared", 8.0, 9.0, purpose="baseline"),  # 8-9: nobody waits, a baseline holds it
         span("timing_answer", 9.0, 10.0),
+        # 10-11: a job entering alone (the device rates) waits while a job started by hand ("job") holds it shared
+        span("lease_acquire", 10.0, 11.0, purpose="device_rates", mode="exclusive"),
+        span("lease_shared", 9.5, 11.0, purpose="job"),
+        span("timing_answer", 11.0, 12.0),
     ]
-    assert idle_breakdown(lines) == {
-        "waiting_none_timed": 3.5, "waiting_evaluation_shared": 2.0, "waiting_baseline_shared": 1.0,
-        "waiting_none_held": 0.5, "nobody_waiting": 3.0, "nobody_waiting_evaluation_shared": 2.0,
-        "exclusive_none_timed": 0.5}
+    idle = idle_breakdown(lines)
+    assert idle == {
+        "waiting_none_timed": 4.5, "waiting_evaluation_shared": 2.0, "waiting_baseline_shared": 1.0,
+        "waiting_other_shared": 1.0, "waiting_none_held": 0.5, "nobody_waiting": 3.0,
+        "nobody_waiting_evaluation_shared": 2.0, "exclusive_none_timed": 0.5}
+    parts = ("waiting_evaluation_shared", "waiting_baseline_shared", "waiting_other_shared", "waiting_none_held")
+    assert sum(idle[k] for k in parts) == idle["waiting_none_timed"]  # each stretch counted once
+
+
+def test_each_gpu_is_swept_on_its_own() -> None:
+    # GPU 1's evaluation holds nothing of GPU 0, whose timer waits for nobody: a hand-over there.
+    lines = [span("lease_wait", 0.0, 2.0, purpose="evaluate"), span("timing_answer", 2.0, 3.0),
+             {**span("lease_shared", 0.0, 3.0, purpose="evaluate"), "gpu": "1"}]
+    idle = idle_breakdown(lines)
+    assert idle["waiting_none_held"] == 2.0 and idle["waiting_evaluation_shared"] == 0.0
+    assert idle["nobody_waiting_evaluation_shared"] == 3.0  # GPU 1: nothing timed, nobody waiting, 3 s held
 
 
 def test_entry_waits_add_up_each_purpose_and_its_refusals() -> None:

@@ -91,7 +91,9 @@ REENTRY_POLL_S = 0.05
 # with a timer waiting and no lease held at all (``wall_bound.py``'s ``waiting_none_held``, bench/README.md, s33;
 # its some 350 timed windows at about 0.075 s each). One non-blocking flock a try: microseconds.
 HANDOVER_POLL_S = 0.01
-# How often a job not yet on a GPU (``acquire_gpu``) tries again: the wait delays the job's untimed work, not the GPU.
+# How often a job entering its GPU shared (``acquire_gpu``) tries again: its wait delays its untimed work, not the GPU
+# (a job entering alone, the device rates or a vLLM job, waits as a timer does: ``HANDOVER_POLL_S``). A round that a
+# waiting timer's gate or a timer's lock refuses costs two non-blocking flocks; only the others take ``select.lock``.
 ENTRY_POLL_S = 0.05
 
 
@@ -544,7 +546,7 @@ def acquire_gpu(
     gpus: Sequence[str | int] | None = None,
     lock_dir: Path | str = DEFAULT_LOCK_DIR,
     timeout_s: float | None = None,
-    poll_s: float = ENTRY_POLL_S,
+    poll_s: float | None = None,
     expected_mem_gib: float | None = None,
     capacity_gib: Callable[[str], float | None] | None = None,
     purpose: str = "job",
@@ -552,7 +554,9 @@ def acquire_gpu(
     """Hold one GPU (exclusive for timing, shared for correctness-only) for the ``with`` block. ``gpus``: the
     candidates (e.g. ``[N]`` for ``--gpu-index N``); default: all visible GPUs. With ``expected_mem_gib`` and
     ``capacity_gib`` (a GPU's memory in GiB), a GPU is taken only while that memory admits the job (``_admits``):
-    jobs started by hand side by side wait for room instead of failing out of memory."""
+    jobs started by hand side by side wait for room instead of failing out of memory. ``poll_s``: the rounds' interval
+    (``HANDOVER_POLL_S`` for an exclusive job, ``ENTRY_POLL_S`` for a shared one where not given)."""
+    poll_s = poll_s if poll_s is not None else HANDOVER_POLL_S if exclusive else ENTRY_POLL_S
     cands = [str(g) for g in gpus] if gpus else visible_gpus()
     if not cands:
         raise RuntimeError("no visible GPU to lock")
@@ -581,6 +585,9 @@ def acquire_gpu(
             holder_fd = _take_holder_slot(lock_dir, reserved)
         while chosen is None:
             for g in order:
+                if not exclusive and (busy := _refusing_shared(gates[g], fds[g])):
+                    refused[busy] += 1  # seen without the selection lock, which every waiting job's round would take
+                    continue
                 # Memory admission and this job's holder file (what it expects to use) in one step, so two jobs
                 # never both fit into the same free memory.
                 with _selection_lock(lock_dir) if expected_mem_gib is not None else contextlib.nullcontext():
@@ -640,6 +647,20 @@ def acquire_gpu(
         if chosen is not None:
             with contextlib.suppress(OSError):
                 _holder_file(lock_dir, chosen, os.getpid()).unlink()
+
+
+def _refusing_shared(gate_fd: int, lock_fd: int) -> str | None:
+    """What keeps a shared job off this GPU now, seen with two non-blocking flocks and nothing kept: ``"gate"`` where a
+    timer waits, ``"lock"`` where one times; None where it may try (only a hint: the try itself decides)."""
+    if not _try_lock(gate_fd, fcntl.LOCK_SH):
+        return "gate"
+    try:
+        if not _try_lock(lock_fd, fcntl.LOCK_SH):
+            return "lock"
+        fcntl.flock(lock_fd, fcntl.LOCK_UN)
+    finally:
+        fcntl.flock(gate_fd, fcntl.LOCK_UN)
+    return None
 
 
 def _write_info(lock_dir: Path, gpu: str, mode: str, expected_mem_gib: float | None, purpose: str) -> None:
