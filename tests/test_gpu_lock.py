@@ -166,6 +166,27 @@ def test_a_waiting_timer_takes_the_gpu_soon_after_the_last_holder_leaves(tmp_pat
     assert statistics.median(delays) < 0.035, delays
 
 
+@pytest.mark.parametrize("held, operation", [("gate", fcntl.LOCK_EX), ("lock", fcntl.LOCK_EX)])
+def test_a_shared_job_kept_out_says_by_what(tmp_path: Path, held: str, operation: int) -> None:
+    # A waiting timer holds the GPU's gate; a timing one its lock. The entering job's timeline line says which refused
+    # its rounds (seen before the selection lock is taken), none by memory.
+    other = os.open(tmp_path / f"gpu0.{held}", os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(other, operation)
+    holder = threading.Timer(0.3, fcntl.flock, (other, fcntl.LOCK_UN))
+    holder.start()
+    try:
+        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, timeout_s=5.0, poll_s=0.02,
+                         expected_mem_gib=1.0, capacity_gib=lambda gpu: 80.0) as lease:
+            assert lease.mode == "shared" and lease.waited_s >= 0.25
+    finally:
+        holder.join()
+        os.close(other)
+    entry = next(json.loads(line) for line in (tmp_path / "timeline.jsonl").read_text().splitlines()
+                 if json.loads(line)["activity"] == "lease_acquire")
+    assert entry["refused"][held] >= 5 and entry["refused"]["memory"] == 0
+    assert sum(entry["refused"].values()) == entry["refused"][held]
+
+
 def test_upgrade_times_out_and_keeps_shared(tmp_path: Path) -> None:
     p, _ = _hold("sh", "0", tmp_path, seconds=30.0)
     try:
