@@ -30,6 +30,8 @@ seconds held exclusively with nothing timed.
 jobs, seconds in all, the longest, and the polling rounds refused by the memory admission, by the gate a waiting timer
 holds, or by the lock itself). A job waits there before any of its work, untimed work included. A round is one poll:
 0.5 s apart before de8da80, 0.05 s since (``gpu_lock.ENTRY_POLL_S``), so compare refusal counts within one version.
+
+``autotune_windows``: the baselines' autotuning windows, their benchmarks, and how many a shorter linger would split.
 """
 
 from __future__ import annotations
@@ -148,6 +150,18 @@ def entry_waits(lines: list[dict]) -> dict[str, dict[str, float]]:
     return {purpose: {k: round(v, 1) for k, v in entry.items()} for purpose, entry in sorted(found.items())}
 
 
+def autotune_windows(lines: list[dict], lingers: tuple[float, ...] = (0.02, 0.05)) -> dict[str, object]:
+    """The baselines' autotuning windows (``baseline_autotune``): how many, their benchmarks, and how many a shorter
+    linger than ``baseline_windows.LINGER_S`` would split (their longest gap between benchmarks above it: each split a
+    hand-over more). Timelines before the windows recorded their benchmarks say so."""
+    windows = [e for e in lines if e["activity"] == "baseline_autotune"]
+    if not windows or any("longest_gap_s" not in e for e in windows):
+        return {"windows": len(windows), "benchmarks": "not recorded (before the windows' lines counted them)"}
+    return {"windows": len(windows), "benchmarks": sum(int(e["benchmarks"]) for e in windows),
+            "split_at_linger_s": {str(linger): sum(float(e["longest_gap_s"]) > linger for e in windows)
+                                  for linger in lingers}}
+
+
 def bound(pipeline_wall_s: float, kernelbench_wall_s: float, timed: dict[str, float]) -> dict[str, float | bool]:
     return {"pipeline_wall_s": pipeline_wall_s, "kernelbench_wall_s": kernelbench_wall_s,
             "ratio": round(pipeline_wall_s / kernelbench_wall_s, 3),
@@ -168,9 +182,10 @@ def main() -> None:
     timed = timed_seconds(lines)
     record = {"inputs": {k: str(getattr(args, k)) for k in ("pipeline", "kernelbench", "timeline")},
               "timed_s": timed, "idle_s": idle_breakdown(lines), "entry_waits": entry_waits(lines),
+              "autotune_windows": autotune_windows(lines),
               "bound": bound(side_wall(json.loads(args.pipeline.read_text()), "pipeline"),
                              side_wall(json.loads(args.kernelbench.read_text()), "kernelbench"), timed)}
-    emit(record, ("timed_s", "idle_s", "entry_waits", "bound"), args.out)
+    emit(record, ("timed_s", "idle_s", "entry_waits", "autotune_windows", "bound"), args.out)
 
 
 if __name__ == "__main__":

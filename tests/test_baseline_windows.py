@@ -230,6 +230,24 @@ def test_a_child_s_benchmarks_beside_correctness_work_and_its_whole_first_call_a
     assert [e["exclusive"] for e in lines if e["activity"] == "baseline_autotune"] == [False, True]
 
 
+def test_a_window_line_counts_its_benchmarks_and_the_longest_gap_its_linger_bridged(tmp_path: Path) -> None:
+    # The bookkeeping alone (no lease: the CPU): three benchmarks in one window, 20 and 60 ms apart, then another
+    # window of one.
+    windows = ExclusiveWindows(None, tmp_path, "cpu", "p")
+    for gap in (0.0, 0.02, 0.06):
+        time.sleep(gap)
+        windows.benchmark(timeout_s=1.0)
+        windows.benchmark_done()
+    windows.close()
+    windows.benchmark(timeout_s=1.0)
+    windows.benchmark_done()
+    windows.close()
+    lines = [json.loads(line) for line in (tmp_path / "timeline.jsonl").read_text().splitlines()]
+    first, second = [e for e in lines if e["activity"] == "baseline_autotune"]
+    assert first["benchmarks"] == 3 and 0.06 <= first["longest_gap_s"] < 0.06 + LINGER_S
+    assert second["benchmarks"] == 1 and second["longest_gap_s"] == 0.0
+
+
 def test_a_burst_in_the_job_s_turn_says_whether_an_evaluation_held_the_gpu(tmp_path: Path) -> None:
     """In the job's turn, picks may be made beside answers' untimed work: each ``baseline_autotune`` line says whether
     an evaluate job held the GPU (its holder file), one that pins it or one that yields between its steps

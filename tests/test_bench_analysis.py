@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 from project_study import BUDGET_S, project  # noqa: E402
-from wall_bound import entry_waits, idle_breakdown  # noqa: E402
+from wall_bound import autotune_windows, entry_waits, idle_breakdown  # noqa: E402
 
 
 def span(activity: str, start: float, end: float, **fields: object) -> dict:
@@ -78,3 +78,13 @@ def test_the_projection_says_how_many_judging_jobs_at_once_the_budget_needs() ->
     assert projection["judging_concurrency_needed"] == round(job_seconds / BUDGET_S, 2)  # 3.22 jobs at once
     assert projection["exclusive_floor_s"] == 1200 * 1.5 + 200 * 5.0
     assert projection["wall_s"] == max(projection["judging_s"], 200 * 12.0, 2800) and not projection["fits_90_min"]
+
+
+def test_autotune_windows_say_how_many_a_shorter_linger_would_split() -> None:
+    windows = [span("baseline_autotune", 0.0, 1.0, benchmarks=5, longest_gap_s=0.03),
+               span("baseline_autotune", 2.0, 2.1, benchmarks=1, longest_gap_s=0.0),
+               span("baseline_autotune", 3.0, 4.0, benchmarks=4, longest_gap_s=0.08)]
+    assert autotune_windows(windows) == {"windows": 3, "benchmarks": 10,
+                                         "split_at_linger_s": {"0.02": 2, "0.05": 1}}
+    older = [span("baseline_autotune", 0.0, 1.0)]  # a timeline from before the lines counted their benchmarks
+    assert autotune_windows(older)["benchmarks"].startswith("not recorded")

@@ -111,7 +111,8 @@ class ExclusiveWindows:
     benchmark the child asked for) by upgrading the lease and stays open while any user is in it; ``close_if_idle``
     closes it ``LINGER_S`` after its last user left, ``close`` at once. Benchmark windows go on the timeline as
     ``baseline_autotune`` (from the first grant to the last benchmark's end; the linger after it is the window's
-    own overhead). Without a lease (the CPU) only the bookkeeping runs.
+    own overhead), with their count and the longest gap between them. Without a lease (the CPU) only the bookkeeping
+    runs.
 
     ``alone=False`` (``baselines.autotune_alone: false``; the configuration's default is ``true``): a benchmark's
     window is the job's GPU turn instead (``YieldingLease.held``: the lease stays shared and does not step aside
@@ -134,6 +135,10 @@ class ExclusiveWindows:
     idle_since: float | None = None  # monotonic: when the last user left
     autotune_start: float | None = None  # epoch: this window's first benchmark
     autotune_end: float | None = None  # epoch: its last benchmark's end
+    # This window's benchmarks and the longest wait between one's end and the next one's request: what a shorter
+    # LINGER_S would split into windows of their own (each a hand-over; s33: 179 windows lingered 15.1 s in all).
+    benchmarks: int = 0
+    longest_gap_s: float = 0.0
     _turn: contextlib.ExitStack | None = None  # the job's GPU turn, held by a window that is not exclusive
     # A window in the job's turn with an evaluation holding the GPU as it opened or closed (its holder file: pinned,
     # or yielding between its steps): the picks may have been made beside answers' untimed work (the timeline line
@@ -172,9 +177,13 @@ class ExclusiveWindows:
         """A benchmark the child asked for (``REQUEST``) in the window; the seconds waited for the GPU. The caller
         sends ``GRANT`` then. A window around the whole first call (``WHOLE_FIRST_CALL``) is exclusive whatever
         ``alone`` says: tens of seconds of compiling in the job's turn would keep every timer waiting."""
+        asked = time.time()
+        if self.autotune_end is not None:  # a benchmark of this window ended before: the gap the linger bridged
+            self.longest_gap_s = max(self.longest_gap_s, asked - self.autotune_end)
         waited = self.enter(timeout_s, exclusive=self.alone or whole_first_call)
         if self.autotune_start is None:
             self.autotune_start = time.time()
+        self.benchmarks += 1
         return waited
 
     def benchmark_done(self) -> None:
@@ -200,8 +209,10 @@ class ExclusiveWindows:
             beside = self.beside_evaluation or (self._turn is not None and self._evaluation_holds_gpu())
             timeline.append(self.lock_dir, "baseline_autotune", self.where, self.autotune_start,
                             self.autotune_end or time.time(), problem=self.problem, exclusive=self.exclusive,
-                            beside_evaluation=beside)
+                            beside_evaluation=beside, benchmarks=self.benchmarks,
+                            longest_gap_s=round(self.longest_gap_s, 4))
         self.autotune_start = self.autotune_end = None
+        self.benchmarks, self.longest_gap_s = 0, 0.0
         self.beside_evaluation = False
         exclusive, turn = self.exclusive, self._turn
         self.users, self.is_open, self.exclusive, self.idle_since, self._turn = 0, False, False, None, None
