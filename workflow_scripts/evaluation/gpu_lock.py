@@ -230,12 +230,8 @@ class GpuLease:
         """The shared lock taken again through the gate: while a timing job waits (it holds the gate) or times (it
         holds the lock), this side waits, so the waiter goes first. False: ``give_up`` returned True first."""
         while True:
-            if self._gate_fd < 0 or _try_lock(self._gate_fd, fcntl.LOCK_SH):
-                ok = _try_lock(self._fd, fcntl.LOCK_SH)
-                if self._gate_fd >= 0:
-                    fcntl.flock(self._gate_fd, fcntl.LOCK_UN)
-                if ok:
-                    return True
+            if _shared_through_gate(self._gate_fd, self._fd) is None:
+                return True
             if give_up is not None and give_up():
                 return False
             time.sleep(poll_s)
@@ -585,7 +581,7 @@ def acquire_gpu(
             holder_fd = _take_holder_slot(lock_dir, reserved)
         while chosen is None:
             for g in order:
-                if not exclusive and (busy := _refusing_shared(gates[g], fds[g])):
+                if not exclusive and (busy := _shared_through_gate(gates[g], fds[g], keep=False)):
                     refused[busy] += 1  # seen without the selection lock, which every waiting job's round would take
                     continue
                 # Memory admission and this job's holder file (what it expects to use) in one step, so two jobs
@@ -600,13 +596,11 @@ def acquire_gpu(
                             held_gate = g
                         ok = _try_lock(fds[g], op)
                         refused["lock"] += not ok
-                    elif _try_lock(gates[g], fcntl.LOCK_SH):  # else a timing job is queued on this GPU
-                        ok = _try_lock(fds[g], op)
-                        fcntl.flock(gates[g], fcntl.LOCK_UN)
-                        refused["lock"] += not ok
                     else:
-                        ok = False
-                        refused["gate"] += 1
+                        busy = _shared_through_gate(gates[g], fds[g])
+                        ok = busy is None
+                        if busy:
+                            refused[busy] += 1
                     if ok:
                         chosen = g
                         _write_info(lock_dir, g, mode, expected_mem_gib, purpose)
@@ -649,17 +643,20 @@ def acquire_gpu(
                 _holder_file(lock_dir, chosen, os.getpid()).unlink()
 
 
-def _refusing_shared(gate_fd: int, lock_fd: int) -> str | None:
-    """What keeps a shared job off this GPU now, seen with two non-blocking flocks and nothing kept: ``"gate"`` where a
-    timer waits, ``"lock"`` where one times; None where it may try (only a hint: the try itself decides)."""
-    if not _try_lock(gate_fd, fcntl.LOCK_SH):
+def _shared_through_gate(gate_fd: int, lock_fd: int, keep: bool = True) -> str | None:
+    """The GPU's lock taken shared through its gate (none where ``gate_fd`` < 0), with non-blocking flocks: None once
+    taken (and released again unless ``keep``: a probe, only a hint), else what refused: ``"gate"`` where a timer waits
+    (so new shared jobs queue behind it), ``"lock"`` where one times."""
+    if gate_fd >= 0 and not _try_lock(gate_fd, fcntl.LOCK_SH):
         return "gate"
     try:
         if not _try_lock(lock_fd, fcntl.LOCK_SH):
             return "lock"
-        fcntl.flock(lock_fd, fcntl.LOCK_UN)
+        if not keep:
+            fcntl.flock(lock_fd, fcntl.LOCK_UN)
     finally:
-        fcntl.flock(gate_fd, fcntl.LOCK_UN)
+        if gate_fd >= 0:
+            fcntl.flock(gate_fd, fcntl.LOCK_UN)
     return None
 
 
