@@ -189,6 +189,10 @@ TABLES: dict[str, Table] = {
         "flops": Column("floating-point operations of the forward's matrix multiplies, convolutions and attention "
                         "(PyTorch's FlopCounterMode on the meta device; elementwise work is not counted); null as "
                         "input_bytes", FLOPS),
+        "forward_peak_bytes": Column("the most bytes the forward's live tensors (inputs, parameters and buffers, "
+                                     "intermediates, outputs) held at once, traced op by op on the meta device "
+                                     "(suite/sizes.py); without what a kernel allocates inside itself (a "
+                                     "convolution's workspace); null as input_bytes", BYTES),
         "size_error": Column("why the sizes are null: the step that failed on the meta device and its error, one "
                              "line; null when the sizes are known"),
     }),

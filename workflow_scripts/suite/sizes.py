@@ -4,7 +4,9 @@ with no GPU and little memory.
 
 The sizes are those of the tensors the evaluation holds (``evaluation.reference``): each input as the protocol
 passes it (floating tensors cast to float32, ``problem_module.as_input``), the model moved to float32 as KernelBench
-moves it, and its outputs on those inputs. They feed the scheduling estimate (``evaluation.resources``).
+moves it, and its outputs on those inputs; and the forward's peak, the most bytes its live tensors (inputs,
+parameters, intermediates, outputs) held at once, traced op by op (``LiveBytes``). They feed the scheduling estimate
+(``evaluation.resources``).
 
 A problem the meta device cannot build (an op without a meta kernel, a data-dependent shape, an input that is
 not a tensor, number or sequence of them) gets no sizes and a one-line reason instead; the problem itself may
@@ -13,9 +15,10 @@ still run (the evaluation decides that, not this).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from workflow_scripts.suite.problem_module import KERNELBENCH_SEED, as_input, load_problem
 
@@ -35,11 +38,12 @@ class ProblemSizes:
     param_bytes: int | None
     output_bytes: int | None
     flops: int | None = None  # the forward's matrix-multiply, convolution and attention FLOPs (0: none)
+    forward_peak_bytes: int | None = None  # the most bytes the forward's live tensors held at once (LiveBytes)
     error: str | None = None
 
     @classmethod
     def failed(cls, reason: str) -> "ProblemSizes":
-        return cls(None, None, None, None, reason)
+        return cls(None, None, None, error=reason)
 
 
 def tensor_nbytes(value: Any) -> int:
@@ -58,10 +62,57 @@ def tensor_nbytes(value: Any) -> int:
     raise _Unsized(f"a value of type {type(value).__name__}")
 
 
+def live_bytes_mode(held: Iterable[Any]) -> Any:
+    """A ``LiveBytes`` dispatch mode (defined on first use: torch is imported only where a problem is sized)."""
+    return _live_bytes_class()(held)
+
+
+@functools.cache
+def _live_bytes_class() -> type:
+    import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class LiveBytes(TorchDispatchMode):
+        """The peak of the bytes held by live tensor storages while a forward runs (``peak``): the tensors given
+        (``held``: inputs, parameters, buffers) and every storage an op returns, until it is freed. On the meta device
+        this is the eager forward's own allocation, without what a kernel allocates inside itself (a convolution's
+        workspace, a fused loss's temporaries), which the estimate's margin covers (evaluation/resources.py)."""
+
+        def __init__(self, held: Iterable[Any]) -> None:
+            super().__init__()
+            self._live: dict[int, tuple[StorageWeakRef, int]] = {}  # by the storage's address, while it lives
+            for value in held:
+                self._hold(value)
+            self.peak = self._held_now()
+
+        def _hold(self, value: Any) -> None:
+            if isinstance(value, torch.Tensor):
+                storage = value.untyped_storage()
+                known = self._live.get(storage._cdata)
+                # A freed storage's address can be reused by a new one before the next sweep: its entry is stale.
+                if known is None or known[0].expired():
+                    self._live[storage._cdata] = (StorageWeakRef(storage), storage.nbytes())
+
+        def _held_now(self) -> int:
+            self._live = {key: entry for key, entry in self._live.items() if not entry[0].expired()}
+            return sum(nbytes for _, nbytes in self._live.values())
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            for value in tree_leaves(out):
+                self._hold(value)
+            self.peak = max(self.peak, self._held_now())
+            return out
+
+    return LiveBytes
+
+
 def problem_sizes(path: Path | str, seed: int = KERNELBENCH_SEED) -> ProblemSizes:
     """The problem's input, parameter-and-buffer and output bytes, on the meta device after seeding as the
-    reference does (``with torch.device("meta"): Model(*get_init_inputs())(*get_inputs())``), and the forward's
-    FLOPs."""
+    reference does (``with torch.device("meta"): Model(*get_init_inputs())(*get_inputs())``), the forward's
+    FLOPs and its peak of live tensor bytes."""
     try:
         import torch
         from torch.utils.flop_counter import FlopCounterMode
@@ -81,11 +132,13 @@ def problem_sizes(path: Path | str, seed: int = KERNELBENCH_SEED) -> ProblemSize
             torch.manual_seed(seed)
             inputs = [as_input(x, "meta") for x in problem.get_inputs()]
             what = "Model.forward"
-            with FlopCounterMode(display=False) as counter:
+            weights = [*model.parameters(), *model.buffers()]
+            with FlopCounterMode(display=False) as counter, live_bytes_mode([*inputs, *weights]) as live:
                 out = model(*inputs)
         what = "counting the tensors"
-        params = sum(tensor_nbytes(t) for t in [*model.parameters(), *model.buffers()])
-        return ProblemSizes(tensor_nbytes(inputs), params, tensor_nbytes(out), int(counter.get_total_flops()))
+        params = sum(tensor_nbytes(t) for t in weights)
+        return ProblemSizes(tensor_nbytes(inputs), params, tensor_nbytes(out), int(counter.get_total_flops()),
+                            live.peak)
     except _Unsized as e:
         return ProblemSizes.failed(f"{what}: {e} (not a tensor)")
     except Exception as e:  # noqa: BLE001 - the problem's own code, on a device it was not written for
@@ -95,12 +148,13 @@ def problem_sizes(path: Path | str, seed: int = KERNELBENCH_SEED) -> ProblemSize
 
 def with_sizes(table: Any, suite: Path | str) -> Any:
     """The problems table (``kernelbench.problems_dataframe``) with each problem's sizes: ``input_bytes``,
-    ``param_bytes``, ``output_bytes``, ``flops`` (null where unknown) and ``size_error`` (why; null where known)."""
+    ``param_bytes``, ``output_bytes``, ``flops``, ``forward_peak_bytes`` (null where unknown) and ``size_error`` (why;
+    null where known)."""
     import pandas as pd
 
     sizes = [problem_sizes(Path(suite) / path) for path in table["path"]]
     table = table.copy()
-    for column in ("input_bytes", "param_bytes", "output_bytes", "flops"):
+    for column in ("input_bytes", "param_bytes", "output_bytes", "flops", "forward_peak_bytes"):
         table[column] = pd.Series([getattr(s, column) for s in sizes], dtype="Int64", index=table.index)
     table["size_error"] = pd.Series([s.error for s in sizes], dtype="string", index=table.index)
     return table
