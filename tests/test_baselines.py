@@ -52,10 +52,15 @@ def test_eager_and_compile_on_cpu(tmp_path: Path) -> None:
     assert d["protocol"]["autotune_alone"] is True  # the default: each autotuning benchmark with the GPU alone
     assert d["protocol"]["beside_others_timing"] is None  # no lease on the CPU: nothing steps aside
     assert d["phases_s"]["stopped_s"] == d["phases_s"]["gpu_held_s"] == 0.0
-    # The compile cache: empty at first, it keeps what the compile built, the precompiled header apart (shared by
-    # every problem); the same problem compiled again takes it all back and compiles far faster.
+    # The compile cache: empty at first, it keeps what the compile built, the precompiled header and Inductor's
+    # instruction-set checks apart (shared by every problem), nothing of the problem's own among them; the same
+    # problem compiled again takes it all back and compiles far faster.
     assert d["compile_cache"]["files_seeded"] == 0 and d["compile_cache"]["files_kept"] > 0
     assert list(cache.glob("shared/torchinductor_*/precompiled_headers/*.gch"))
+    checks = list(cache.glob("shared/.inductor/*/*.cpp"))
+    assert checks and all(b"_chk_kernel" in source.read_bytes() for source in checks)
+    assert {path.with_suffix(".so") for path in checks} <= set(cache.glob("shared/.inductor/*/*.so"))
+    assert list(cache.glob("problems/*/.inductor/*/*.cpp"))  # the problem's kernels stay its own
     again = baseline_cli(tmp_path / "again.json", "--compile-cache", str(cache), "--no-eager")
     assert again["compile_cache"]["files_seeded"] == d["compile_cache"]["files_kept"]
     assert again["compile_status"] == "ok" and again["compile_time_s"] < d["compile_time_s"] / 2

@@ -22,10 +22,16 @@ from pathlib import Path
 # (``torchinductor_<user>``), where it keeps the precompiled header whatever TORCHINDUCTOR_CACHE_DIR says.
 PARTS = (".inductor", ".triton")
 DEFAULT_FOLDER_PREFIX = "torchinductor_"
-# The one part every problem shares (the header does not depend on the problem); the rest is kept per problem, so a
-# child is seeded with its own problem's artifacts only (a study's cache holds thousands of files; a child's private
-# folder has an inode cap).
+# The parts every problem shares (they do not depend on the problem); the rest is kept per problem, so a child is
+# seeded with its own problem's artifacts only (a study's cache holds thousands of files; a child's private folder has
+# an inode cap). The precompiled header is one; the other is Inductor's CPU backend's instruction-set checks: in
+# every fresh cache it builds tiny programs (their sources define `*_chk_kernel` functions) to learn which vector
+# instructions the host's compiler and CPU support, about 6 s of g++ per compile child on the 2-core CPU host (a small
+# problem's first compile took 10.4 s seeded with the header alone, 4.8 s with the checks too). Their file names hash
+# their sources, so a check another Inductor version builds is another file, never a stale one.
 SHARED = "precompiled_headers"
+ISA_CHECK_MARK = b"_chk_kernel"
+ISA_CHECK_MAX_BYTES = 4096  # the checks' sources are a few hundred bytes; a problem's kernels are larger
 PARTIAL = ".partial"  # a file being added to the cache (renamed into place when whole)
 
 
@@ -58,8 +64,18 @@ def _artifacts(folder: Path) -> list[Path]:
             if p.is_file() and not p.is_symlink() and p.suffix not in (".lock", PARTIAL) and "locks" not in p.parts]
 
 
-def _section(cache: Path, problem: str, relative: Path) -> Path:
-    return cache / ("shared" if SHARED in relative.parts else f"problems/{problem}")
+def _section(cache: Path, problem: str, private: Path, relative: Path) -> Path:
+    return cache / ("shared" if SHARED in relative.parts or _is_isa_check(private, relative) else f"problems/{problem}")
+
+
+def _is_isa_check(private: Path, relative: Path) -> bool:
+    """Whether a file of Inductor's code cache (``<name>.cpp`` or what it built, ``<name>.so``) is one of its
+    instruction-set checks: its source is small and defines a ``*_chk_kernel`` function."""
+    source = private / relative.with_suffix(".cpp")
+    try:
+        return source.stat().st_size <= ISA_CHECK_MAX_BYTES and ISA_CHECK_MARK in source.read_bytes()
+    except OSError:
+        return False
 
 
 def seed(cache: Path, problem: str, workdir: Path) -> int:
@@ -80,7 +96,7 @@ def keep(cache: Path, problem: str, private: Path) -> int:
     at all; a file the cache holds already is left as it is. The number of files added."""
     added = 0
     for relative in _artifacts(private):
-        target = _section(cache, problem, relative) / relative
+        target = _section(cache, problem, private, relative) / relative
         if target.exists():
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
