@@ -66,6 +66,29 @@ def test_eager_and_compile_on_cpu(tmp_path: Path) -> None:
     assert again["compile_status"] == "ok" and again["compile_time_s"] < d["compile_time_s"] / 2
 
 
+def test_what_no_problem_depends_on_is_seeded_into_every_problem_s_compile(tmp_path: Path) -> None:
+    # A compile child's folder as Inductor and Triton leave it: the header, an instruction-set check, Triton's GPU
+    # driver module, and the problem's own kernel and launcher. Another problem's child gets the first three only.
+    from workflow_scripts.evaluation.compile_cache import keep, seed
+
+    private, cache = tmp_path / "child", tmp_path / "cache"
+    files = {"torchinductor_u/precompiled_headers/h.gch": b"header",
+             ".inductor/ab/cab.cpp": b"extern \"C\" void __avx_chk_kernel() {}", ".inductor/ab/cab.so": b"isa",
+             ".triton/K1/cuda_utils.cpython-312-x86_64-linux-gnu.so": b"driver",
+             ".inductor/cd/ccd.cpp": b"extern \"C\" void kernel(float* in_out_ptr0) {}", ".inductor/cd/ccd.so": b"k",
+             ".triton/K2/__triton_launcher.so": b"launcher"}
+    for relative, content in files.items():
+        (private / relative).parent.mkdir(parents=True, exist_ok=True)
+        (private / relative).write_bytes(content)
+    assert keep(cache, "problem-a", private) == len(files)
+    other = tmp_path / "other-child"
+    assert seed(cache, "problem-b", other) == 4
+    assert {p.relative_to(other).as_posix() for p in other.rglob("*") if p.is_file()} == {
+        "torchinductor_u/precompiled_headers/h.gch", ".inductor/ab/cab.cpp", ".inductor/ab/cab.so",
+        ".triton/K1/cuda_utils.cpython-312-x86_64-linux-gnu.so"}
+    assert seed(cache, "problem-a", tmp_path / "again") == len(files)
+
+
 def test_failing_baseline_keeps_the_problem(tmp_path: Path) -> None:
     prob = tmp_path / "98_Broken.py"
     prob.write_text((PROBLEMS / "1_ElementwiseAdd.py").read_text().replace(

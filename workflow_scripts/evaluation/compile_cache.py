@@ -1,7 +1,8 @@
 """The baselines' compile cache: what ``torch.compile`` builds for a problem's reference (Inductor's generated code,
 its precompiled header, Triton's kernels, max-autotune's choices), kept between the compile children of one
-environment, so a later problem reuses the header (about a minute of g++ on a small CPU host, built once) and a
-re-run or a resumed run does not compile again.
+environment, so a later problem reuses what no problem depends on (the header, about a minute of g++ on a small CPU
+host, Inductor's instruction-set checks and Triton's GPU driver module, each built once) and a re-run or a resumed run
+does not compile again.
 
 A compile child starts in a fresh private folder, as every child does: ``seed`` copies the cache into its working
 folder before it starts, ``keep`` copies what it added back once it has timed its baseline, file by file and each
@@ -32,6 +33,9 @@ DEFAULT_FOLDER_PREFIX = "torchinductor_"
 SHARED = "precompiled_headers"
 ISA_CHECK_MARK = b"_chk_kernel"
 ISA_CHECK_MAX_BYTES = 4096  # the checks' sources are a few hundred bytes; a problem's kernels are larger
+# Triton's driver module for the GPU (``cuda_utils``, ``hip_utils``), which its driver compiles with the host's C
+# compiler into a fresh cache, under a hash of its source: the same for every problem, so shared too.
+TRITON_DRIVERS = ("cuda_utils", "hip_utils")
 PARTIAL = ".partial"  # a file being added to the cache (renamed into place when whole)
 
 
@@ -65,7 +69,14 @@ def _artifacts(folder: Path) -> list[Path]:
 
 
 def _section(cache: Path, problem: str, private: Path, relative: Path) -> Path:
-    return cache / ("shared" if SHARED in relative.parts or _is_isa_check(private, relative) else f"problems/{problem}")
+    return cache / ("shared" if _is_shared(private, relative) else f"problems/{problem}")
+
+
+def _is_shared(private: Path, relative: Path) -> bool:
+    """Whether an artifact does not depend on the problem: the precompiled header, Triton's driver module or one of
+    Inductor's instruction-set checks."""
+    return (SHARED in relative.parts or (relative.parts[0] == ".triton" and relative.name.startswith(TRITON_DRIVERS))
+            or _is_isa_check(private, relative))
 
 
 def _is_isa_check(private: Path, relative: Path) -> bool:
