@@ -92,14 +92,14 @@ def test_autotune_windows_say_how_many_a_shorter_linger_would_split() -> None:
 
 def test_each_forward_bound_reports_the_margin_the_measured_peaks_need() -> None:
     # bench/forward_bounds.py: two problems of 1 GiB inputs; the first peaks 2 GiB above what its sizes give, the
-    # second 0.5 GiB above its traced bound (1.25 x 2 GiB traced + 2 x 1 GiB inputs).
+    # second 0.5 GiB above its traced bound (1.5 x 2 GiB traced + 2 x 1 GiB inputs).
     from forward_bounds import margins
 
     from workflow_scripts.evaluation.resources import GIB, Sizes
 
     rows = [{"sizes": Sizes(GIB, 0, GIB, 8 * GIB), "peak_gib": 3 + 2 + 2.0},
-            {"sizes": Sizes(GIB, 0, GIB, 2 * GIB), "peak_gib": 2.5 + 2 + 0.5}]
+            {"sizes": Sizes(GIB, 0, GIB, 2 * GIB), "peak_gib": 3 + 2 + 0.5}]
     found = margins(rows)
     assert found["sizes_bound_needs_gib"] == 2.0 and found["traced_bound_needs_gib"] == 0.5
-    # the traced bound (1.5 GiB margin) is the lesser only for the second (6.0 < 9.0; the first: 13.5 > 9.0)
+    # the traced bound (1.5 GiB margin) is the lesser only for the second (6.5 < 9.0; the first: 15.5 > 9.0)
     assert found["traced_is_lesser"] == 1 and found["problems"] == 2

@@ -62,9 +62,9 @@ def tensor_nbytes(value: Any) -> int:
     raise _Unsized(f"a value of type {type(value).__name__}")
 
 
-def live_bytes_mode(held: Iterable[Any]) -> Any:
+def live_bytes_mode(resident: Iterable[Any]) -> Any:
     """A ``LiveBytes`` dispatch mode (defined on first use: torch is imported only where a problem is sized)."""
-    return _live_bytes_class()(held)
+    return _live_bytes_class()(resident)
 
 
 @functools.cache
@@ -76,24 +76,25 @@ def _live_bytes_class() -> type:
 
     class LiveBytes(TorchDispatchMode):
         """The peak of the bytes held by live tensor storages while a forward runs (``peak``): the tensors given
-        (``held``: inputs, parameters, buffers) and every storage an op returns, until it is freed. On the meta device
-        this is the eager forward's own allocation, without what a kernel allocates inside itself (a convolution's
-        workspace, a fused loss's temporaries), which the estimate's margin covers (evaluation/resources.py)."""
+        (``resident``: inputs, parameters, buffers, nested in lists or dicts) and every storage an op returns or
+        writes (``out=``, a resize in place), at its latest size, until it is freed. On the meta device this is the
+        eager forward's own allocation, without what a kernel allocates inside itself (a convolution's workspace, a
+        fused loss's temporaries), which the estimate's margin covers (evaluation/resources.py)."""
 
-        def __init__(self, held: Iterable[Any]) -> None:
+        def __init__(self, resident: Iterable[Any]) -> None:
             super().__init__()
-            self._live: dict[int, tuple[StorageWeakRef, int]] = {}  # by the storage's address, while it lives
-            for value in held:
-                self._hold(value)
+            # By the storage's address: the weak reference keeps the storage object (not its memory) alive, so no
+            # other storage takes the address while its entry is here.
+            self._live: dict[int, tuple[StorageWeakRef, int]] = {}
+            self._see(resident)
             self.peak = self._held_now()
 
-        def _hold(self, value: Any) -> None:
-            if isinstance(value, torch.Tensor):
-                storage = value.untyped_storage()
-                known = self._live.get(storage._cdata)
-                # A freed storage's address can be reused by a new one before the next sweep: its entry is stale.
-                if known is None or known[0].expired():
-                    self._live[storage._cdata] = (StorageWeakRef(storage), storage.nbytes())
+        def _see(self, values: Any) -> None:
+            for value in tree_leaves(values):
+                if isinstance(value, torch.Tensor) and value.layout == torch.strided:
+                    storage = value.untyped_storage()
+                    known = self._live.get(storage._cdata)
+                    self._live[storage._cdata] = (known[0] if known else StorageWeakRef(storage), storage.nbytes())
 
         def _held_now(self) -> int:
             self._live = {key: entry for key, entry in self._live.items() if not entry[0].expired()}
@@ -101,12 +102,23 @@ def _live_bytes_class() -> type:
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             out = func(*args, **(kwargs or {}))
-            for value in tree_leaves(out):
-                self._hold(value)
+            self._see((out, args, kwargs))  # the arguments too: an op may have written (and grown) one
             self.peak = max(self.peak, self._held_now())
             return out
 
     return LiveBytes
+
+
+def _forward(model: Any, inputs: list, resident: list, trace: bool) -> tuple[Any, int, int | None]:
+    """The forward's outputs, FLOPs and (``trace``) its peak of live tensor bytes (``LiveBytes``)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        if not trace:
+            return model(*inputs), int(counter.get_total_flops()), None
+        with live_bytes_mode(resident) as live:
+            out = model(*inputs)
+    return out, int(counter.get_total_flops()), live.peak
 
 
 def problem_sizes(path: Path | str, seed: int = KERNELBENCH_SEED) -> ProblemSizes:
@@ -115,7 +127,6 @@ def problem_sizes(path: Path | str, seed: int = KERNELBENCH_SEED) -> ProblemSize
     FLOPs and its peak of live tensor bytes."""
     try:
         import torch
-        from torch.utils.flop_counter import FlopCounterMode
     except ImportError:
         return ProblemSizes.failed("torch is not installed in this environment")
     what = "loading the problem"
@@ -133,12 +144,13 @@ def problem_sizes(path: Path | str, seed: int = KERNELBENCH_SEED) -> ProblemSize
             inputs = [as_input(x, "meta") for x in problem.get_inputs()]
             what = "Model.forward"
             weights = [*model.parameters(), *model.buffers()]
-            with FlopCounterMode(display=False) as counter, live_bytes_mode([*inputs, *weights]) as live:
-                out = model(*inputs)
+            try:
+                out, flops, peak = _forward(model, inputs, [inputs, weights], trace=True)
+            except Exception:  # noqa: BLE001 - an op the trace cannot follow (a higher-order op): sizes without it
+                out, flops, peak = _forward(model, inputs, [inputs, weights], trace=False)
         what = "counting the tensors"
         params = sum(tensor_nbytes(t) for t in weights)
-        return ProblemSizes(tensor_nbytes(inputs), params, tensor_nbytes(out), int(counter.get_total_flops()),
-                            live.peak)
+        return ProblemSizes(tensor_nbytes(inputs), params, tensor_nbytes(out), flops, peak)
     except _Unsized as e:
         return ProblemSizes.failed(f"{what}: {e} (not a tensor)")
     except Exception as e:  # noqa: BLE001 - the problem's own code, on a device it was not written for
