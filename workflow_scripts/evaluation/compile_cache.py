@@ -32,7 +32,9 @@ DEFAULT_FOLDER_PREFIX = "torchinductor_"
 # their sources, so a check another Inductor version builds is another file, never a stale one.
 SHARED = "precompiled_headers"
 ISA_CHECK_MARK = b"_chk_kernel"
-ISA_CHECK_MAX_BYTES = 4096  # the checks' sources are a few hundred bytes; a problem's kernels are larger
+# The checks' sources are a few hundred bytes; the marker is what tells them apart, the cap only keeps a larger
+# source that happens to name a `_chk_kernel` with its problem.
+ISA_CHECK_MAX_BYTES = 4096
 # Triton's driver module for the GPU (``cuda_utils``, ``hip_utils``), which its driver compiles with the host's C
 # compiler into a fresh cache, under a hash of its source: the same for every problem, so shared too.
 TRITON_DRIVERS = ("cuda_utils", "hip_utils")
