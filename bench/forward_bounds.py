@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from statistics import mean
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
@@ -22,9 +24,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 import yaml  # noqa: E402
 from project_study import emit  # noqa: E402
 
-from workflow_scripts.evaluation.resources import (GIB, INTERMEDIATES_GIB, TRACED_INPUTS_FACTOR,  # noqa: E402
-                                                   TRACED_MARGIN_GIB, TRACED_PEAK_FACTOR, Sizes, baseline_memory,
-                                                   evaluate_memory, forward_gib)
+from workflow_scripts.evaluation.resources import (GIB, INTERMEDIATES_GIB, TRACED_MARGIN_GIB, Sizes,  # noqa: E402
+                                                   baseline_memory, evaluate_memory, forward_gib, sizes_bound_gib,
+                                                   traced_bound_gib)
 from workflow_scripts.suite.sizes import problem_sizes  # noqa: E402
 
 CUDA = {"device": "cuda", "correctness_trials": 5}
@@ -47,19 +49,15 @@ def measured(kernelbench: Path, anchors: Path) -> list[dict]:
 def margins(rows: list[dict]) -> dict[str, float | int]:
     """The constant each bound needs to hold every measured peak (its own constant taken out), and where the traced
     bound is the lesser."""
-    def by_sizes(s: Sizes) -> float:
-        return forward_gib(Sizes(s.input_bytes, s.param_bytes, s.output_bytes)) - INTERMEDIATES_GIB
-
-    def traced(s: Sizes) -> float:
-        return TRACED_PEAK_FACTOR * s.forward_peak_bytes / GIB + TRACED_INPUTS_FACTOR * s.input_bytes / GIB
+    def needs(bound: Callable[[Sizes], float], constant: float) -> float:
+        return round(max(r["peak_gib"] - (bound(r["sizes"]) - constant) for r in rows), 3)
 
     return {"problems": len(rows),
-            "sizes_bound_needs_gib": round(max(r["peak_gib"] - by_sizes(r["sizes"]) for r in rows), 3),
+            "sizes_bound_needs_gib": needs(sizes_bound_gib, INTERMEDIATES_GIB),
             "sizes_bound_has_gib": INTERMEDIATES_GIB,
-            "traced_bound_needs_gib": round(max(r["peak_gib"] - traced(r["sizes"]) for r in rows), 3),
+            "traced_bound_needs_gib": needs(traced_bound_gib, TRACED_MARGIN_GIB),
             "traced_bound_has_gib": TRACED_MARGIN_GIB,
-            "traced_is_lesser": sum(traced(r["sizes"]) + TRACED_MARGIN_GIB < by_sizes(r["sizes"]) + INTERMEDIATES_GIB
-                                    for r in rows)}
+            "traced_is_lesser": sum(traced_bound_gib(r["sizes"]) < sizes_bound_gib(r["sizes"]) for r in rows)}
 
 
 def declared(rows: list[dict], config: Path) -> dict[str, float]:
@@ -67,7 +65,7 @@ def declared(rows: list[dict], config: Path) -> dict[str, float]:
     baseline's GPU memory, without and with the traced peak."""
     only = {int(level): set(ids) for level, ids in yaml.safe_load(config.read_text())["suite"]["only"].items()}
     chosen = [r["sizes"] for r in rows if r["problem_id"] in only.get(r["level"], set())]
-    untraced = [Sizes(s.input_bytes, s.param_bytes, s.output_bytes) for s in chosen]
+    untraced = [replace(s, forward_peak_bytes=None) for s in chosen]
     out = {"problems": len(chosen)}
     for name, group in (("untraced", untraced), ("traced", chosen)):
         out[f"forward_gib_{name}"] = round(mean(forward_gib(s) for s in group), 2)

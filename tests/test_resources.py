@@ -18,10 +18,10 @@ import yaml
 
 from workflow_scripts.devtools.workspace import copy_workflow
 from workflow_scripts.evaluation.resources import (FLOOR_MEM_MB, HOST_MEMORY_SHARE, JOBS_PER_GPU, MAX_COMPILE_THREADS,
-                                                   TRACED_INPUTS_FACTOR, TRACED_MARGIN_GIB, TRACED_PEAK_FACTOR, Memory,
-                                                   Sizes, baseline_memory, baseline_reserved_cores, baseline_slots,
-                                                   compile_threads, evaluate_memory, forward_gib, host_memory_bytes,
-                                                   host_resources, job_memory, problem_gpu_gib, table_sizes)
+                                                   Memory, Sizes, baseline_memory, baseline_reserved_cores,
+                                                   baseline_slots, compile_threads, evaluate_memory, forward_gib,
+                                                   host_memory_bytes, host_resources, job_memory, problem_gpu_gib,
+                                                   sizes_bound_gib, table_sizes, traced_bound_gib)
 from workflow_scripts.suite.sizes import problem_sizes, with_sizes
 from workflow_scripts.suite.kernelbench import index_suite
 
@@ -194,13 +194,11 @@ def test_every_measured_peak_lies_within_both_bounds_of_the_forward(kb_dir: Path
             continue  # not a KernelBench problem (level 1's 95_cast_to_fp32_test has no .py)
         assert found.error is None, (anchor["name"], found.error)
         traced = Sizes(found.input_bytes, found.param_bytes, found.output_bytes, found.forward_peak_bytes)
-        untraced = Sizes(found.input_bytes, found.param_bytes, found.output_bytes)
         peak = anchor["peak_GB"] * 1e9 / GIB
-        assert peak <= forward_gib(untraced), anchor["name"]
-        assert peak <= TRACED_PEAK_FACTOR * found.forward_peak_bytes / GIB + TRACED_INPUTS_FACTOR * (
-            found.input_bytes / GIB) + TRACED_MARGIN_GIB, anchor["name"]
+        assert peak <= sizes_bound_gib(traced), anchor["name"]
+        assert peak <= traced_bound_gib(traced), anchor["name"]
         checked += 1
-        tighter += forward_gib(traced) < forward_gib(untraced)
+        tighter += forward_gib(traced) < forward_gib(traced, use_trace=False)
     assert checked == 200 and tighter == 159  # the trace lowers most problems' estimate
 
 

@@ -132,18 +132,30 @@ def _usable_cores(cores: int | None) -> int:
     return min(cores or usable, usable)
 
 
+def sizes_bound_gib(sizes: Sizes) -> float:
+    """The forward's working set by the measured relation to its sizes (INTERMEDIATES_GIB: elementwise problems peak
+    near 3 x their inputs)."""
+    return 3 * sizes.input_bytes / GIB + 2 * sizes.output_bytes / GIB + sizes.param_bytes / GIB + INTERMEDIATES_GIB
+
+
+def traced_bound_gib(sizes: Sizes) -> float | None:
+    """The forward's working set by the measured relation to its traced peak (TRACED_*); None where it was not
+    traced."""
+    if sizes.forward_peak_bytes is None:
+        return None
+    return (TRACED_PEAK_FACTOR * sizes.forward_peak_bytes / GIB + TRACED_INPUTS_FACTOR * sizes.input_bytes / GIB
+            + TRACED_MARGIN_GIB)
+
+
 def forward_gib(sizes: Sizes, use_trace: bool = True) -> float:
     """One forward pass's memory on its device: its inputs, parameters and outputs and the intermediates, bounded by
-    the measured relation (INTERMEDIATES_GIB: elementwise problems peak near 3 x their inputs), or, where the forward's
-    peak was traced and ``use_trace``, by the traced peak's relation (TRACED_*) where it gives less; never less than
-    the traced peak itself."""
-    i, o, p = sizes.input_bytes / GIB, sizes.output_bytes / GIB, sizes.param_bytes / GIB
-    by_sizes = 3 * i + 2 * o + p + INTERMEDIATES_GIB
+    its sizes (``sizes_bound_gib``), or, where the forward's peak was traced and ``use_trace``, by the traced peak
+    (``traced_bound_gib``) where that gives less; never less than the traced peak itself."""
+    bound = sizes_bound_gib(sizes)
     if sizes.forward_peak_bytes is None:
-        return by_sizes
-    peak = sizes.forward_peak_bytes / GIB
-    traced = TRACED_PEAK_FACTOR * peak + TRACED_INPUTS_FACTOR * i + TRACED_MARGIN_GIB
-    return max(min(by_sizes, traced) if use_trace else by_sizes, peak)
+        return bound
+    traced = traced_bound_gib(sizes)
+    return max(min(bound, traced) if use_trace else bound, sizes.forward_peak_bytes / GIB)
 
 
 def answer_processes(evaluation: Mapping[str, Any], answers: int) -> int:

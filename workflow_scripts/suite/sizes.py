@@ -62,13 +62,9 @@ def tensor_nbytes(value: Any) -> int:
     raise _Unsized(f"a value of type {type(value).__name__}")
 
 
-def live_bytes_mode(resident: Iterable[Any]) -> Any:
-    """A ``LiveBytes`` dispatch mode (defined on first use: torch is imported only where a problem is sized)."""
-    return _live_bytes_class()(resident)
-
-
 @functools.cache
 def _live_bytes_class() -> type:
+    """The ``LiveBytes`` dispatch mode, defined on first use: torch is imported only where a problem is sized."""
     import torch
     from torch.multiprocessing.reductions import StorageWeakRef
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -116,7 +112,7 @@ def _forward(model: Any, inputs: list, resident: list, trace: bool) -> tuple[Any
     with FlopCounterMode(display=False) as counter:
         if not trace:
             return model(*inputs), int(counter.get_total_flops()), None
-        with live_bytes_mode(resident) as live:
+        with _live_bytes_class()(resident) as live:
             out = model(*inputs)
     return out, int(counter.get_total_flops()), live.peak
 
