@@ -47,8 +47,12 @@ def read_lock(path: Path) -> dict[str, Version]:
 
 
 def lock_of(env_file: Path) -> dict[str, Version]:
-    """The pins an environment follows: vLLM's own lock for the generation environments, the pipeline's else."""
-    return read_lock(ROOT / "requirements" / ("vllm.txt" if env_file.stem.startswith("generation") else "lock.txt"))
+    """The pins an environment follows: vLLM's own lock for the generation environments (where it leaves a package
+    out, e.g. triton, which only conda's resolving pip step adds: the pipeline's), the pipeline's else."""
+    pipeline = read_lock(ROOT / "requirements" / "lock.txt")
+    if env_file.stem.startswith("generation"):
+        return pipeline | read_lock(ROOT / "requirements" / "vllm.txt")
+    return pipeline
 
 
 def environment(env_file: Path) -> tuple[list[str], list[str]]:
