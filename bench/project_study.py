@@ -1,6 +1,7 @@
 """The whole study's wall on one GPU, projected from one measured whole-DAG run (issue 34, done-when 4).
 
     python3 bench/project_study.py --timeline T.jsonl --results RESULTS_DIR [--published P.json] [--out F.json]
+        [--kernelbench CHECKOUT [--host-gib 128] [--card-gib 139] [--prestart N]]
 
 ``--timeline``: the run's ``timeline_<host>.jsonl`` (``bench/dag_bench_run.sh`` copies it out of
 ``<results>/.locks/<host>/``); ``--results``: its results folder (``dag_results.tgz`` unpacked: ``evaluations/`` and
@@ -32,31 +33,91 @@ The projection (each a bound the study's wall cannot beat at the run's rates and
   ``judging_concurrency_needed``: the judging jobs at once that would bring ``judging_s`` within the budget at the
   run's per-job and per-answer costs (which themselves grow with the waits more jobs bring).
 A run of level-2 problems only stands in for level 1 as well: level 1's multi-GB problems cost more per answer, so the
-projection is a lower bound there. Prints a table; ``--out`` writes the JSON.
+projection is a lower bound there.
+
+With ``--kernelbench`` (a checkout: every problem of levels 1 and 2 sized on the meta device), the judging is also
+bounded by what the run's memory bounds admit at the study's shape, which a run of fewer models does not show: an
+evaluate job declares the memory of the answer processes it keeps alive (``resources.answer_processes``: the batch of
+``EvalConfig.prestart`` and the one judged, at most one per model), so at 15 models it can declare more than at 4.
+``admitted_concurrency``: per level, the evaluate jobs the bounds of a local run on one GPU (``resources.host_resources``
+for a host of ``--host-gib`` and a card of ``--card-gib``: an H200 host by default) let run at once by their declared
+memory, at most its evaluation slots, taken in the suite's order from each problem in turn (the mean); the level's
+judging then runs at the lesser of the measured and the admitted concurrency (``judging_by_level_s``, and
+``judging_s``/``wall_s`` with it). ``--prestart`` declares another batch than the default's (the comparison).
+Prints a table; ``--out`` writes the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from workflow_scripts.core.intervals import covered_seconds  # noqa: E402
+from workflow_scripts.evaluation.resources import (GIB, Memory, Sizes, evaluate_memory,  # noqa: E402
+                                                   host_resources)
 
 BUDGET_S = 90 * 60  # the done-when: the whole study in 90 minutes
 
 
-def study_shape(published: Path) -> dict[str, int]:
-    """Answers, correct answers and problems of the published study (every model, levels overall)."""
+def study_shape(published: Path) -> dict[str, Any]:
+    """Answers, correct answers and problems of the published study (every model, levels overall), and its problems
+    per level."""
     data = json.loads(published.read_text())
-    overall = [model["levels"]["overall"] for model in data["models"].values()]
+    models = list(data["models"].values())
+    overall = [model["levels"]["overall"] for model in models]
+    levels = sorted(level for level in models[0]["levels"] if level != "overall")
     return {"answers": sum(int(o["n"]) for o in overall), "correct": sum(int(o["correct"]) for o in overall),
-            "problems": int(data["benchmark"]["problems"]), "models": len(overall)}
+            "problems": int(data["benchmark"]["problems"]), "models": len(overall),
+            "problems_by_level": {level: int(models[0]["levels"][level]["n"]) for level in levels}}
+
+
+def admitted_concurrency(declared: Sequence[Memory], bounds: Mapping[str, int]) -> float:
+    """The evaluate jobs a local run's ``bounds`` (``resources.host_resources``) let run at once by their declared
+    memory, at most its ``evaluations`` slots: from each job in turn, the jobs after it (in order, wrapping) that fit
+    together beside it, each clipped to the bound as Snakemake clips it; the mean over the starting jobs."""
+    slots = bounds.get("evaluations", 1)
+    mem_bound, gpu_bound = bounds.get("mem_mb", math.inf), bounds.get("gpu_mem_gb", math.inf)
+    counts = []
+    for start in range(len(declared)):
+        mem = gpu = 0.0
+        taken = 0
+        for job in [*declared[start:], *declared[:start]][:slots]:
+            job_mem, job_gpu = min(job.mem_mb, mem_bound), min(job.gpu_mem_gb, gpu_bound)
+            if taken and (mem + job_mem > mem_bound or gpu + job_gpu > gpu_bound):
+                break
+            mem, gpu, taken = mem + job_mem, gpu + job_gpu, taken + 1
+        counts.append(taken)
+    return sum(counts) / len(counts)
+
+
+def study_admission(kernelbench: Path, models: int, host_gib: float, card_gib: float,
+                    prestart: int | None) -> dict[str, float]:
+    """``admitted_concurrency`` per level of a KernelBench checkout, each problem's evaluate job judging ``models``
+    answers on one GPU of ``card_gib`` in a host of ``host_gib``, with the CUDA defaults (``prestart``: another
+    batch). The evaluations alone: baselines running beside them take more of the bounds."""
+    from workflow_scripts.suite.sizes import problem_sizes  # torch: only where a checkout is sized
+
+    evaluation = {"device": "cuda", "prestart": prestart}
+    bounds = host_resources("cuda", ["0"], lambda _: card_gib, int(host_gib * GIB))
+    admitted = {}
+    for folder in sorted((kernelbench / "KernelBench").glob("level[0-9]*")):
+        declared = []
+        for problem in sorted(folder.glob("*.py"), key=lambda path: int(path.name.split("_")[0])):
+            found = problem_sizes(problem)
+            sizes = None if found.error else Sizes(found.input_bytes or 0, found.param_bytes or 0,
+                                                   found.output_bytes or 0, found.forward_peak_bytes)
+            declared.append(evaluate_memory(sizes, evaluation, models))
+        admitted[folder.name.removeprefix("level")] = round(admitted_concurrency(declared, bounds), 2)
+    return admitted
 
 
 def timeline_lines(timeline: Path) -> list[dict]:
@@ -114,16 +175,26 @@ def judging_jobs(results: Path) -> dict[str, tuple[float, list[float]]]:
     return jobs
 
 
-def project(shape: dict[str, int], rates: dict[str, float | int]) -> dict[str, float | bool]:
+def project(shape: dict[str, Any], rates: dict[str, float | int],
+            admitted: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The projection (the module's docstring); ``admitted``: per level, the evaluate jobs the memory bounds admit at
+    once at the study's shape (``study_admission``), which bound that level's judging concurrency."""
     floor = (shape["correct"] * rates["exclusive_per_timed_answer_s"]
              + shape["problems"] * rates["exclusive_per_baseline_s"])
     evaluations = shape["answers"] * rates["evaluation_s_per_answer"]
     per_problem = shape["answers"] / shape["problems"]
-    judging_job_seconds = shape["problems"] * (rates["job_fixed_s"] + per_problem * rates["job_answer_s"])
+    job_s = rates["job_fixed_s"] + per_problem * rates["job_answer_s"]
+    judging_job_seconds = shape["problems"] * job_s
     judging = judging_job_seconds / rates["judging_concurrency"]
+    by_level = None
+    if admitted is not None:
+        by_level = {level: problems * job_s / min(rates["judging_concurrency"], admitted[level])
+                    for level, problems in shape["problems_by_level"].items()}
+        judging = sum(by_level.values())
     baselines = shape["problems"] * rates["baseline_s_per_baseline"]
     wall = max(floor, judging, baselines)
     return {"exclusive_floor_s": round(floor), "evaluations_s": round(evaluations), "judging_s": round(judging),
+            **({} if by_level is None else {"judging_by_level_s": {k: round(v) for k, v in by_level.items()}}),
             "baselines_s": round(baselines),
             "wall_s": round(wall), "wall_min": round(wall / 60, 1), "fits_90_min": wall <= BUDGET_S,
             "busy_share_needed": round(floor / BUDGET_S, 3),
@@ -136,14 +207,23 @@ def main() -> None:
     parser.add_argument("--results", type=Path, required=True)
     parser.add_argument("--published", type=Path, default=ROOT.parent / "shared" / "published" / "results.json")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--kernelbench", type=Path, help="a KernelBench checkout: bound the judging by the memory the "
+                        "study's evaluate jobs declare (admitted_concurrency)")
+    parser.add_argument("--host-gib", type=float, default=128.0, help="the host's memory (default: an H200 host's)")
+    parser.add_argument("--card-gib", type=float, default=139.0, help="the GPU's memory (default: an H200's)")
+    parser.add_argument("--prestart", type=int, help="the batch the evaluate jobs declare (default: the CUDA default)")
     args = parser.parse_args()
     shape, rates = study_shape(args.published), run_rates(args.timeline, args.results)
-    projection = project(shape, rates)
+    admitted = (None if args.kernelbench is None else
+                study_admission(args.kernelbench, shape["models"], args.host_gib, args.card_gib, args.prestart))
+    projection = project(shape, rates, admitted)
     record = {"inputs": {"timeline": str(args.timeline), "results": str(args.results),
-                         "published": str(args.published)},
+                         "published": str(args.published), "kernelbench": str(args.kernelbench),
+                         "host_gib": args.host_gib, "card_gib": args.card_gib, "prestart": args.prestart},
               "study": shape, "run": {k: round(v, 3) if isinstance(v, float) else v for k, v in rates.items()},
+              **({} if admitted is None else {"admitted_concurrency": admitted}),
               "projection": projection}
-    emit(record, ("study", "run", "projection"), args.out)
+    emit(record, ("study", "run", *(() if admitted is None else ("admitted_concurrency",)), "projection"), args.out)
 
 
 def emit(record: dict, sections: tuple[str, ...], out: Path | None) -> None:

@@ -11,7 +11,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-from project_study import BUDGET_S, project  # noqa: E402
+from project_study import BUDGET_S, admitted_concurrency, project, study_admission  # noqa: E402
+
+from workflow_scripts.evaluation.resources import Memory  # noqa: E402
 from wall_bound import autotune_windows, entry_waits, idle_breakdown  # noqa: E402
 
 
@@ -78,6 +80,38 @@ def test_the_projection_says_how_many_judging_jobs_at_once_the_budget_needs() ->
     assert projection["judging_concurrency_needed"] == round(job_seconds / BUDGET_S, 2)  # 3.22 jobs at once
     assert projection["exclusive_floor_s"] == 1200 * 1.5 + 200 * 5.0
     assert projection["wall_s"] == max(projection["judging_s"], 200 * 12.0, 2800) and not projection["fits_90_min"]
+
+
+def test_the_memory_bounds_admit_the_jobs_that_fit_together_from_each_job_in_turn() -> None:
+    bounds = {"evaluations": 4, "mem_mb": 100, "gpu_mem_gb": 10}
+    assert admitted_concurrency([Memory(20, 2)] * 6, bounds) == 4  # the slots bound small jobs
+    # From each of the three: the large job runs alone (clipped to the bound), the two small ones together (and the
+    # large one after them does not fit).
+    assert admitted_concurrency([Memory(60, 2), Memory(30, 2), Memory(500, 1)], bounds) == pytest.approx(4 / 3)
+    assert admitted_concurrency([Memory(10, 6), Memory(10, 6)], bounds) == 1  # the card's bound
+    assert admitted_concurrency([Memory(10, 1)], {}) == 1  # unbounded: one slot
+
+
+def test_each_level_s_judging_runs_at_most_as_many_jobs_at_once_as_its_memory_admits() -> None:
+    shape = {"answers": 3000, "correct": 1200, "problems": 200, "models": 15, "problems_by_level": {"1": 100, "2": 100}}
+    rates = {"exclusive_per_timed_answer_s": 1.5, "exclusive_per_baseline_s": 5.0, "evaluation_s_per_answer": 4.0,
+             "baseline_s_per_baseline": 12.0, "job_fixed_s": 12.0, "job_answer_s": 5.0, "judging_concurrency": 3.0}
+    projection = project(shape, rates, {"1": 1.5, "2": 4.0})
+    job_s = 12.0 + 15 * 5.0
+    assert projection["judging_by_level_s"] == {"1": round(100 * job_s / 1.5), "2": round(100 * job_s / 3.0)}
+    assert projection["judging_s"] == round(100 * job_s / 1.5 + 100 * job_s / 3.0)
+    assert projection["judging_s"] > project(shape, rates)["judging_s"]
+
+
+def test_at_the_study_s_shape_the_default_batch_lets_an_h200_host_judge_four_level_2_problems_at_once(
+        kb_dir: Path) -> None:
+    # 15 models: each evaluate job declares the answer processes it keeps alive. With the default batch (4) nearly
+    # every run of four consecutive level-2 problems fits an H200 host's bounds; with a batch of 15, as before, a
+    # third of the slots went unused.
+    default = study_admission(kb_dir, 15, 128.0, 139.0, None)
+    batch_of_15 = study_admission(kb_dir, 15, 128.0, 139.0, 15)
+    assert default["2"] >= 3.9 and batch_of_15["2"] < 3.0
+    assert default["1"] > batch_of_15["1"]
 
 
 def test_autotune_windows_say_how_many_a_shorter_linger_would_split() -> None:

@@ -233,9 +233,11 @@ def test_the_estimate_is_monotone_in_every_size_and_in_the_answers_judged() -> N
                 assert [m.gpu_mem_gb for m in seen] == sorted(m.gpu_mem_gb for m in seen), (config, field)
         by_answers = [evaluate_memory(sizes(1), config, n) for n in (1, 2, 5, 15)]
         assert [m.mem_mb for m in by_answers] == sorted(m.mem_mb for m in by_answers)
-    # On CUDA up to 16 answer processes live at once (the one judged plus a batch of 15), capped by the answers; on
-    # the CPU two.
-    assert evaluate_memory(sizes(1), CUDA, 15).mem_mb > evaluate_memory(sizes(1), CUDA, 2).mem_mb
+    # On CUDA up to 5 answer processes live at once (the one judged plus a batch of 4), capped by the answers; on the
+    # CPU two. A configured batch declares its own.
+    assert evaluate_memory(sizes(1), CUDA, 15) == evaluate_memory(sizes(1), CUDA, 5)
+    assert evaluate_memory(sizes(1), CUDA, 5).mem_mb > evaluate_memory(sizes(1), CUDA, 4).mem_mb
+    assert evaluate_memory(sizes(1), {**CUDA, "prestart": 14}, 15).mem_mb > evaluate_memory(sizes(1), CUDA, 15).mem_mb
     assert evaluate_memory(sizes(1), CPU, 15) == evaluate_memory(sizes(1), CPU, 2)
 
 

@@ -31,13 +31,21 @@ class DeviceDefaults:
     warmup: int  # untimed calls before them
     answer_timeout_s: float  # one answer's whole evaluation
     baseline_timeout_s: float  # each baseline child (eager, compile)
+    prestart: int  # answer processes an evaluate job starts at once, ahead of their answers (EvalConfig.prestart)
 
 
 # KernelBench's protocol on the GPU (3 warm-up calls, 100 timed trials); on the CPU the Triton interpreter is about a
 # thousand times slower: fewer trials, and time for it.
+# Answer processes started at once on CUDA: 4, a whole job's worth in a 4-model run. An evaluate job keeps a batch and
+# the answer being judged alive, and declares their memory (resources.answer_processes): at the study's 15 answers per
+# problem a batch of 15 declared 16 processes (a CUDA context and 1.5 GiB of host memory each, beside their input and
+# output areas), and the declared memory let an H200 host run 2.71 level-2 evaluate jobs at once on average, against
+# 3.94 with 4 (1.29 and 1.93 of level 1; bench/project_study.py --kernelbench, bench/README.md s35). A process's start takes 3-5 s on the host and 0.2 s on
+# the device (bench/archive/NOTES.md, eleventh session), hidden behind the answers before it except where a batch ends.
 DEVICE_DEFAULTS: dict[str, DeviceDefaults] = {
-    "cuda": DeviceDefaults(timing_trials=100, warmup=3, answer_timeout_s=1200.0, baseline_timeout_s=1800.0),
-    "cpu": DeviceDefaults(timing_trials=10, warmup=1, answer_timeout_s=300.0, baseline_timeout_s=600.0),
+    "cuda": DeviceDefaults(timing_trials=100, warmup=3, answer_timeout_s=1200.0, baseline_timeout_s=1800.0,
+                           prestart=4),
+    "cpu": DeviceDefaults(timing_trials=10, warmup=1, answer_timeout_s=300.0, baseline_timeout_s=600.0, prestart=1),
 }
 
 
@@ -143,10 +151,10 @@ class EvalConfig(RunConfig):
     # watchdog on the CPU, where the Triton interpreter's speed says nothing about the reference's.
     watchdog_floor_s: float | None = None
     # Answer processes started at once, ahead of their answers (a process takes seconds to start: torch, CUDA,
-    # Triton's driver, and none may start while an answer is timed, so each batch costs one wait). None: 15 on CUDA
-    # (the study's answers per problem; an idle child holds a CUDA context and the L2 flush buffer, under 1 GiB of
-    # GPU memory), 1 on the CPU. Bounded by host memory: each holds its own input and output areas
-    # (ProblemEvaluator.batch_size).
+    # Triton's driver, and none may start while an answer is timed, so each batch costs one wait). None: the device's
+    # (DEVICE_DEFAULTS: 4 on CUDA, where an idle child holds a CUDA context and the L2 flush buffer; 1 on the CPU).
+    # Bounded by host memory: each holds its own input and output areas (ProblemEvaluator.batch_size). Not in the
+    # store key: it changes when an answer is judged, not its result.
     prestart: int | None = None
     # Whether an evaluate job's shared GPU lease steps aside for other jobs' timing between the job's own GPU steps
     # (gpu_lock.YieldingLease, as baselines do), stopping its answer's process meanwhile; off: the lease lasts the
@@ -197,7 +205,7 @@ class EvalConfig(RunConfig):
         return cls(**settings)
 
     def prestart_count(self) -> int:
-        return max(1, int(self.prestart if self.prestart is not None else (15 if self.device == "cuda" else 1)))
+        return max(1, int(self.prestart if self.prestart is not None else DEVICE_DEFAULTS[self.device].prestart))
 
     def watchdog_limits(self) -> tuple[float, float] | None:
         """(first call, later calls) floors in seconds, or None without a watchdog."""

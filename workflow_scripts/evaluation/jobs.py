@@ -20,7 +20,7 @@ from workflow_scripts.evaluation.gpu_lock import host_locks
 
 # Config keys that say where or how a job runs but cannot change its result: never part of a key.
 NOT_IN_KEY = {"gpu_index", "gpus", "lock_dir", "keep_workdir", "hidden_seeds", "timing_seed", "post_timing_seed",
-              "hidden_paths", "compile_cache", "compile_threads", "yield_gpu", "compile_beside_timing"}
+              "hidden_paths", "compile_cache", "compile_threads", "yield_gpu", "compile_beside_timing", "prestart"}
 # Config keys that are Snakemake resources, not run settings.
 RESOURCE_KEYS = {"memory_gb"}
 

@@ -159,7 +159,7 @@ def forward_gib(sizes: Sizes, use_trace: bool = True) -> float:
 
 
 def answer_processes(evaluation: Mapping[str, Any], answers: int) -> int:
-    """Answer processes alive at once in one evaluate job: a batch of ``EvalConfig.prestart_count()`` (15 on CUDA,
+    """Answer processes alive at once in one evaluate job: a batch of ``EvalConfig.prestart_count()`` (4 on CUDA,
     1 on the CPU) plus the next batch, started while the last answer of a batch is checked, i.e. the current answer
     and one batch; never more than the job's answers (its own model's and the companions', one per model)."""
     from workflow_scripts.evaluation.config import EvalConfig
