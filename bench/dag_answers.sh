@@ -4,6 +4,8 @@
 # config/dag_bench.yaml reads and the device call carries. Fetched code is never committed: bring the mirrors first
 # with the search tool's fetch (github:hzeng2000/KernelBench, github:Alisehen/LLMKernel), then
 #   bash bench/dag_answers.sh [MIRRORS (default /work/.mirror)] [IDS (default: config/dag_bench.yaml's 20)]
+# ROUNDS=11 also writes the CudaForge agent's earlier rounds, the k-th oldest as deepseek-cudaforge-r<k> (k = 1..ROUNDS;
+# a problem with fewer earlier rounds has no answer there): the extra answer sets of config/study_shape.yaml.
 # Sources, pinned (both MIT):
 # - hzeng2000/KernelBench 833e16d: KernelBench's own generator, one-shot Triton prompt, temperature 0, one sample:
 #   runs/level_2_backend_triton_model_Kimi-K2-0905/ and ..._grok-code-fast-1/, level_2_problem_<id>_sample_0_kernel.py
@@ -29,8 +31,15 @@ for model in Kimi-K2-0905 grok-code-fast-1; do
 done
 mkdir -p "$OUT/deepseek-cudaforge"
 for id in $IDS; do
-  newest=$($AL ls-tree -r --name-only "$AL_COMMIT" results/level2/ | grep -E "^results/level2/${id}_[^/]*/code/kernel_.*\.py$" | sort | tail -1 || true)
+  rounds=$($AL ls-tree -r --name-only "$AL_COMMIT" results/level2/ | grep -E "^results/level2/${id}_[^/]*/code/kernel_.*\.py$" | sort || true)
+  newest=$(tail -1 <<< "$rounds")
   if [ -n "$newest" ]; then $AL show "$AL_COMMIT:$newest" | fenced > "$OUT/deepseek-cudaforge/level2_$id.txt"
   else echo "deepseek-cudaforge: no answer to level 2 problem $id (the pipeline judges it missing)"; fi
+  k=0
+  for earlier in $(head -n -1 <<< "$rounds" | head -n "${ROUNDS:-0}"); do
+    k=$((k + 1))
+    mkdir -p "$OUT/deepseek-cudaforge-r$k"
+    $AL show "$AL_COMMIT:$earlier" | fenced > "$OUT/deepseek-cudaforge-r$k/level2_$id.txt"
+  done
 done
 ls "$OUT"/* | head -3; echo "$(ls $OUT/*/*.txt | wc -l) completions in $OUT"
