@@ -19,6 +19,10 @@ HZ="git --git-dir=$MIRRORS/hzeng2000+KernelBench/repo"
 AL="git --git-dir=$MIRRORS/Alisehen+LLMKernel/repo"
 HZ_COMMIT=833e16d179fa5fd2ea8c69f4134658880b841517
 AL_COMMIT=d078a38dfe4b331d7fc71ee22a9f013bf151bb73
+[[ ${ROUNDS:-0} =~ ^[0-9]+$ ]] || { echo "ROUNDS must be a number of rounds, got '$ROUNDS'" >&2; exit 2; }
+for mirror in "$HZ cat-file -e $HZ_COMMIT^{commit}" "$AL cat-file -e $AL_COMMIT^{commit}"; do
+  $mirror 2>/dev/null || { echo "no pinned commit in the mirrors under $MIRRORS: $mirror (fetch them first)" >&2; exit 2; }
+done
 fenced() { printf '```python\n'; cat; printf '\n```\n'; }
 for model in Kimi-K2-0905 grok-code-fast-1; do
   mkdir -p "$OUT/$model"

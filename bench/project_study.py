@@ -43,13 +43,16 @@ evaluate job declares the memory of the answer processes it keeps alive (``resou
 for a host of ``--host-gib`` and a card of ``--card-gib``: an H200 host by default) let run at once by their declared
 memory, at most its evaluation slots, taken in the suite's order from each problem in turn (the mean); the level's
 judging then runs at the lesser of the measured and the admitted concurrency (``judging_by_level_s``, and
-``judging_s``/``wall_s`` with it). ``--prestart`` declares another batch than the default's (the comparison).
+``judging_s``/``wall_s`` with it). ``--prestart`` declares another batch than the default's (the comparison);
+``batch_waits``: the batches a study's job starts beyond its first, whose possible waits before a timing (a few
+seconds each) the run's per-answer cost does not hold.
 Prints a table; ``--out`` writes the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -62,6 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from workflow_scripts.core.intervals import covered_seconds  # noqa: E402
+from workflow_scripts.evaluation.config import EvalConfig  # noqa: E402
 from workflow_scripts.evaluation.resources import (GIB, Memory, Sizes, evaluate_memory,  # noqa: E402
                                                    host_resources)
 
@@ -75,15 +79,21 @@ def study_shape(published: Path) -> dict[str, Any]:
     models = list(data["models"].values())
     overall = [model["levels"]["overall"] for model in models]
     levels = sorted(level for level in models[0]["levels"] if level != "overall")
+    by_level = {level: int(models[0]["levels"][level]["n"]) for level in levels}
+    problems = int(data["benchmark"]["problems"])
+    if sum(by_level.values()) != problems:
+        raise SystemExit(f"{published}: the levels' problems {by_level} do not add up to the benchmark's {problems}")
     return {"answers": sum(int(o["n"]) for o in overall), "correct": sum(int(o["correct"]) for o in overall),
-            "problems": int(data["benchmark"]["problems"]), "models": len(overall),
-            "problems_by_level": {level: int(models[0]["levels"][level]["n"]) for level in levels}}
+            "problems": problems, "models": len(overall), "problems_by_level": by_level}
 
 
 def admitted_concurrency(declared: Sequence[Memory], bounds: Mapping[str, int]) -> float:
     """The evaluate jobs a local run's ``bounds`` (``resources.host_resources``) let run at once by their declared
     memory, at most its ``evaluations`` slots: from each job in turn, the jobs after it (in order, wrapping) that fit
-    together beside it, each clipped to the bound as Snakemake clips it; the mean over the starting jobs."""
+    together beside it, each clipped to the bound as Snakemake clips it; the mean over the starting jobs. Pessimistic
+    where a large job follows small ones: Snakemake's scheduler may pass it over for smaller jobs after it."""
+    if not declared:
+        raise ValueError("no jobs to admit")
     slots = bounds.get("evaluations", 1)
     mem_bound, gpu_bound = bounds.get("mem_mb", math.inf), bounds.get("gpu_mem_gb", math.inf)
     counts = []
@@ -99,25 +109,35 @@ def admitted_concurrency(declared: Sequence[Memory], bounds: Mapping[str, int]) 
     return sum(counts) / len(counts)
 
 
-def study_admission(kernelbench: Path, models: int, host_gib: float, card_gib: float,
+def study_admission(kernelbench: Path, levels: Sequence[str], models: int, host_gib: float, card_gib: float,
                     prestart: int | None) -> dict[str, float]:
-    """``admitted_concurrency`` per level of a KernelBench checkout, each problem's evaluate job judging ``models``
-    answers on one GPU of ``card_gib`` in a host of ``host_gib``, with the CUDA defaults (``prestart``: another
-    batch). The evaluations alone: baselines running beside them take more of the bounds."""
-    from workflow_scripts.suite.sizes import problem_sizes  # torch: only where a checkout is sized
-
+    """``admitted_concurrency`` for each of ``levels`` of a KernelBench checkout, each problem's evaluate job judging
+    ``models`` answers on one GPU of ``card_gib`` in a host of ``host_gib``, with the CUDA defaults (``prestart``:
+    another batch). The evaluations alone: baselines running beside them take more of the bounds."""
     evaluation = {"device": "cuda", "prestart": prestart}
     bounds = host_resources("cuda", ["0"], lambda _: card_gib, int(host_gib * GIB))
     admitted = {}
-    for folder in sorted((kernelbench / "KernelBench").glob("level[0-9]*")):
-        declared = []
-        for problem in sorted(folder.glob("*.py"), key=lambda path: int(path.name.split("_")[0])):
-            found = problem_sizes(problem)
-            sizes = None if found.error else Sizes(found.input_bytes or 0, found.param_bytes or 0,
-                                                   found.output_bytes or 0, found.forward_peak_bytes)
-            declared.append(evaluate_memory(sizes, evaluation, models))
-        admitted[folder.name.removeprefix("level")] = round(admitted_concurrency(declared, bounds), 2)
+    for level in levels:
+        problems = level_sizes(kernelbench / "KernelBench" / f"level{level}")
+        if not problems:
+            raise SystemExit(f"{kernelbench}: no problems of level {level} (a KernelBench checkout's KernelBench/level<N>)")
+        declared = [evaluate_memory(sizes, evaluation, models) for sizes in problems]
+        admitted[level] = round(admitted_concurrency(declared, bounds), 2)
     return admitted
+
+
+@functools.cache
+def level_sizes(folder: Path) -> tuple[Sizes | None, ...]:
+    """The sizes of a level's problems on the meta device, in the suite's order (None: a problem that does not
+    build there, whose job declares the fallback)."""
+    from workflow_scripts.suite.sizes import problem_sizes  # torch: only where a checkout is sized
+
+    sizes = []
+    for problem in sorted(folder.glob("*.py"), key=lambda path: int(path.name.split("_")[0])):
+        found = problem_sizes(problem)
+        sizes.append(None if found.error else Sizes(found.input_bytes or 0, found.param_bytes or 0,
+                                                    found.output_bytes or 0, found.forward_peak_bytes))
+    return tuple(sizes)
 
 
 def timeline_lines(timeline: Path) -> list[dict]:
@@ -178,7 +198,9 @@ def judging_jobs(results: Path) -> dict[str, tuple[float, list[float]]]:
 def project(shape: dict[str, Any], rates: dict[str, float | int],
             admitted: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The projection (the module's docstring); ``admitted``: per level, the evaluate jobs the memory bounds admit at
-    once at the study's shape (``study_admission``), which bound that level's judging concurrency."""
+    once at the study's shape (``study_admission``), which bound that level's judging concurrency. The per-answer
+    cost is the run's, whose jobs started each answer's process in one batch: where the study's jobs start more
+    batches (``batch_waits``), each may make a timing wait for the next batch's start, which is not counted."""
     floor = (shape["correct"] * rates["exclusive_per_timed_answer_s"]
              + shape["problems"] * rates["exclusive_per_baseline_s"])
     evaluations = shape["answers"] * rates["evaluation_s_per_answer"]
@@ -215,11 +237,16 @@ def main() -> None:
     args = parser.parse_args()
     shape, rates = study_shape(args.published), run_rates(args.timeline, args.results)
     admitted = (None if args.kernelbench is None else
-                study_admission(args.kernelbench, shape["models"], args.host_gib, args.card_gib, args.prestart))
+                study_admission(args.kernelbench, list(shape["problems_by_level"]), shape["models"], args.host_gib,
+                                args.card_gib, args.prestart))
     projection = project(shape, rates, admitted)
-    record = {"inputs": {"timeline": str(args.timeline), "results": str(args.results),
-                         "published": str(args.published), "kernelbench": str(args.kernelbench),
-                         "host_gib": args.host_gib, "card_gib": args.card_gib, "prestart": args.prestart},
+    inputs: dict[str, Any] = {"timeline": str(args.timeline), "results": str(args.results),
+                              "published": str(args.published)}
+    if admitted is not None:
+        batch = EvalConfig(device="cuda", prestart=args.prestart).prestart_count()
+        inputs.update(kernelbench=str(args.kernelbench), host_gib=args.host_gib, card_gib=args.card_gib,
+                      prestart=batch, batch_waits=math.ceil(shape["models"] / batch) - 1)
+    record = {"inputs": inputs,
               "study": shape, "run": {k: round(v, 3) if isinstance(v, float) else v for k, v in rates.items()},
               **({} if admitted is None else {"admitted_concurrency": admitted}),
               "projection": projection}

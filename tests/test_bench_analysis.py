@@ -85,11 +85,14 @@ def test_the_projection_says_how_many_judging_jobs_at_once_the_budget_needs() ->
 def test_the_memory_bounds_admit_the_jobs_that_fit_together_from_each_job_in_turn() -> None:
     bounds = {"evaluations": 4, "mem_mb": 100, "gpu_mem_gb": 10}
     assert admitted_concurrency([Memory(20, 2)] * 6, bounds) == 4  # the slots bound small jobs
-    # From each of the three: the large job runs alone (clipped to the bound), the two small ones together (and the
-    # large one after them does not fit).
+    # From each of the three: the large job runs alone, the two small ones together (and the large one after them
+    # does not fit).
     assert admitted_concurrency([Memory(60, 2), Memory(30, 2), Memory(500, 1)], bounds) == pytest.approx(4 / 3)
     assert admitted_concurrency([Memory(10, 6), Memory(10, 6)], bounds) == 1  # the card's bound
-    assert admitted_concurrency([Memory(10, 1)], {}) == 1  # unbounded: one slot
+    # A job asking more than the card is clipped to it, as Snakemake clips it: one asking none still fits beside.
+    assert admitted_concurrency([Memory(10, 50), Memory(10, 0)], bounds) == 2
+    with pytest.raises(ValueError):
+        admitted_concurrency([], bounds)
 
 
 def test_each_level_s_judging_runs_at_most_as_many_jobs_at_once_as_its_memory_admits() -> None:
@@ -108,8 +111,8 @@ def test_at_the_study_s_shape_the_default_batch_lets_an_h200_host_judge_four_lev
     # 15 models: each evaluate job declares the answer processes it keeps alive. With the default batch (4) nearly
     # every run of four consecutive level-2 problems fits an H200 host's bounds; with a batch of 15, as before, a
     # third of the slots went unused.
-    default = study_admission(kb_dir, 15, 128.0, 139.0, None)
-    batch_of_15 = study_admission(kb_dir, 15, 128.0, 139.0, 15)
+    default = study_admission(kb_dir, ["1", "2"], 15, 128.0, 139.0, None)
+    batch_of_15 = study_admission(kb_dir, ["1", "2"], 15, 128.0, 139.0, 15)
     assert default["2"] >= 3.9 and batch_of_15["2"] < 3.0
     assert default["1"] > batch_of_15["1"]
 

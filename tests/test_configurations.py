@@ -32,7 +32,7 @@ def test_every_configuration_has_its_own_results_folder_and_store() -> None:
         for other, elsewhere in folders.items():
             assert other == name or folder not in elsewhere.parents, (name, other)  # none nested in another
     for name in ("demo", "study", "h200", "dag bench", "dag bench, evaluations yielding",
-                 "dag bench, study's shape"):  # its store inside it
+                 "dag bench, study's shape", "dag bench, autotuning in the job's turn"):  # its store inside it
         config = configuration(CONFIGURATIONS[name])
         assert PurePosixPath(config["results_dir"]) in PurePosixPath(workflow_configuration.store_dir(config)).parents, name
     exact = configuration(CONFIGURATIONS["study, KernelBench exact"])

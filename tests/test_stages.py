@@ -68,7 +68,8 @@ def test_key_params_leave_out_placement_and_secrets() -> None:
     from workflow_scripts.evaluation.answer import EvalConfig
 
     a = key_params(EvalConfig(device="cpu", gpu_index=0, lock_dir="/x", hidden_seeds=[1]))
-    b = key_params(EvalConfig(device="cpu", gpu_index=3, lock_dir="/y", hidden_seeds=[2]))
+    # How many answer processes start at once changes when an answer is judged, not its result.
+    b = key_params(EvalConfig(device="cpu", gpu_index=3, lock_dir="/y", hidden_seeds=[2], prestart=4))
     assert a == b
     assert key_params(EvalConfig(device="cpu", atol=1e-3)) != a
 
