@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from workflow_scripts.devtools.workspace import copy_workflow
-from workflow_scripts.evaluation.resources import (FLOOR_MEM_MB, HOST_MEMORY_SHARE, JOBS_PER_GPU, MAX_COMPILE_THREADS,
+from workflow_scripts.evaluation.resources import (CHILD_PROCESS_GIB, FLOOR_MEM_MB, HOST_MEMORY_SHARE, JOBS_PER_GPU,
+                                                   MAX_COMPILE_THREADS,
                                                    Memory, Sizes, baseline_memory, baseline_reserved_cores,
                                                    baseline_slots, compile_threads, evaluate_memory, forward_gib,
                                                    host_memory_bytes, host_resources, job_memory, problem_gpu_gib,
@@ -239,6 +240,19 @@ def test_the_estimate_is_monotone_in_every_size_and_in_the_answers_judged() -> N
     assert evaluate_memory(sizes(1), CUDA, 5).mem_mb > evaluate_memory(sizes(1), CUDA, 4).mem_mb
     assert evaluate_memory(sizes(1), {**CUDA, "prestart": 14}, 15).mem_mb > evaluate_memory(sizes(1), CUDA, 15).mem_mb
     assert evaluate_memory(sizes(1), CPU, 15) == evaluate_memory(sizes(1), CPU, 2)
+
+
+def test_the_inputs_builders_and_the_answers_areas_count_once_as_the_larger_phase() -> None:
+    # A 6 GiB reduction (outputs of a few bytes): while the reference side is prepared, five helpers each hold a
+    # trial's inputs (30 GiB); the answers' areas come only after that, 6 GiB each. A second answer adds its process,
+    # not its areas, until the answers' areas outgrow the helpers'.
+    reduction = Sizes(6 * GIB, 0, 16)
+    one, two = (evaluate_memory(reduction, CUDA, n).mem_mb for n in (1, 2))
+    assert (two - one) * 1e6 == pytest.approx(CHILD_PROCESS_GIB * GIB, abs=1e6)
+    four, five = (evaluate_memory(reduction, CUDA, n).mem_mb for n in (4, 5))
+    assert (five - four) * 1e6 == pytest.approx(CHILD_PROCESS_GIB * GIB, abs=1e6)  # 30 GiB of areas: a tie
+    six = evaluate_memory(Sizes(6 * GIB, 0, 16), {**CUDA, "prestart": 5}, 6).mem_mb
+    assert (six - five) * 1e6 == pytest.approx((CHILD_PROCESS_GIB + 6) * GIB, abs=1e6)  # the areas outgrow them
 
 
 def test_nothing_is_capped_and_the_cpu_declares_no_gpu_memory() -> None:

@@ -179,15 +179,12 @@ def evaluate_memory(sizes: Sizes | None, evaluation: Mapping[str, Any], answers:
     timed = bool(evaluation.get("time_answer", True))
     slots = answer_processes(evaluation, answers)
 
+    # Held for the whole job.
     host = TRUSTED_PROCESS_GIB
     host += p  # Model(*init) is built on the host and then moved (.to(device)); on the CPU it stays there
-    host += trials * i  # one sealed input area per seeded trial (KernelBench's 5 inputs), held for the whole job
-    # The trials being built by get_inputs() on the CPU before they are written into their areas: one, or for
-    # multi-GB inputs one per helper process, side by side (reference._start_builders; at most one per trial).
-    host += (trials if sizes.input_bytes >= PARALLEL_INPUTS_MIN_BYTES else 1) * i
+    host += trials * i  # one sealed input area per seeded trial (KernelBench's 5 inputs)
     host += i if timed else 0  # the timing inputs' area, shared by every answer
-    host += slots * (i + o)  # each live answer's own secret-input and output areas (start_slot)
-    host += slots * CHILD_PROCESS_GIB  # each live answer process beyond those areas
+    host += slots * CHILD_PROCESS_GIB  # each live answer process beyond its areas (the first start during preparing)
     if cuda:
         # The reference's timing outputs wait on the host once they reach 1 GiB (the GPU keeps room for answers).
         host += o if timed and o >= LARGE_OUTPUT_GIB else 0
@@ -197,9 +194,16 @@ def evaluate_memory(sizes: Sizes | None, evaluation: Mapping[str, Any], answers:
     else:
         host += (trials + timed) * o  # the reference outputs (seeded and timing) stay in host memory
         host += i if timed else 0  # the timing inputs as tensors, besides their area (the reference is timed on them)
-        # The running answer's tensors: no device memory on the CPU, so its forward (its copy of the inputs read
-        # from the areas, its outputs, intermediates) and the trusted side's copy of its outputs are host memory.
-        host += forward_gib(sizes) + o
+    # Then the larger of two phases that never overlap (reference.ReferenceSide.prepare, then
+    # answer.ProblemEvaluator.hand_areas): while the reference side is prepared, the trials being built by
+    # get_inputs() before they are written into their areas, one, or for multi-GB inputs one per helper process side
+    # by side (reference._start_builders, every helper ended before the first forward); while answers are judged,
+    # each live answer's own secret-input and output areas (start_slot: handed out once the side is prepared) and,
+    # on the CPU, where no device memory holds them, the running answer's forward (its copy of the inputs read from
+    # the areas, its outputs, intermediates) and the trusted side's copy of its outputs.
+    building = (trials if sizes.input_bytes >= PARALLEL_INPUTS_MIN_BYTES else 1) * i
+    judging = slots * (i + o) + (0 if cuda else forward_gib(sizes) + o)
+    host += max(building, judging)
     mem_mb = max(FLOOR_MEM_MB, math.ceil(host * GIB / 1e6))
 
     gpu = 0.0
