@@ -253,6 +253,12 @@ def test_the_inputs_builders_and_the_answers_areas_count_once_as_the_larger_phas
     assert (five - four) * 1e6 == pytest.approx(CHILD_PROCESS_GIB * GIB, abs=1e6)  # 30 GiB of areas: a tie
     six = evaluate_memory(Sizes(6 * GIB, 0, 16), {**CUDA, "prestart": 5}, 6).mem_mb
     assert (six - five) * 1e6 == pytest.approx((CHILD_PROCESS_GIB + 6) * GIB, abs=1e6)  # the areas outgrow them
+    # Judging holds more than the areas: where judging on the device runs out of memory it is done again on the host,
+    # the reference's outputs copied there beside the buffer the answer's are read into. 6 GiB of outputs: the
+    # timing outputs and 5 seeded ones kept on the host, one answer's areas, and those two copies.
+    wide = evaluate_memory(Sizes(MIB, 0, 6 * GIB), CUDA, 1).mem_mb * 1e6 / GIB
+    assert wide == pytest.approx(2 + 5 / 1024 + 1 / 1024 + CHILD_PROCESS_GIB + 6 + 5 * 6 + (1 / 1024 + 6) + 2 * 6,
+                                 abs=0.01)
 
 
 def test_nothing_is_capped_and_the_cpu_declares_no_gpu_memory() -> None:

@@ -198,11 +198,16 @@ def evaluate_memory(sizes: Sizes | None, evaluation: Mapping[str, Any], answers:
     # answer.ProblemEvaluator.hand_areas): while the reference side is prepared, the trials being built by
     # get_inputs() before they are written into their areas, one, or for multi-GB inputs one per helper process side
     # by side (reference._start_builders, every helper ended before the first forward); while answers are judged,
-    # each live answer's own secret-input and output areas (start_slot: handed out once the side is prepared) and,
-    # on the CPU, where no device memory holds them, the running answer's forward (its copy of the inputs read from
-    # the areas, its outputs, intermediates) and the trusted side's copy of its outputs.
+    # each live answer's own secret-input and output areas (start_slot: handed out once the side is prepared), and
+    # what judging an output holds on the host:
+    # - on CUDA, where judging on the device runs out of memory and is done again on the CPU (session._judge), the
+    #   reference's outputs copied to the host and the buffer the answer's are read into (kept for the job);
+    # - on the CPU, where no device memory holds them, the running answer's forward (its copy of the inputs read from
+    #   the areas, its outputs, intermediates) and the trusted side's copy of its outputs, a secret trial's reference
+    #   outputs kept while the answer runs, and, while a checked timed call is judged, the answer's timing inputs and
+    #   their fresh snapshot, its model and the trusted side's own forward beside them.
     building = (trials if sizes.input_bytes >= PARALLEL_INPUTS_MIN_BYTES else 1) * i
-    judging = slots * (i + o) + (0 if cuda else forward_gib(sizes) + o)
+    judging = slots * (i + o) + (2 * o if cuda else forward_gib(sizes) + o + o + 2 * i + p)
     host += max(building, judging)
     mem_mb = max(FLOOR_MEM_MB, math.ceil(host * GIB / 1e6))
 
