@@ -26,7 +26,7 @@ from project_study import emit  # noqa: E402
 
 from workflow_scripts.evaluation.resources import (GIB, INTERMEDIATES_GIB, TRACED_MARGIN_GIB, Sizes,  # noqa: E402
                                                    baseline_memory, evaluate_memory, forward_gib, sizes_bound_gib,
-                                                   traced_bound_gib)
+                                                   sizes_of, traced_bound_gib)
 from workflow_scripts.suite.sizes import problem_sizes  # noqa: E402
 
 CUDA = {"device": "cuda", "correctness_trials": 5}
@@ -40,9 +40,8 @@ def measured(kernelbench: Path, anchors: Path) -> list[dict]:
         if found.error:
             print(f"left out: level {anchor['level']} {anchor['name']}: {found.error}", file=sys.stderr)
             continue
-        sizes = Sizes(found.input_bytes, found.param_bytes, found.output_bytes, found.forward_peak_bytes)
-        rows.append({"level": anchor["level"], "problem_id": int(anchor["name"].split("_")[0]), "sizes": sizes,
-                     "peak_gib": anchor["peak_GB"] * 1e9 / GIB})
+        rows.append({"level": anchor["level"], "problem_id": int(anchor["name"].split("_")[0]),
+                     "sizes": sizes_of(found), "peak_gib": anchor["peak_GB"] * 1e9 / GIB})
     return rows
 
 

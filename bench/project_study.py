@@ -39,10 +39,10 @@ With ``--kernelbench`` (a checkout: every problem of levels 1 and 2 sized on the
 bounded by what the run's memory bounds admit at the study's shape, which a run of fewer models does not show: an
 evaluate job declares the memory of the answer processes it keeps alive (``resources.answer_processes``: the batch of
 ``EvalConfig.prestart`` and the one judged, at most one per model), so at 15 models it can declare more than at 4.
-``admitted_concurrency``: per level, the evaluate jobs the bounds of a local run on one GPU (``resources.host_resources``
-for a host of ``--host-gib`` and a card of ``--card-gib``: an H200 host by default) let run at once by their declared
-memory, at most its evaluation slots, taken in the suite's order from each problem in turn (the mean); the level's
-judging then runs at the lesser of the measured and the admitted concurrency (``judging_by_level_s``, and
+``admitted_concurrency``: per level, the evaluate jobs the bounds of a local run on one GPU
+(``resources.host_resources`` for a host of ``--host-gib`` and a card of ``--card-gib``: an H200 host by default) let
+run at once by their declared memory, at most its evaluation slots, taken in the suite's order from each problem in
+turn (the mean); the level's judging then runs at the lesser of the measured and the admitted concurrency (``judging_by_level_s``, and
 ``judging_s``/``wall_s`` with it). ``--prestart`` declares another batch than the default's (the comparison);
 ``batch_waits``: the batches a study's job starts beyond its first, whose possible waits before a timing (a few
 seconds each) the run's per-answer cost does not hold.
@@ -67,7 +67,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 from workflow_scripts.core.intervals import covered_seconds  # noqa: E402
 from workflow_scripts.evaluation.config import EvalConfig  # noqa: E402
 from workflow_scripts.evaluation.resources import (GIB, Memory, Sizes, evaluate_memory,  # noqa: E402
-                                                   host_resources)
+                                                   host_resources, sizes_of)
 
 BUDGET_S = 90 * 60  # the done-when: the whole study in 90 minutes
 
@@ -120,7 +120,8 @@ def study_admission(kernelbench: Path, levels: Sequence[str], models: int, host_
     for level in levels:
         problems = level_sizes(kernelbench / "KernelBench" / f"level{level}")
         if not problems:
-            raise SystemExit(f"{kernelbench}: no problems of level {level} (a KernelBench checkout's KernelBench/level<N>)")
+            raise SystemExit(f"{kernelbench}: no problems of level {level} "
+                             "(a KernelBench checkout's KernelBench/level<N>)")
         declared = [evaluate_memory(sizes, evaluation, models) for sizes in problems]
         admitted[level] = round(admitted_concurrency(declared, bounds), 2)
     return admitted
@@ -132,12 +133,8 @@ def level_sizes(folder: Path) -> tuple[Sizes | None, ...]:
     build there, whose job declares the fallback)."""
     from workflow_scripts.suite.sizes import problem_sizes  # torch: only where a checkout is sized
 
-    sizes = []
-    for problem in sorted(folder.glob("*.py"), key=lambda path: int(path.name.split("_")[0])):
-        found = problem_sizes(problem)
-        sizes.append(None if found.error else Sizes(found.input_bytes or 0, found.param_bytes or 0,
-                                                    found.output_bytes or 0, found.forward_peak_bytes))
-    return tuple(sizes)
+    problems = sorted(folder.glob("*.py"), key=lambda path: int(path.name.split("_")[0]))
+    return tuple(sizes_of(problem_sizes(problem)) for problem in problems)
 
 
 def timeline_lines(timeline: Path) -> list[dict]:

@@ -22,7 +22,7 @@ from workflow_scripts.evaluation.resources import (CHILD_PROCESS_GIB, FLOOR_MEM_
                                                    Memory, Sizes, baseline_memory, baseline_reserved_cores,
                                                    baseline_slots, compile_threads, evaluate_memory, forward_gib,
                                                    host_memory_bytes, host_resources, job_memory, problem_gpu_gib,
-                                                   sizes_bound_gib, table_sizes, traced_bound_gib)
+                                                   sizes_bound_gib, sizes_of, table_sizes, traced_bound_gib)
 from workflow_scripts.suite.sizes import problem_sizes, with_sizes
 from workflow_scripts.suite.kernelbench import index_suite
 
@@ -194,7 +194,7 @@ def test_every_measured_peak_lies_within_both_bounds_of_the_forward(kb_dir: Path
         if found.error and anchor["name"].endswith("_test"):
             continue  # not a KernelBench problem (level 1's 95_cast_to_fp32_test has no .py)
         assert found.error is None, (anchor["name"], found.error)
-        traced = Sizes(found.input_bytes, found.param_bytes, found.output_bytes, found.forward_peak_bytes)
+        traced = sizes_of(found)
         peak = anchor["peak_GB"] * 1e9 / GIB
         assert peak <= sizes_bound_gib(traced), anchor["name"]
         assert peak <= traced_bound_gib(traced), anchor["name"]

@@ -40,8 +40,9 @@ class DeviceDefaults:
 # the answer being judged alive, and declares their memory (resources.answer_processes): at the study's 15 answers per
 # problem a batch of 15 declared 16 processes (a CUDA context and 1.5 GiB of host memory each, beside their input and
 # output areas), and the declared memory let an H200 host run 2.70 level-2 evaluate jobs at once on average, against
-# 3.93 with 4 (1.32 and 2.00 of level 1; bench/project_study.py --kernelbench, bench/README.md s35). A process's start takes 3-5 s on the host and 0.2 s on
-# the device (bench/archive/NOTES.md, eleventh session), hidden behind the answers before it except where a batch ends.
+# 3.93 with 4 (1.32 and 2.00 of level 1; bench/project_study.py --kernelbench, bench/README.md s35). A process's start
+# takes 3-5 s on the host and 0.2 s on the device (bench/archive/NOTES.md, eleventh session), hidden behind the answers
+# before it except where a batch ends.
 DEVICE_DEFAULTS: dict[str, DeviceDefaults] = {
     "cuda": DeviceDefaults(timing_trials=100, warmup=3, answer_timeout_s=1200.0, baseline_timeout_s=1800.0,
                            prestart=4),

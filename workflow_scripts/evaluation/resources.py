@@ -18,11 +18,13 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import psutil
 
 from workflow_scripts.evaluation.memory_cap import cgroup_limit
+if TYPE_CHECKING:
+    from workflow_scripts.suite.sizes import ProblemSizes
 from workflow_scripts.evaluation.memory_plan import (ANSWER_FORWARD_FACTOR, CHILD_PROCESS_BYTES, CUDA_CONTEXT_BYTES,
                                                     GIB, LARGE_OUTPUT_BYTES, PARALLEL_INPUTS_MIN_BYTES)
 
@@ -184,7 +186,7 @@ def evaluate_memory(sizes: Sizes | None, evaluation: Mapping[str, Any], answers:
     host += p  # Model(*init) is built on the host and then moved (.to(device)); on the CPU it stays there
     host += trials * i  # one sealed input area per seeded trial (KernelBench's 5 inputs)
     host += i if timed else 0  # the timing inputs' area, shared by every answer
-    host += slots * CHILD_PROCESS_GIB  # each live answer process beyond its areas (the first start during preparing)
+    host += slots * CHILD_PROCESS_GIB  # each live answer process beyond its areas (the first may start while preparing)
     if cuda:
         # The reference's timing outputs wait on the host once they reach 1 GiB (the GPU keeps room for answers).
         host += o if timed and o >= LARGE_OUTPUT_GIB else 0
@@ -313,10 +315,16 @@ def problem_gpu_gib(job: str, problem: Path | str, evaluation: Mapping[str, Any]
     trusted side asks the GPU's memory admission for (gpu_lock), by hand as in a pipeline job."""
     from workflow_scripts.suite.sizes import problem_sizes
 
-    found = problem_sizes(problem)
-    sizes = None if found.error else Sizes(found.input_bytes or 0, found.param_bytes or 0, found.output_bytes or 0,
-                                           found.forward_peak_bytes)
+    sizes = sizes_of(problem_sizes(problem))
     return float(_estimate(job, sizes, {**evaluation, "device": "cuda"}, answers).gpu_mem_gb)
+
+
+def sizes_of(found: ProblemSizes) -> Sizes | None:
+    """The estimate's sizes of a problem sized on the meta device (``suite.sizes.problem_sizes``); None where it
+    could not be sized (its jobs declare the fallback)."""
+    if found.error:
+        return None
+    return Sizes(found.input_bytes or 0, found.param_bytes or 0, found.output_bytes or 0, found.forward_peak_bytes)
 
 
 def _estimate(job: str, sizes: Sizes | None, evaluation: Mapping[str, Any], answers: int) -> Memory:
