@@ -42,10 +42,10 @@ evaluate job declares the memory of the answer processes it keeps alive (``resou
 ``admitted_concurrency``: per level, the evaluate jobs the bounds of a local run on one GPU
 (``resources.host_resources`` for a host of ``--host-gib`` and a card of ``--card-gib``: an H200 host by default) let
 run at once by their declared memory, at most its evaluation slots, taken in the suite's order from each problem in
-turn (the mean); the level's judging then runs at the lesser of the measured and the admitted concurrency (``judging_by_level_s``, and
-``judging_s``/``wall_s`` with it). ``--prestart`` declares another batch than the default's (the comparison);
-``batch_waits``: the batches a study's job starts beyond its first, whose possible waits before a timing (a few
-seconds each) the run's per-answer cost does not hold.
+turn (the mean); the level's judging then runs at the lesser of the measured and the admitted concurrency
+(``judging_by_level_s``, and ``judging_s``/``wall_s`` with it). ``--prestart`` declares another batch than the
+default's (the comparison); ``batch_waits``: the batches a study's job starts beyond its first, whose possible waits
+before a timing (a few seconds each) the run's per-answer cost does not hold.
 Prints a table; ``--out`` writes the JSON.
 """
 
