@@ -157,7 +157,7 @@ def test_a_problem_is_judged_once_for_all_models(demo: Path) -> None:
     leader = next(iter(demo_config()["models"]))
     judged_by_leader = [log for log in logs if log.parent.name == leader and "evaluation computed" in log.read_text()]
     assert len(judged_by_leader) >= len(problems) - 2, sorted(judging.items())
-    # Each job says how long it waited for its problem's lock (its slot idle meanwhile), unless its answers were all
+    # Each job says how long it waited for its answer's lock (its slot idle meanwhile), unless its answers were all
     # stored as it began: it then took no lock and read no other model's table (most of a study's jobs).
     texts = [log.read_text() for log in logs]
     stored_at_start = [text for text in texts if ALL_STORED in text]

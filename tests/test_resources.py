@@ -303,7 +303,7 @@ def planned_resources(stdout: str) -> dict[tuple[str, str], dict[str, str]]:
 def test_the_first_configured_model_s_evaluate_jobs_come_first_after_the_baselines(tmp_path: Path) -> None:
     """Snakemake runs ready jobs of higher priority first: the first configured model's evaluate jobs (one per
     problem, each judging every model's answer along) before the second model's, and so on, so the evaluation slots
-    judge different problems at once instead of a second job waiting on a problem's lock; all after the baselines."""
+    judge different problems at once instead of a second job waiting on its answer's lock; all after the baselines."""
     work = copy_workflow(tmp_path / "wf")
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=work, capture_output=True, text=True,
                           timeout=600)

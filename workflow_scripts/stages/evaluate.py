@@ -9,8 +9,11 @@ without running anything. GPU jobs lock one specific GPU themselves; Snakemake o
 
 The rule runs one job per (model, problem), so that targeting one model plans only that model's branch. The job
 still judges every model's answer to its problem at once: ``<results>/models.json`` (rule model_names) names the
-configured models, and their answer tables beside this model's that are already written are evaluated along (under
-one per-problem lock) and stored, without writing their readable files, which their own jobs then find in the store.
+configured models, and their answer tables beside this model's that are already written are evaluated along and
+stored, without writing their readable files, which their own jobs then find in the store. Each answer has its own
+lock (``_answer_locks``): a job waits for its own answers' locks, so it finds them stored when another job judged them
+along, and takes a companion only when nobody holds that companion's lock, so it never waits for an answer that is
+not its own.
 The list is read, not passed: a parameter naming the models changed every evaluate job's parameters when a model was
 added, and Snakemake ran them all again. A problem's reference side is built
 once whenever the answers of several models are ready before its first job runs; the rules that write completions
@@ -42,20 +45,22 @@ from workflow_scripts.evaluation.jobs import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from workflow_scripts.evaluation.records import EvalResult
 
 STAGE = "evaluate"
-# The log line that says how long the job waited for its problem's lock (another job judging its answer along), in
+# The log line that says how long the job waited for its own answers' locks (another job judging them along), in
 # seconds: time its evaluation slot stood idle (rules/common.smk evaluation_priority keeps it short).
-PROBLEM_LOCK_WAIT = "problem lock waited s"
+ANSWER_LOCK_WAIT = "answer locks waited s"
 # The log line of a job whose answers were all in the store as it began: it took no lock and read no other table.
 ALL_STORED = "every answer already stored"
 
 
 def logged_lock_waits(log_text: str) -> list[float]:
-    """The waits for the problem's lock an evaluate job's log records (its ``PROBLEM_LOCK_WAIT`` lines), in seconds."""
+    """The waits for its answers' locks an evaluate job's log records (its ``ANSWER_LOCK_WAIT`` lines), in seconds."""
     return [float(seconds) for seconds in
-            re.findall(rf"^{re.escape(PROBLEM_LOCK_WAIT)}: (\d+\.\d+)$", log_text, re.MULTILINE)]
+            re.findall(rf"^{re.escape(ANSWER_LOCK_WAIT)}: (\d+\.\d+)$", log_text, re.MULTILINE)]
 
 
 @dataclass(frozen=True)
@@ -120,27 +125,51 @@ def main(argv: list[str] | None = None) -> int:
     if all(store.holds(STAGE, code, key_params(answer.config), answer.inputs) for answer in answers):
         # Judged already (along with another model's job, or by an earlier run): no other model's table to read, no
         # lock to wait for. Most of a study's evaluate jobs end here (one job per problem judges its answers).
-        print(f"{ALL_STORED}: no answer to judge, no problem lock taken", flush=True)
+        print(f"{ALL_STORED}: no answer to judge, no lock taken", flush=True)
         _store(answers, [], {}, args, code)
         return 0
-    companions = _companions(store, ResultsLayout(str(args.results)), answers_files, params, config, problem_sha,
-                             environment)
-    waiting_since = time.monotonic()
-    with _problem_lock(Path(config.lock_dir), params):
-        print(f"{PROBLEM_LOCK_WAIT}: {time.monotonic() - waiting_since:.2f}")
-        _store(answers, companions, _evaluate_missing(answers + companions, args, config, code), args, code)
+    companions = _companions(store, code, ResultsLayout(str(args.results)), answers_files, params, config,
+                             problem_sha, environment)
+    with _answer_locks(Path(config.lock_dir), params, answers, companions) as free_companions:
+        _store(answers, free_companions, _evaluate_missing(answers + free_companions, args, config, code), args, code)
     return 0
 
 
-def _companions(store: Store, layout: ResultsLayout, own: dict[str, Path], params: Params, config: EvalConfig,
+@contextlib.contextmanager
+def _answer_locks(lock_dir: Path, params: Params, own: list[Answer],
+                  companions: list[Answer]) -> Iterator[list[Answer]]:
+    """Hold the locks of the job's own answers (waiting for them, in one order, so two jobs never wait on each other)
+    and of each companion nobody holds (never waiting); yields the companions held. A job that waited finds what the
+    holder judged in the store. Two jobs of one problem whose answers differ judge side by side: a model whose table
+    came after a problem's first job began no longer idles its slot until that job ends (s34: 206 s in all)."""
+    with contextlib.ExitStack() as held:
+        waiting_since = time.monotonic()
+        own_paths = sorted({_answer_lock_path(lock_dir, params, answer) for answer in own})
+        for path in own_paths:
+            held.enter_context(locked_file(path))
+        print(f"{ANSWER_LOCK_WAIT}: {time.monotonic() - waiting_since:.2f}", flush=True)
+        held_paths, free = set(own_paths), []
+        for answer in companions:
+            path = _answer_lock_path(lock_dir, params, answer)
+            if path in held_paths or held.enter_context(locked_file(path, wait=False)):
+                held_paths.add(path)
+                free.append(answer)
+            else:
+                print(f"note: {answer.model}'s answer is being judged by another job; not judged along", flush=True)
+        yield free
+
+
+def _companions(store: Store, code: str, layout: ResultsLayout, own: dict[str, Path], params: Params, config: EvalConfig,
                 problem_sha: str, environment: str) -> list[Answer]:
-    """The other configured models' answers to the problem whose tables are written, to be judged along."""
+    """The other configured models' answers to the problem whose tables are written and whose results the store does
+    not hold yet, to be judged along."""
     companions = []
     for model in _configured_models(Path(layout.model_names())):
         row = None if model in own else _ready_answer(store, Path(layout.answers(model)), params)
         if row is not None:
             companions.append(_answer(model, row, Path(f"{model}.json"), config, problem_sha, environment))
-    return companions
+    return [answer for answer in companions
+            if not store.holds(STAGE, code, key_params(answer.config), answer.inputs)]
 
 
 def _store(answers: list[Answer], companions: list[Answer], results: dict[Any, dict], args: argparse.Namespace,
@@ -181,10 +210,10 @@ def _ready_answer(store: Store, path: Path, params: Params) -> dict[str, Any] | 
         return None
 
 
-def _problem_lock(lock_dir: Path, params: Params) -> contextlib.AbstractContextManager[None]:
-    """One job per problem at a time on this host: a job waiting here finds its answer stored when the holder
-    evaluated it along (waiting is not part of any answer's time: the evaluation starts after it)."""
-    return locked_file(lock_dir / "problems" / f"level{params.level}_{params.problem_id}.lock")
+def _answer_lock_path(lock_dir: Path, params: Params, answer: Answer) -> Path:
+    """The lock of one distinct answer to the problem on this host (its store key: two models' equal answers share
+    it). Waiting is not part of any answer's time: the evaluation starts after it."""
+    return lock_dir / "answers" / f"level{params.level}_{params.problem_id}" / f"{sha256_text(repr(answer.key))}.lock"
 
 
 def _answer(model: str, row: dict[str, Any], out: Path, config: EvalConfig, problem_sha: str,
