@@ -6,8 +6,8 @@ models (``reference``: the problem's code renamed ModelNew; ``cached``: a comple
 
 - ``--side pipeline``: ``snakemake --configfile CONFIG <--snakemake-args>`` from an empty results folder to
   summary.json, baselines included (``--fresh`` removes the configuration's results folder and store first); then
-  the run's GPU usage table (busy share after the first minute) and the evaluate jobs' waits for their own answers' locks
-  (``answer_lock_waits``: slots held idle). Cut off after ``--pipeline-timeout-s``, a later
+  the run's GPU usage table (busy share after the first minute) and the evaluate jobs' waits for their own
+  answers' locks (``answer_lock_waits``: slots held idle). Cut off after ``--pipeline-timeout-s``, a later
   call without ``--fresh`` (on the same warm machine) goes on.
 - ``--side kernelbench``: KernelBench's harness (bench/kernelbench_harness.py, one fresh process per job) on every
   answer (``eval_kernel_against_ref``) and every problem (``measure_ref_program_time`` eager and max-autotune),
@@ -172,8 +172,8 @@ def run_pipeline(config_paths: list[Path], config: dict, root: Path, out: Path, 
 
 
 def answer_lock_waits(results: Path, idle_s: float = 1.0) -> dict:
-    """How long evaluate jobs waited for their own answers' locks (each log's line, stages/evaluate.py), their evaluation
-    slots idle meanwhile: jobs that logged it, those that waited over ``idle_s``, and the seconds in all."""
+    """How long evaluate jobs waited for their own answers' locks (each log's line, stages/evaluate.py), their
+    evaluation slots idle meanwhile: jobs that logged it, those that waited over ``idle_s``, and the seconds in all."""
     from workflow_scripts.stages.evaluate import logged_lock_waits
 
     waits = [wait for log in results.glob("logs/evaluations/*/*.log")

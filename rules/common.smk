@@ -122,10 +122,11 @@ BASELINES_EARLY = 5
 
 def evaluation_priority(wildcards):
     """Among ready evaluate jobs, the first configured model's first, then the second's, ...: all in (0, 1], below
-    BASELINES_EARLY. A problem's first job judges every model's answer along, holding each answer's lock; a second job
-    of the same problem started beside it only waits on its own answer's lock, holding an evaluation slot (in an H100 run three of
-    its first four evaluate jobs were one problem's, bench/README.md s30). One model's jobs are of different problems,
-    so the slots judge as many problems at once; the other models' jobs then find their results stored."""
+    BASELINES_EARLY. A problem's first job judges every model's answer along, holding each answer's lock; a second
+    job of the same problem started beside it only waits on its own answer's lock, holding an evaluation slot (in an
+    H100 run three of its first four evaluate jobs were one problem's, bench/README.md s30). One model's jobs are of
+    different problems, so the slots judge as many problems at once; the other models' jobs then find their results
+    stored."""
     return 1.0 - MODELS.index(wildcards.model) / len(MODELS)
 
 

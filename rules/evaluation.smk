@@ -134,7 +134,8 @@ rule evaluate:
         locks=LAYOUT.locks(),
     log:
         LAYOUT.log("evaluations/{model}/level{level}_{problem_id}"),
-    # The first configured model's jobs first: one job per problem at a time judges its answers (common.smk).
+    # The first configured model's jobs first: a problem's first job judges its answers, the others find them stored
+    # (common.smk).
     priority: evaluation_priority
     resources:
         runtime=int(EVAL["timeout_s"] // 60) + 10,

@@ -21,20 +21,15 @@ if TYPE_CHECKING:  # pandas stays out of the vLLM environment's imports
 
 
 @contextlib.contextmanager
-def locked_file(path: Path | str, wait: bool = True) -> Iterator[bool]:
+def locked_file(path: Path | str) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` (created with its folder) for the ``with`` block: one holder at a time
-    across processes (and across open handles of one process); the lock vanishes with a holder that dies. Yields
-    whether it is held: always after waiting for it, and with ``wait=False`` only when nobody held it."""
+    across processes; the lock vanishes with a holder that dies."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
+            yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import fcntl
+import functools
 import json
 import re
 import sys
@@ -45,7 +47,7 @@ from workflow_scripts.evaluation.jobs import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from workflow_scripts.evaluation.records import EvalResult
 
@@ -122,45 +124,93 @@ def main(argv: list[str] | None = None) -> int:
     answers = [_answer(model, load_answer(path, params.level, params.problem_id), outputs[model], config,
                        problem_sha, environment) for model, path in answers_files.items()]
     code = code_version(__spec__.name)  # once: it hashes the source of every module the stage uses
-    if all(store.holds(STAGE, code, key_params(answer.config), answer.inputs) for answer in answers):
+
+    def is_stored(answer: Answer) -> bool:
+        return store.holds(STAGE, code, key_params(answer.config), answer.inputs)
+
+    if all(is_stored(answer) for answer in answers):
         # Judged already (along with another model's job, or by an earlier run): no other model's table to read, no
         # lock to wait for. Most of a study's evaluate jobs end here (one job per problem judges its answers).
         print(f"{ALL_STORED}: no answer to judge, no lock taken", flush=True)
         _store(answers, [], {}, args, code)
         return 0
-    companions = _companions(store, code, ResultsLayout(str(args.results)), answers_files, params, config,
-                             problem_sha, environment)
-    with _answer_locks(Path(config.lock_dir), params, answers, companions) as free_companions:
-        _store(answers, free_companions, _evaluate_missing(answers + free_companions, args, config, code), args, code)
+    find_companions = functools.partial(_companions, store, is_stored, ResultsLayout(str(args.results)),
+                                        answers_files, params, config, problem_sha, environment)
+    with _answer_locks(Path(config.lock_dir), params, answers, find_companions, is_stored) as companions:
+        _store(answers, companions, _evaluate_missing(answers + companions, args, config, code), args, code)
     return 0
 
 
 @contextlib.contextmanager
-def _answer_locks(lock_dir: Path, params: Params, own: list[Answer],
-                  companions: list[Answer]) -> Iterator[list[Answer]]:
-    """Hold the locks of the job's own answers (waiting for them, in one order, so two jobs never wait on each other)
-    and of each companion nobody holds (never waiting); yields the companions held. A job that waited finds what the
-    holder judged in the store. Two jobs of one problem whose answers differ judge side by side: a model whose table
-    came after a problem's first job began no longer idles its slot until that job ends (s34: 206 s in all)."""
+def _answer_locks(lock_dir: Path, params: Params, own: list[Answer], find_companions: Callable[[], list[Answer]],
+                  is_stored: Callable[[Answer], bool]) -> Iterator[list[Answer]]:
+    """Hold the locks of the job's own answers, waiting for them, then those of the companions no other job holds,
+    without waiting; yields the companions held, all released when the job has stored its results. A job that waited
+    finds in the store what the holder judged (it waits for the holder's whole job, as it did for the problem's lock
+    before). Two jobs of one problem whose answers differ judge side by side: a model whose table came after a
+    problem's first job began no longer idles its slot until that job ends (s34: 206 s of slots in all)."""
     with contextlib.ExitStack() as held:
-        waiting_since = time.monotonic()
-        own_paths = sorted({_answer_lock_path(lock_dir, params, answer) for answer in own})
-        for path in own_paths:
-            held.enter_context(locked_file(path))
-        print(f"{ANSWER_LOCK_WAIT}: {time.monotonic() - waiting_since:.2f}", flush=True)
-        held_paths, free = set(own_paths), []
-        for answer in companions:
-            path = _answer_lock_path(lock_dir, params, answer)
-            if path in held_paths or held.enter_context(locked_file(path, wait=False)):
-                held_paths.add(path)
-                free.append(answer)
-            else:
-                print(f"note: {answer.model}'s answer is being judged by another job; not judged along", flush=True)
-        yield free
+        own_paths = _wait_for_own_locks(held, lock_dir, params, own)
+        # Looked for after the wait: tables written meanwhile count, and what the holder judged is stored by now.
+        yield _take_free_companions(held, lock_dir, params, own_paths, find_companions(), is_stored)
 
 
-def _companions(store: Store, code: str, layout: ResultsLayout, own: dict[str, Path], params: Params, config: EvalConfig,
-                problem_sha: str, environment: str) -> list[Answer]:
+def _wait_for_own_locks(held: contextlib.ExitStack, lock_dir: Path, params: Params, own: list[Answer]) -> set[Path]:
+    """Wait for the locks of the job's own answers, in one order (two jobs never wait on each other: a job waits only
+    here, before it holds any companion's lock), and log how long the job waited."""
+    waiting_since = time.monotonic()
+    paths = sorted({_answer_lock_path(lock_dir, params, answer) for answer in own})
+    for path in paths:
+        held.enter_context(locked_file(path))
+    print(f"{ANSWER_LOCK_WAIT}: {time.monotonic() - waiting_since:.2f}", flush=True)
+    return set(paths)
+
+
+def _take_free_companions(held: contextlib.ExitStack, lock_dir: Path, params: Params, own_paths: set[Path],
+                          companions: list[Answer], is_stored: Callable[[Answer], bool]) -> list[Answer]:
+    """The companions whose locks this job holds now (held until ``held`` closes): those equal to an answer it holds,
+    and those no other job holds and the store still lacks (one stored just before is let go at once, so its own
+    job, waiting for it, ends)."""
+    taken, held_paths = [], set(own_paths)
+    for answer in companions:
+        path = _answer_lock_path(lock_dir, params, answer)
+        if path not in held_paths:
+            with contextlib.ExitStack() as attempt:
+                if not attempt.enter_context(_lock_if_free(path)):
+                    print(f"note: {answer.model}'s answer is being judged by another job; not judged along", flush=True)
+                    continue
+                if is_stored(answer):
+                    continue
+                held.enter_context(attempt.pop_all())
+            held_paths.add(path)
+        taken.append(answer)
+    return taken
+
+
+@contextlib.contextmanager
+def _lock_if_free(path: Path) -> Iterator[bool]:
+    """An exclusive ``flock`` on ``path`` taken without waiting: yields whether this job holds it (for the ``with``
+    block; closing the file lets go). core.io.locked_file waits; this one stays here because every stage's store key
+    hashes core/io.py, and changing it would re-run every stored stage, baselines included."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+
+
+def _answer_lock_path(lock_dir: Path, params: Params, answer: Answer) -> Path:
+    """The lock of one distinct answer to the problem on this host, named by a hash of ``Answer.key`` (its run
+    settings and inputs: two models' equal answers share it). Waiting is not part of any answer's time: the
+    evaluation starts after it."""
+    return lock_dir / "answers" / f"level{params.level}_{params.problem_id}" / f"{sha256_text(repr(answer.key))}.lock"
+
+
+def _companions(store: Store, is_stored: Callable[[Answer], bool], layout: ResultsLayout, own: dict[str, Path],
+                params: Params, config: EvalConfig, problem_sha: str, environment: str) -> list[Answer]:
     """The other configured models' answers to the problem whose tables are written and whose results the store does
     not hold yet, to be judged along."""
     companions = []
@@ -168,8 +218,7 @@ def _companions(store: Store, code: str, layout: ResultsLayout, own: dict[str, P
         row = None if model in own else _ready_answer(store, Path(layout.answers(model)), params)
         if row is not None:
             companions.append(_answer(model, row, Path(f"{model}.json"), config, problem_sha, environment))
-    return [answer for answer in companions
-            if not store.holds(STAGE, code, key_params(answer.config), answer.inputs)]
+    return [answer for answer in companions if not is_stored(answer)]
 
 
 def _store(answers: list[Answer], companions: list[Answer], results: dict[Any, dict], args: argparse.Namespace,
@@ -208,12 +257,6 @@ def _ready_answer(store: Store, path: Path, params: Params) -> dict[str, Any] | 
     except (SystemExit, OSError, ValueError) as e:  # e.g. a table still being written, edited, or without this problem
         print(f"note: {path} not evaluated along: {e}", file=sys.stderr)
         return None
-
-
-def _answer_lock_path(lock_dir: Path, params: Params, answer: Answer) -> Path:
-    """The lock of one distinct answer to the problem on this host (its store key: two models' equal answers share
-    it). Waiting is not part of any answer's time: the evaluation starts after it."""
-    return lock_dir / "answers" / f"level{params.level}_{params.problem_id}" / f"{sha256_text(repr(answer.key))}.lock"
 
 
 def _answer(model: str, row: dict[str, Any], out: Path, config: EvalConfig, problem_sha: str,
