@@ -44,8 +44,9 @@ evaluate job declares the memory of the answer processes it keeps alive (``resou
 run at once by their declared memory, at most its evaluation slots, taken in the suite's order from each problem in
 turn (the mean); the level's judging then runs at the lesser of the measured and the admitted concurrency
 (``judging_by_level_s``, and ``judging_s``/``wall_s`` with it). ``--prestart`` declares another batch than the
-default's (the comparison); ``batch_waits``: the batches a study's job starts beyond its first, whose possible waits
-before a timing (a few seconds each) the run's per-answer cost does not hold.
+default's (the comparison). A study's job starts each answer's process a batch of answers ahead of it (one more as
+each answer is taken up: several seconds to get ready), where the run's 4-answer jobs started all of theirs while the
+problem was prepared; a process still starting when its turn comes would cost the study more than the run measured.
 Prints a table; ``--out`` writes the JSON.
 """
 
@@ -196,8 +197,7 @@ def project(shape: dict[str, Any], rates: dict[str, float | int],
             admitted: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The projection (the module's docstring); ``admitted``: per level, the evaluate jobs the memory bounds admit at
     once at the study's shape (``study_admission``), which bound that level's judging concurrency. The per-answer
-    cost is the run's, whose jobs started each answer's process in one batch: where the study's jobs start more
-    batches (``batch_waits``), each may make a timing wait for the next batch's start, which is not counted."""
+    cost is the run's (the module's docstring: processes started ahead)."""
     floor = (shape["correct"] * rates["exclusive_per_timed_answer_s"]
              + shape["problems"] * rates["exclusive_per_baseline_s"])
     evaluations = shape["answers"] * rates["evaluation_s_per_answer"]
@@ -242,7 +242,7 @@ def main() -> None:
     if admitted is not None:
         batch = EvalConfig(device="cuda", prestart=args.prestart).prestart_count()
         inputs.update(kernelbench=str(args.kernelbench), host_gib=args.host_gib, card_gib=args.card_gib,
-                      prestart=batch, batch_waits=math.ceil(shape["models"] / batch) - 1)
+                      prestart=batch)
     record = {"inputs": inputs,
               "study": shape, "run": {k: round(v, 3) if isinstance(v, float) else v for k, v in rates.items()},
               **({} if admitted is None else {"admitted_concurrency": admitted}),

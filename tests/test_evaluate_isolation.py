@@ -271,6 +271,31 @@ def test_a_batch_of_children_gives_each_answer_its_own_verdict(child_pids: list[
                for pid in child_pids)
 
 
+def test_children_start_a_batch_ahead_one_more_as_each_answer_is_taken_up(child_pids: list[int],
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # A rolling window: with a batch of 2, the first two children start while the problem is prepared, then one as
+    # each answer is taken up (the child of the answer two places later), so each has two answers' time to get
+    # ready. Children started a batch at a time ([0, 0, 1, 1, 3] judged before each start) gave the first of each
+    # batch one answer's time. Never more than one batch beside the answer being judged.
+    import workflow_scripts.evaluation.answer as answer_module
+    import workflow_scripts.evaluation.reference as reference_module
+
+    monkeypatch.setattr(reference_module.os, "cpu_count", lambda: 4)  # the first batch starts during preparation
+    judged: list[int] = []
+    judged_at_each_start: list[int] = []
+    start_slot = answer_module.ProblemEvaluator.start_slot
+
+    def recorded_start(self: answer_module.ProblemEvaluator) -> object:
+        judged_at_each_start.append(len(judged))
+        return start_slot(self)
+
+    monkeypatch.setattr(answer_module.ProblemEvaluator, "start_slot", recorded_start)
+    cfg = EvalConfig(device="cpu", time_answer=False, run_static=False, prestart=2)
+    results = evaluate_answers(ADD, [ANS / "honest/add_triton.py"] * 5, cfg, on_result=lambda k, r: judged.append(k))
+    assert [r.status for r in results] == [Status.CORRECT.value] * 5 and len(child_pids) == 5
+    assert judged_at_each_start == [0, 0, 0, 1, 2]
+
+
 def test_answers_with_their_own_require_triton_share_one_reference_side(tmp_path: Path) -> None:
     # The calibration model's reference code is exempt from require_triton, the models' answers are not: one call
     # judges them all against one reference side, each under its own setting (a second call per setting built the

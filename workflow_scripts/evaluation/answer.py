@@ -81,8 +81,8 @@ DEFAULT_RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 class ProblemEvaluator:
     """Every answer to one problem: the problem's trusted side (``ReferenceSide``) is built once, and each answer runs
-    in a fresh child. Children are started in batches (``batch_size``), each batch while the last answer of the
-    previous one is checked; their CUDA contexts are created one at a time in the gaps between timings
+    in a fresh child. A batch of children (``batch_size``) is started ahead of the answers to come, one more as each
+    answer is taken up (a rolling window); their CUDA contexts are created one at a time in the gaps between timings
     (``start_gate``), so no process starts during a timing."""
 
     def __init__(self, problem_path: Path, config: EvalConfig, lease: gpu_lock.YieldingLease | None) -> None:
@@ -299,12 +299,13 @@ class ProblemEvaluator:
         started, self._early = self._early, deque()
         for k, (path, static, cfg) in enumerate(answers):
             t_answer = time.monotonic()
-            if not started:
-                started.extend(self.start_slot() for _ in range(min(batch, len(answers) - k)))
+            self._start_ahead(started, min(batch, len(answers) - k))
             slot = started.popleft()
-            if not started and k + 1 < len(answers):
-                # The next batch starts now, while this answer is checked (before it is timed).
-                started.extend(self.start_slot() for _ in range(min(batch, len(answers) - k - 1)))
+            # A rolling window: as an answer is taken up, the child of the answer a batch later starts (while this
+            # one is checked, before it is timed), so each child has the time of a batch of answers to get ready;
+            # children started a batch at a time gave the first of each batch one answer's time (a study's job
+            # judges up to 15 answers with batches of 4). Alive at once, as before: this answer's and a batch.
+            self._start_ahead(started, min(batch, len(answers) - k - 1))
             t_wait = time.monotonic()
             self.gate.wait_ready(slot.child)
             slot.ready()
@@ -336,6 +337,11 @@ class ProblemEvaluator:
             if on_result is not None:
                 on_result(k, results[-1])
         return results
+
+    def _start_ahead(self, started: deque[AnswerSlot], count: int) -> None:
+        """Start children until ``count`` wait in ``started`` for the answers to come."""
+        while len(started) < count:
+            started.append(self.start_slot())
 
     def close(self) -> None:
         self.gate.close()  # its thread leaves every channel before the children end; its page-locking has ended

@@ -161,9 +161,10 @@ def forward_gib(sizes: Sizes, use_trace: bool = True) -> float:
 
 
 def answer_processes(evaluation: Mapping[str, Any], answers: int) -> int:
-    """Answer processes alive at once in one evaluate job: a batch of ``EvalConfig.prestart_count()`` (4 on CUDA,
-    1 on the CPU) plus the next batch, started while the last answer of a batch is checked, i.e. the current answer
-    and one batch; never more than the job's answers (its own model's and the companions', one per model)."""
+    """Answer processes alive at once in one evaluate job: the answer judged and the batch of
+    ``EvalConfig.prestart_count()`` (4 on CUDA, 1 on the CPU) started ahead of it (``answer.ProblemEvaluator``: one
+    more as each answer is taken up); never more than the job's answers (its own model's and the companions', one per
+    model)."""
     from workflow_scripts.evaluation.config import EvalConfig
 
     device = evaluation.get("device", "cpu")
