@@ -12,8 +12,8 @@ still judges every model's answer to its problem at once: ``<results>/models.jso
 configured models, and their answer tables beside this model's that are already written are evaluated along and
 stored, without writing their readable files, which their own jobs then find in the store. Each answer has its own
 lock (``_answer_locks``): a job waits for its own answers' locks, so it finds them stored when another job judged them
-along, and takes a companion only when nobody holds that companion's lock, so it never waits for an answer that is
-not its own.
+along (it waits for that job's end), and takes a companion only when no other job holds that companion's lock, so two
+jobs of one problem whose answers differ judge side by side.
 The list is read, not passed: a parameter naming the models changed every evaluate job's parameters when a model was
 added, and Snakemake ran them all again. A problem's reference side is built
 once whenever the answers of several models are ready before its first job runs; the rules that write completions
