@@ -1,0 +1,167 @@
+"""What one evaluate job holds in memory on a GPU host, against what it declares (issue 34, done-when 4: the evaluate
+jobs a host admits at the study's shape follow the declared memory, whose per-process terms, ``CHILD_PROCESS_GIB``
+and ``CUDA_CONTEXT_GIB`` in workflow_scripts/evaluation/resources.py, were never measured).
+
+For each problem, one evaluation as an evaluate job runs it (``evaluate_answers``, the CUDA defaults: timed, the
+default batch of answer processes started ahead) on ``--answers`` copies of the problem's reference as answers (the
+calibration answer), sampled every ``--every`` seconds:
+
+* host: the machine's memory in use (``total - available``: anonymous memory and the answers' shared areas, which
+  page cache would hide) above what it was before the evaluation, and the job's process tree's summed resident
+  memory (each area counted in every process that maps it); the most answer processes alive at once, and the largest
+  one's resident memory;
+* GPU: the device's memory in use above what it was before (NVML), and per process where NVML names our processes.
+
+Beside each: what the job declares for that many answers (``resources.evaluate_memory``: ``mem_mb``, ``gpu_mem_gb``).
+One JSON line per problem in ``--out``, written as each ends.
+
+    python3 bench/job_memory_probe.py --suite .kb --problems L2_14 L1_19 --answers 8 --out $OUT/job_memory.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.gpu_problem_worker import reference_answer  # noqa: E402
+from bench.gpu_watchdog import append_record, problem_file  # noqa: E402
+from workflow_scripts.evaluation.answer import EvalConfig, evaluate_answers  # noqa: E402
+from workflow_scripts.evaluation.memory_plan import GIB  # noqa: E402
+from workflow_scripts.evaluation.resources import evaluate_memory, sizes_of  # noqa: E402
+from workflow_scripts.suite.sizes import problem_sizes  # noqa: E402
+
+
+@dataclass
+class Peaks:
+    """The largest values sampled during one evaluation (bytes, or a count)."""
+
+    host_in_use: int = 0
+    tree_resident: int = 0
+    trusted_resident: int = 0
+    answer_resident: int = 0
+    answers_alive: int = 0
+    gpu_in_use: int = 0
+    gpu_by_process: dict[str, int] = field(default_factory=dict)
+    samples: int = 0
+
+
+class Sampler:
+    """Samples the host and the GPU until stopped, keeping the peaks above the levels found at its start."""
+
+    def __init__(self, every_s: float, gpu: bool) -> None:
+        self.nvml, self.every_s = None, every_s
+        if gpu:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml, self.device = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.me = psutil.Process()
+        self.host_before, self.gpu_before = self._host_in_use(), self._gpu_in_use()
+        self.peaks, self._stop = Peaks(), threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _host_in_use(self) -> int:
+        memory = psutil.virtual_memory()
+        return memory.total - memory.available
+
+    def _gpu_in_use(self) -> int:
+        return 0 if self.nvml is None else int(self.nvml.nvmlDeviceGetMemoryInfo(self.device).used)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        peaks = self.peaks
+        peaks.samples += 1
+        peaks.host_in_use = max(peaks.host_in_use, self._host_in_use() - self.host_before)
+        peaks.gpu_in_use = max(peaks.gpu_in_use, self._gpu_in_use() - self.gpu_before)
+        children = self.me.children(recursive=True)
+        resident = {}
+        for process in [self.me, *children]:
+            try:
+                resident[process.pid] = process.memory_info().rss
+            except psutil.Error:
+                continue  # ended between the listing and the read
+        peaks.tree_resident = max(peaks.tree_resident, sum(resident.values()))
+        peaks.trusted_resident = max(peaks.trusted_resident, resident.get(self.me.pid, 0))
+        answers = [rss for pid, rss in resident.items() if pid != self.me.pid]
+        peaks.answer_resident = max([peaks.answer_resident, *answers])
+        peaks.answers_alive = max(peaks.answers_alive, len(self.me.children(recursive=False)))
+        if self.nvml is None:
+            return
+        try:
+            running = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.device)
+        except self.nvml.NVMLError:
+            return
+        ours = {pid for pid in resident}
+        for process in running:
+            name = "trusted" if process.pid == self.me.pid else ("answer" if process.pid in ours else "unmatched")
+            used = int(process.usedGpuMemory or 0)
+            peaks.gpu_by_process[name] = max(peaks.gpu_by_process.get(name, 0), used)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
+def probe(problem: Path, answers: int, every_s: float, device: str, tmp: Path) -> dict:
+    """One evaluation of ``answers`` reference answers to ``problem``: its peaks beside what its job declares."""
+    paths = [reference_answer(problem, tmp, f"_{n}") for n in range(answers)]
+    config = EvalConfig(device=device, require_triton=False, lock_dir=str(tmp / "locks"))
+    started = time.monotonic()
+    with Sampler(every_s, gpu=device == "cuda") as sampler:
+        results = evaluate_answers(problem, paths, config)
+    wall = time.monotonic() - started
+    declared = evaluate_memory(sizes_of(problem_sizes(problem)), {"device": device}, answers)
+    peaks = sampler.peaks
+
+    def gib(value: int) -> float:
+        return round(value / GIB, 2)
+
+    return {
+        "problem": problem.name, "answers": answers, "wall_s": round(wall, 1),
+        "statuses": sorted({result.status for result in results}),
+        "children_batch": results[0].phases_s.get("children_batch") if results else None,
+        "declared": {"mem_gib": round(declared.mem_mb * 1e6 / GIB, 2), "gpu_gib": declared.gpu_mem_gb},
+        "measured_gib": {"host_in_use": gib(peaks.host_in_use), "tree_resident": gib(peaks.tree_resident),
+                         "trusted_resident": gib(peaks.trusted_resident),
+                         "largest_answer_resident": gib(peaks.answer_resident),
+                         "gpu_in_use": gib(peaks.gpu_in_use),
+                         "gpu_by_process": {k: gib(v) for k, v in peaks.gpu_by_process.items()}},
+        "answers_alive_at_most": peaks.answers_alive, "samples": peaks.samples,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", type=Path, required=True, help="a KernelBench checkout (e.g. .kb)")
+    parser.add_argument("--problems", nargs="+", required=True, help="keys such as L2_14 L1_19")
+    parser.add_argument("--answers", type=int, default=8)
+    parser.add_argument("--every", type=float, default=0.1, help="seconds between samples")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a check of the probe itself")
+    parser.add_argument("--out", type=Path, required=True, help="a JSON-lines file (appended)")
+    args = parser.parse_args()
+    for key in args.problems:
+        with tempfile.TemporaryDirectory(prefix="job-memory-") as tmp:
+            record = probe(problem_file(args.suite, key), args.answers, args.every, args.device, Path(tmp))
+        append_record(args.out, record)
+
+
+if __name__ == "__main__":
+    main()
