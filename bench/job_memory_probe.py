@@ -104,9 +104,8 @@ class Sampler:
             running = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.device)
         except self.nvml.NVMLError:
             return
-        ours = {pid for pid in resident}
         for process in running:
-            name = "trusted" if process.pid == self.me.pid else ("answer" if process.pid in ours else "unmatched")
+            name = "trusted" if process.pid == self.me.pid else ("answer" if process.pid in resident else "unmatched")
             used = int(process.usedGpuMemory or 0)
             peaks.gpu_by_process[name] = max(peaks.gpu_by_process.get(name, 0), used)
 

@@ -28,7 +28,7 @@ def _lock_of(lock_dir: Path, answer: Answer) -> Path:
 
 
 def _is_free(path: Path) -> bool:
-    with evaluate._lock_if_free(path) as taken:
+    with locked_file(path, wait=False) as taken:
         return taken
 
 
@@ -117,13 +117,12 @@ def test_two_jobs_whose_answers_cross_never_wait_on_each_other(tmp_path: Path,
     # lets go before both have looked (two barriers): each judges its own, neither waits for the other.
     a, b = _answer("a", "sha-a"), _answer("b", "sha-b")
     both_own_held, both_looked, judged = threading.Barrier(2, timeout=5), threading.Barrier(2, timeout=5), {}
-    try_lock = evaluate._lock_if_free
+    def after_both_own_held(path: Path, wait: bool = True):
+        if not wait:  # a companion's lock: tried only once both jobs hold their own
+            both_own_held.wait()
+        return locked_file(path, wait)
 
-    def after_both_own_held(path: Path):
-        both_own_held.wait()
-        return try_lock(path)
-
-    monkeypatch.setattr(evaluate, "_lock_if_free", after_both_own_held)
+    monkeypatch.setattr(evaluate, "locked_file", after_both_own_held)
 
     def job(own: Answer, companion: Answer) -> None:
         with _locks(tmp_path, [own], [companion]) as companions:

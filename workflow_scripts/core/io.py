@@ -21,15 +21,20 @@ if TYPE_CHECKING:  # pandas stays out of the vLLM environment's imports
 
 
 @contextlib.contextmanager
-def locked_file(path: Path | str) -> Iterator[None]:
+def locked_file(path: Path | str, wait: bool = True) -> Iterator[bool]:
     """Hold an exclusive ``flock`` on ``path`` (created with its folder) for the ``with`` block: one holder at a time
-    across processes; the lock vanishes with a holder that dies."""
+    across processes (and across open files of one process); the lock vanishes with a holder that dies. Yields
+    whether it is held: always once waited for, and with ``wait=False`` only where no one else held it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 

@@ -308,7 +308,7 @@ class Store:
         atomic_write_text(self.meta_path(key), json.dumps(asdict(meta), sort_keys=True, indent=1))
         return target
 
-    def key_lock(self, key: str) -> contextlib.AbstractContextManager[None]:
+    def key_lock(self, key: str) -> contextlib.AbstractContextManager[bool]:
         """Serialises work on one key so that two jobs with the same answer compute it once."""
         return locked_file(self.objects / key[:2] / f"{key}.lock")
 

@@ -41,8 +41,8 @@ class DeviceDefaults:
 # problem a batch of 15 declared 16 processes (a CUDA context and 1.5 GiB of host memory each, beside their input and
 # output areas), and the declared memory let an H200 host run 2.70 level-2 evaluate jobs at once on average, against
 # 3.93 with 4 (1.32 and 2.00 of level 1; bench/project_study.py --kernelbench, bench/README.md s35). A process's start
-# takes 3-5 s on the host and 0.2 s on the device (bench/archive/NOTES.md, eleventh session), hidden behind the answers
-# before it except where a batch ends.
+# takes 3-5 s on the host and 0.2 s on the device (bench/archive/NOTES.md, eleventh session), hidden behind the batch
+# of answers before it (ProblemEvaluator starts one more as each answer is taken up).
 DEVICE_DEFAULTS: dict[str, DeviceDefaults] = {
     "cuda": DeviceDefaults(timing_trials=100, warmup=3, answer_timeout_s=1200.0, baseline_timeout_s=1800.0,
                            prestart=4),
@@ -151,8 +151,8 @@ class EvalConfig(RunConfig):
     # The per-call watchdog's floor in seconds (protocol.call_limit_s). None: the protocol's floors on CUDA, and no
     # watchdog on the CPU, where the Triton interpreter's speed says nothing about the reference's.
     watchdog_floor_s: float | None = None
-    # Answer processes started at once, ahead of their answers (a process takes seconds to start: torch, CUDA,
-    # Triton's driver, and none may start while an answer is timed, so each batch costs one wait). None: the device's
+    # Answer processes started ahead of their answers (a process takes seconds to start: torch, CUDA, Triton's driver,
+    # and none may start while an answer is timed; one more starts as each answer is taken up). None: the device's
     # (DEVICE_DEFAULTS: 4 on CUDA, where an idle child holds a CUDA context and the L2 flush buffer; 1 on the CPU).
     # Bounded by host memory: each holds its own input and output areas (ProblemEvaluator.batch_size). Not in the
     # store key: it changes when an answer is judged, not its result.

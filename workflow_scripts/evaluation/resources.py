@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import psutil
 
 from workflow_scripts.evaluation.memory_cap import cgroup_limit
-if TYPE_CHECKING:
-    from workflow_scripts.suite.sizes import ProblemSizes
 from workflow_scripts.evaluation.memory_plan import (ANSWER_FORWARD_FACTOR, CHILD_PROCESS_BYTES, CUDA_CONTEXT_BYTES,
                                                     GIB, LARGE_OUTPUT_BYTES, PARALLEL_INPUTS_MIN_BYTES)
+
+if TYPE_CHECKING:
+    from workflow_scripts.suite.sizes import ProblemSizes
 
 # The host memory every evaluate and baseline job declared before the estimate: no job gets less (small problems).
 FLOOR_MEM_MB = 8000

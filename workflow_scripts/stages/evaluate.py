@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import fcntl
 import functools
 import json
 import re
@@ -176,7 +175,7 @@ def _take_free_companions(held: contextlib.ExitStack, lock_dir: Path, params: Pa
         path = _answer_lock_path(lock_dir, params, answer)
         if path not in held_paths:
             with contextlib.ExitStack() as attempt:
-                if not attempt.enter_context(_lock_if_free(path)):
+                if not attempt.enter_context(locked_file(path, wait=False)):
                     print(f"note: {answer.model}'s answer is being judged by another job; not judged along", flush=True)
                     continue
                 if is_stored(answer):
@@ -185,21 +184,6 @@ def _take_free_companions(held: contextlib.ExitStack, lock_dir: Path, params: Pa
             held_paths.add(path)
         taken.append(answer)
     return taken
-
-
-@contextlib.contextmanager
-def _lock_if_free(path: Path) -> Iterator[bool]:
-    """An exclusive ``flock`` on ``path`` taken without waiting: yields whether this job holds it (for the ``with``
-    block; closing the file lets go). core.io.locked_file waits; this one stays here because every stage's store key
-    hashes core/io.py, and changing it would re-run every stored stage, baselines included."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
 
 
 def _answer_lock_path(lock_dir: Path, params: Params, answer: Answer) -> Path:
