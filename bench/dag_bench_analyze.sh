@@ -5,6 +5,8 @@
 # the records (e.g. bench/archive/h100/<date>-session<N>/<rev>_call1); KB_JSON: the same session's
 # dag_vs_kernelbench.json of SIDE=kernelbench (done-when 1's ratio); BEFORE (optional): an earlier call's
 # dag_results.tgz, for the baselines' compiled times (done-when 3) and the verdicts side by side (done-when 6).
+# EARLIER_CALLS (optional): the returned folders of the same run's earlier calls, cut off and resumed with FRESH=0, in
+# order; their walls add to CALL_DIR's (bench/wall_bound.py), whose timeline and results already hold theirs.
 set -euo pipefail
 CALL=${1:?CALL_DIR}; PREFIX=${2:?PREFIX}; KB=${3:?KB_JSON}; BEFORE=${4:-}
 PY=${PYTHON:-.venv/bin/python}
@@ -13,8 +15,10 @@ trap 'rm -rf "$UNPACKED"' EXIT
 tar -xzf "$CALL/dag_results.tgz" -C "$UNPACKED"
 RESULTS=$(find "$UNPACKED" -maxdepth 2 -path '*/results/dag_bench*' -type d | head -1)
 TIMELINE=$(ls "$CALL"/timeline_*.jsonl | head -1)
-$PY bench/wall_bound.py --pipeline "$CALL/dag_vs_kernelbench.json" --kernelbench "$KB" --timeline "$TIMELINE" \
-  --out "${PREFIX}_wall_bound.json"
+EARLIER_RECORDS=()
+for earlier in ${EARLIER_CALLS:-}; do EARLIER_RECORDS+=("$earlier/dag_vs_kernelbench.json"); done
+$PY bench/wall_bound.py --pipeline "${EARLIER_RECORDS[@]}" "$CALL/dag_vs_kernelbench.json" --kernelbench "$KB" \
+  --timeline "$TIMELINE" --out "${PREFIX}_wall_bound.json"
 $PY bench/project_study.py --timeline "$TIMELINE" --results "$RESULTS" --out "${PREFIX}_projection.json"
 if [ -n "$BEFORE" ]; then
   $PY bench/compare_baselines.py "$BEFORE" "$CALL/dag_results.tgz" --out "${PREFIX}_compare_baselines.json"

@@ -8,8 +8,8 @@ calibration answer), sampled every ``--every`` seconds:
 
 * host: the machine's memory in use (``total - available``: anonymous memory and the answers' shared areas, which
   page cache would hide) above what it was before the evaluation, and the job's process tree's summed resident
-  memory (each area counted in every process that maps it); the most answer processes alive at once, and the largest
-  one's resident memory;
+  memory (each area counted in every process that maps it); the most answer processes alive at once (and, apart, the
+  reference side's input builders of a multi-GB problem), and the largest one's resident memory;
 * GPU: the device's memory in use above what it was before (NVML), and per process where NVML names our processes.
 
 Beside each: what the job declares for that many answers (``resources.evaluate_memory``: ``mem_mb``, ``gpu_mem_gb``).
@@ -40,6 +40,10 @@ from workflow_scripts.evaluation.memory_plan import GIB  # noqa: E402
 from workflow_scripts.evaluation.resources import evaluate_memory, sizes_of  # noqa: E402
 from workflow_scripts.suite.sizes import problem_sizes  # noqa: E402
 
+# The reference side's input builders (reference._start_builders, multi-GB problems): children of the job's process
+# beside its answers' sandboxes, told apart by the module they run.
+BUILDER_MODULE = "workflow_scripts.evaluation.reference_inputs"
+
 
 @dataclass
 class Peaks:
@@ -50,6 +54,7 @@ class Peaks:
     trusted_resident: int = 0
     answer_resident: int = 0
     answers_alive: int = 0
+    builders_alive: int = 0
     gpu_in_use: int = 0
     gpu_by_process: dict[str, int] = field(default_factory=dict)
     samples: int = 0
@@ -86,18 +91,21 @@ class Sampler:
         peaks.samples += 1
         peaks.host_in_use = max(peaks.host_in_use, self._host_in_use() - self.host_before)
         peaks.gpu_in_use = max(peaks.gpu_in_use, self._gpu_in_use() - self.gpu_before)
-        children = self.me.children(recursive=True)
-        resident = {}
-        for process in [self.me, *children]:
+        resident, builders = {}, set()
+        for process in [self.me, *self.me.children(recursive=True)]:
             try:
                 resident[process.pid] = process.memory_info().rss
+                if BUILDER_MODULE in process.cmdline():
+                    builders.add(process.pid)
             except psutil.Error:
                 continue  # ended between the listing and the read
         peaks.tree_resident = max(peaks.tree_resident, sum(resident.values()))
         peaks.trusted_resident = max(peaks.trusted_resident, resident.get(self.me.pid, 0))
-        answers = [rss for pid, rss in resident.items() if pid != self.me.pid]
-        peaks.answer_resident = max([peaks.answer_resident, *answers])
-        peaks.answers_alive = max(peaks.answers_alive, len(self.me.children(recursive=False)))
+        answer_rss = [rss for pid, rss in resident.items() if pid != self.me.pid and pid not in builders]
+        peaks.answer_resident = max([peaks.answer_resident, *answer_rss])
+        alive = [child.pid for child in self.me.children(recursive=False) if child.pid in resident]
+        peaks.answers_alive = max(peaks.answers_alive, sum(pid not in builders for pid in alive))
+        peaks.builders_alive = max(peaks.builders_alive, len(builders))
         if self.nvml is None:
             return
         try:
@@ -143,7 +151,8 @@ def probe(problem: Path, answers: int, every_s: float, device: str, tmp: Path) -
                          "largest_answer_resident": gib(peaks.answer_resident),
                          "gpu_in_use": gib(peaks.gpu_in_use),
                          "gpu_by_process": {k: gib(v) for k, v in peaks.gpu_by_process.items()}},
-        "answers_alive_at_most": peaks.answers_alive, "samples": peaks.samples,
+        "answers_alive_at_most": peaks.answers_alive, "builders_alive_at_most": peaks.builders_alive,
+        "samples": peaks.samples,
     }
 
 

@@ -1,11 +1,14 @@
 """How close to KernelBench's wall any schedule of one pipeline run could come (issue 34, done-when 1 and 2).
 
-    python3 bench/wall_bound.py --pipeline P.json --kernelbench K.json --timeline T.jsonl [--out F.json]
+    python3 bench/wall_bound.py --pipeline P.json [P2.json ...] --kernelbench K.json --timeline T.jsonl [--out F.json]
 
 ``--pipeline`` and ``--kernelbench``: the ``dag_vs_kernelbench.json`` records of the two sides (the latest entry of
 each side's list is taken; the kernelbench side's says the walls of all its calls, added up when one was cut off and
-resumed); ``--timeline``: the
-pipeline run's ``timeline_<host>.jsonl`` (``bench/dag_bench_run.sh`` copies it out).
+resumed). A pipeline run cut off and resumed (``FRESH=0``) gives one record per call, in order: every call but the
+last must have been cut off and the last must reach summary.json; their walls add up (work in flight at a cut is
+lost and done again, so the sum is an upper bound on one uncut run). ``--timeline``: the pipeline run's
+``timeline_<host>.jsonl`` (``bench/dag_bench_run.sh`` copies it out); a resumed run appends to its timeline, so the
+last call's holds them all, and the time between calls counts in ``idle_s.nobody_waiting``.
 
 The protocol's timed work (``core.records.TIMED_KINDS``: the answers' and the paired reference's timed blocks, the
 probes, the placement audits, the baselines' timings and Inductor's autotuning benchmarks) must not overlap another
@@ -67,6 +70,16 @@ def side_wall(record: dict, side: str) -> float:
             raise SystemExit("the pipeline's latest call did not reach summary.json: its wall bounds nothing")
         return float(latest["wall_s"])
     return float(entries[-1]["wall_s_all_calls"])
+
+
+def pipeline_wall(records: list[dict]) -> float:
+    """The pipeline's wall over its calls in order (see the module's docstring): each earlier call cut off, the last
+    reaching summary.json."""
+    for number, record in enumerate(records[:-1], start=1):
+        if not (record.get("pipeline") or [{}])[-1].get("timed_out"):
+            raise SystemExit(f"pipeline call {number} of {len(records)} was not cut off: only the last call of a "
+                             "resumed run may end on its own")
+    return sum(float(r["pipeline"][-1]["wall_s"]) for r in records[:-1]) + side_wall(records[-1], "pipeline")
 
 
 def timed_seconds(lines: list[dict]) -> dict[str, float]:
@@ -173,17 +186,18 @@ def bound(pipeline_wall_s: float, kernelbench_wall_s: float, timed: dict[str, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pipeline", type=Path, required=True)
+    parser.add_argument("--pipeline", type=Path, nargs="+", required=True, help="one record per call, in order")
     parser.add_argument("--kernelbench", type=Path, required=True)
     parser.add_argument("--timeline", type=Path, required=True)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     lines = timeline_lines(args.timeline)
     timed = timed_seconds(lines)
-    record = {"inputs": {k: str(getattr(args, k)) for k in ("pipeline", "kernelbench", "timeline")},
+    record = {"inputs": {"pipeline": [str(p) for p in args.pipeline], "kernelbench": str(args.kernelbench),
+                         "timeline": str(args.timeline)},
               "timed_s": timed, "idle_s": idle_breakdown(lines), "entry_waits": entry_waits(lines),
               "autotune_windows": autotune_windows(lines),
-              "bound": bound(side_wall(json.loads(args.pipeline.read_text()), "pipeline"),
+              "bound": bound(pipeline_wall([json.loads(p.read_text()) for p in args.pipeline]),
                              side_wall(json.loads(args.kernelbench.read_text()), "kernelbench"), timed)}
     emit(record, ("timed_s", "idle_s", "entry_waits", "autotune_windows", "bound"), args.out)
 

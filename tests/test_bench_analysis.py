@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from project_study import BUDGET_S, admitted_concurrency, project, study_admission  # noqa: E402
 
 from workflow_scripts.evaluation.resources import Memory  # noqa: E402
-from wall_bound import autotune_windows, entry_waits, idle_breakdown  # noqa: E402
+from wall_bound import autotune_windows, entry_waits, idle_breakdown, pipeline_wall  # noqa: E402
 
 
 def span(activity: str, start: float, end: float, **fields: object) -> dict:
@@ -115,6 +115,26 @@ def test_at_the_study_s_shape_the_default_batch_lets_an_h200_host_judge_four_lev
     batch_of_15 = study_admission(kb_dir, ["1", "2"], 15, 128.0, 139.0, 15)
     assert default["2"] >= 3.9 and batch_of_15["2"] < 3.0
     assert default["1"] > batch_of_15["1"]
+
+
+def pipeline_call(wall_s: float, *, timed_out: bool, summary_json: bool) -> dict:
+    return {"pipeline": [{"wall_s": wall_s, "timed_out": timed_out, "summary_json": summary_json}]}
+
+
+def test_a_resumed_pipeline_run_s_wall_adds_its_cut_off_calls_to_the_last() -> None:
+    calls = [pipeline_call(471.4, timed_out=True, summary_json=False),
+             pipeline_call(103.1, timed_out=False, summary_json=True)]
+    assert pipeline_wall(calls) == pytest.approx(574.5)
+    assert pipeline_wall(calls[1:]) == pytest.approx(103.1)
+
+
+def test_a_pipeline_run_s_calls_are_refused_unless_only_the_last_ended_on_its_own() -> None:
+    finished = pipeline_call(300.0, timed_out=False, summary_json=True)
+    cut = pipeline_call(471.4, timed_out=True, summary_json=False)
+    with pytest.raises(SystemExit, match="call 1 of 2 was not cut off"):
+        pipeline_wall([finished, finished])  # two whole runs are not one run's calls
+    with pytest.raises(SystemExit, match="did not reach summary.json"):
+        pipeline_wall([cut, cut])
 
 
 def test_autotune_windows_say_how_many_a_shorter_linger_would_split() -> None:
