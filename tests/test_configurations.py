@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGURATIONS = {"demo": ["config.yaml"], "study": ["config/study.yaml"], "h200": ["config/h200.yaml"],
                   "dag bench": ["config/dag_bench.yaml"],
                   "dag bench, evaluations yielding": ["config/dag_bench.yaml", "config/yield_gpu.yaml"],
+                  "dag bench, whole-job leases": ["config/dag_bench.yaml", "config/whole_job_lease.yaml"],
                   "dag bench, study's shape": ["config/dag_bench.yaml", "config/study_shape.yaml"],
                   "dag bench, autotuning in the job's turn": ["config/dag_bench.yaml", "config/autotune_in_turn.yaml"],
                   "study, KernelBench exact": ["config/study.yaml", "config/kernelbench_exact.yaml"]}
@@ -31,7 +32,7 @@ def test_every_configuration_has_its_own_results_folder_and_store() -> None:
         assert folder.parent == PurePosixPath("results"), (name, folder)  # results/<configuration>
         for other, elsewhere in folders.items():
             assert other == name or folder not in elsewhere.parents, (name, other)  # none nested in another
-    for name in ("demo", "study", "h200", "dag bench", "dag bench, evaluations yielding",
+    for name in ("demo", "study", "h200", "dag bench", "dag bench, evaluations yielding", "dag bench, whole-job leases",
                  "dag bench, study's shape", "dag bench, autotuning in the job's turn"):  # its store inside it
         config = configuration(CONFIGURATIONS[name])
         assert PurePosixPath(config["results_dir"]) in PurePosixPath(workflow_configuration.store_dir(config)).parents, name

@@ -231,3 +231,51 @@ def test_yield_gpu_is_recorded_in_each_result_s_protocol_and_kept_out_of_the_sto
     whole_job, yielding = EvalConfig(device="cpu"), EvalConfig(device="cpu", yield_gpu=True)
     assert protocol_record(whole_job)["yield_gpu"] is False and protocol_record(yielding)["yield_gpu"] is True
     assert key_params(whole_job) == key_params(yielding)
+
+
+@pytest.mark.parametrize("driver_lock", [True, False])
+def test_yield_gpu_auto_yields_only_on_a_gpu_whose_driver_holds_a_stopped_answer_s_gpu_work(
+        monkeypatch: pytest.MonkeyPatch, driver_lock: bool) -> None:
+    """The default, ``auto``: an evaluation steps aside only where the driver's checkpoint lock completes and holds a
+    stopped answer's queued kernels (cuda_lock); elsewhere its lease lasts the whole job. ``true`` and ``false`` say
+    so whatever the driver. The result's protocol records what the job did, not the setting."""
+    from workflow_scripts.evaluation import cuda_lock
+    from workflow_scripts.evaluation.verdict import protocol_record
+
+    monkeypatch.setattr(cuda_lock, "available", lambda: driver_lock)
+    assert EvalConfig().yield_gpu == "auto"
+    assert EvalConfig(device="cuda").yields_gpu() is driver_lock
+    assert protocol_record(EvalConfig(device="cuda"))["yield_gpu"] is driver_lock
+    assert EvalConfig(device="cpu").yields_gpu() is False  # no GPU work to hold: no other job times beside it
+    assert EvalConfig(device="cuda", yield_gpu=True).yields_gpu() is True
+    assert EvalConfig(device="cuda", yield_gpu=False).yields_gpu() is False
+
+
+def test_yield_gpu_takes_true_false_or_auto_and_names_the_key_otherwise() -> None:
+    from workflow_scripts.core.params import ParamsError, parse_params
+
+    for value in (True, False, "auto"):
+        assert parse_params(EvalConfig, {"yield_gpu": value}).yield_gpu == value
+    with pytest.raises(ParamsError, match="yield_gpu"):
+        parse_params(EvalConfig, {"yield_gpu": "yes"}, source="--params evaluation")
+    with pytest.raises(ValueError, match="yield_gpu must be true, false or auto"):
+        EvalConfig(yield_gpu=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("setting", "steps_aside"), [("auto", False), (True, True), (False, False)])
+def test_an_evaluate_job_s_lease_steps_aside_as_its_setting_resolves(
+        monkeypatch: pytest.MonkeyPatch, setting: object, steps_aside: bool) -> None:
+    """``evaluate_answers`` hands the lease the resolved setting (on the CPU, ``auto`` resolves to the whole job)."""
+    asked: list[bool] = []
+
+    class Asked(Exception):
+        pass
+
+    def yielding(lease: object, steps_aside: bool = True, trusted_child: bool = False) -> None:
+        asked.append(steps_aside)
+        raise Asked
+
+    monkeypatch.setattr(answer_module.gpu_lock, "yielding", yielding)
+    with pytest.raises(Asked):
+        answer_module.evaluate_answers(ADD, [HONEST], EvalConfig(device="cpu", run_static=False, yield_gpu=setting))
+    assert asked == [steps_aside]

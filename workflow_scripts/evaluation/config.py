@@ -13,9 +13,9 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from workflow_scripts.evaluation import environment, gpu_lock, timing
+from workflow_scripts.evaluation import cuda_lock, environment, gpu_lock, timing
 from workflow_scripts.evaluation.isolation import ISOLATION_MODES
 from workflow_scripts.evaluation.limits import Limits
 from workflow_scripts.evaluation.memory_cap import MODES as MEMORY_CAP_MODES
@@ -158,12 +158,16 @@ class EvalConfig(RunConfig):
     # store key: it changes when an answer is judged, not its result.
     prestart: int | None = None
     # Whether an evaluate job's shared GPU lease steps aside for other jobs' timing between the job's own GPU steps
-    # (gpu_lock.YieldingLease, as baselines do), stopping its answer's process meanwhile; off: the lease lasts the
-    # whole job, so no other job times on that GPU while one of its answers lives. Off by default: a stopped process
-    # stops its CPU, not GPU work it left queued, so a hostile answer could leave a kernel running into another job's
-    # timing, which the whole-job lease rules out (issue 34: on an H100 the GPU was busy 16% of a run without it;
-    # docs/evaluation.md).
-    yield_gpu: bool = False
+    # (gpu_lock.YieldingLease, as baselines do), its answer's process tree stopped meanwhile; off: the lease lasts the
+    # whole job, so no other job times on that GPU while one of its answers lives. A stopped process stops its CPU,
+    # not GPU work it left queued, which the driver's checkpoint lock completes and holds (cuda_lock; freezer locks
+    # a tree before stopping it, and a tree it cannot lock whole does not step aside). "auto": yield where that lock
+    # is there (driver 550 and later), the whole-job lease elsewhere. true yields with stopping alone where it is not
+    # (a hostile answer could leave a kernel running into another job's timing). Why not off: with the whole-job
+    # lease each of a baseline's exclusive autotuning windows and each answer's timing waits for every other
+    # evaluation to end or reach its own timing (s37 on an H100: a timer waited 271.8 s of a 574.5-s run behind
+    # evaluations holding the GPU; docs/evaluation.md).
+    yield_gpu: bool | Literal["auto"] = "auto"
     # Trials per block of paired timing (timing.paired_blocks): the eager reference is timed on the same inputs in
     # blocks alternating with the answer's, and the speedup is taken against it. 0: the answer alone, in one window
     # (KernelBench's loop; the speedup is then taken against the baseline stage's eager time).
@@ -189,6 +193,8 @@ class EvalConfig(RunConfig):
         super().__post_init__()
         if self.integer_inputs not in ("keep", "cast"):
             raise ValueError(f"integer_inputs must be keep or cast, got {self.integer_inputs!r}")
+        if not (isinstance(self.yield_gpu, bool) or self.yield_gpu == "auto"):
+            raise ValueError(f"yield_gpu must be true, false or auto, got {self.yield_gpu!r}")
         if self.paired_reference_block < 1:
             raise ValueError(f"paired_reference_block must be at least 1, got {self.paired_reference_block!r}")
 
@@ -204,6 +210,13 @@ class EvalConfig(RunConfig):
                                         launch_headroom_us=0.0)
         settings.update(overrides)
         return cls(**settings)
+
+    def yields_gpu(self) -> bool:
+        """Whether this evaluation's lease steps aside for other jobs' timing (``yield_gpu`` resolved for its device
+        and driver)."""
+        if self.yield_gpu == "auto":
+            return self.device == "cuda" and cuda_lock.available()
+        return bool(self.yield_gpu)
 
     def prestart_count(self) -> int:
         return max(1, int(self.prestart if self.prestart is not None else DEVICE_DEFAULTS[self.device].prestart))

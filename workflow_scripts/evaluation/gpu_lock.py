@@ -32,20 +32,22 @@ drops the shared lock and takes it back through the gate as ``downgrade`` does, 
 resumes the child (``lease_yielded`` on the timeline). Where the driver has the checkpoint lock (``cuda_lock``)
 and ``baselines.compile_beside_timing`` is set (the default), the baseline's child is not stopped: only its GPU work
 is held, and its compiling goes on beside the timing. The job's own exclusive windows (``YieldingLease.upgrade``)
-are never given up. A shared lease that never steps aside (an evaluation's by default) pins its GPU (``gpu<g>.pin``
+are never given up. A shared lease that never steps aside (an evaluation's with ``yield_gpu: false``) pins its GPU (``gpu<g>.pin``
 held shared, dropped with the shared lock as its upgrade begins): while one does, a waiting timer cannot start anyway,
 so a yielding lease leaves it alone and its child keeps compiling (``timer_blocked_elsewhere``; only a hint, the lock
-alone decides who holds the GPU). Where ``evaluation.yield_gpu`` is set, an evaluation job yields the same way between
+alone decides who holds the GPU). Where ``evaluation.yield_gpu`` holds (``EvalConfig.yields_gpu``), an evaluation job yields the same way between
 its steps and during its answer's own work: its trusted side's own GPU work (the reference side's preparation, each
 correctness trial's reference, inputs and judging, an answer process's device start) runs in ``held`` blocks, which the
 watcher never cuts, and the answer's process, once it runs the answer's code, is the followed tree, stopped during its
-import and its calls too (the seconds move its deadlines). Off by default: a stopped process's queued GPU work still
-runs, so a hostile answer could leave a kernel running into the other job's timing; the whole-job shared lease rules
-that out, at a price: a job waiting to time waits for every other evaluation on its GPU to end or to time (on an H100,
-16% of a 20-problem run's wall was timing; bench/README.md, s26). Where the driver has the checkpoint lock
+import and its calls too (the seconds move its deadlines). A stopped process's queued GPU work still runs, so a
+hostile answer could leave a kernel running into the other job's timing; where the driver has the checkpoint lock
 (``cuda_lock``), a stop also completes and holds the tree's GPU work, and a tree whose work could not be held is
-incomplete (no step-aside), which answers that objection (on an H100 every timed answer's tree was locked, s30);
-yielding stays off by default: in that run's pair it was slower (368.3 s against 337.9 s, bench/README.md).
+incomplete (no step-aside), which answers that (on an H100 every timed answer's tree was locked, s30, s33, s34). So
+by default (``auto``) evaluations yield where the driver has that lock and keep the whole-job shared lease elsewhere,
+whose price is the convoy: a job waiting to time, and each baseline's exclusive autotuning window, waits for every
+other evaluation on its GPU to end or to time (on an H100 a timer waited 271.8 s of a 574.5-s run behind evaluations,
+s37; with yielding 57.6-68.3 s, s33-s34; bench/README.md). s30's pair, where the whole-job lease was faster (337.9 s
+against 368.3 s), ran the autotuning benchmarks in the baseline's turn, not in windows of their own.
 
 Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, purpose, expected peak memory if given) next to the lock,
 removed on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live holders'

@@ -72,9 +72,10 @@ def protocol_record(cfg: EvalConfig) -> dict[str, Any]:
         "post_timing_check": cfg.post_timing_check,
         "hidden_trials": cfg.hidden_trials,
         "cpu_threads": cfg.cpu_threads if cfg.device == "cpu" else None,
-        # Whether the job stepped aside between its GPU steps (evaluation.yield_gpu): it changes what may run beside
-        # the answer's untimed steps, never its timing, so it is recorded here and kept out of the store key.
-        "yield_gpu": cfg.yield_gpu,
+        # Whether the job stepped aside between its GPU steps (evaluation.yield_gpu, resolved: "auto" on a driver
+        # with the checkpoint lock says true): it changes what may run beside the answer's untimed steps, never its
+        # timing, so it is recorded here and kept out of the store key.
+        "yield_gpu": cfg.yields_gpu(),
         # Whether each stop of the answer's process tree also locks its CUDA work (freezer, cuda_lock: its submitted
         # kernels completed before anything is timed beside it, its further calls held): "cuda_lock" where the driver
         # has the calls (phases_s.answer_gpu_locks counts the locks taken, flags gpu_work_* the failures); "stop only"
