@@ -208,3 +208,50 @@ def test_protocol_record_loads_no_driver(monkeypatch: pytest.MonkeyPatch) -> Non
     assert protocol_record(EvalConfig(device="cuda"))["gpu_work_held"] == "cuda_lock"
     monkeypatch.setattr(cuda_lock, "_library", lambda: None)
     assert protocol_record(EvalConfig(device="cuda"))["gpu_work_held"] == "stop only"
+
+
+def test_a_process_without_cuda_state_that_holds_a_gpu_device_file_leaves_the_tree_incomplete(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """A process the driver finds without CUDA state is not locked and runs on until it is stopped: it may have
+    started CUDA meanwhile, or drive the GPU without the CUDA library (whose work the lock neither sees nor
+    completes). Stopped, a GPU device file among its open files leaves the tree incomplete; without one it is
+    complete (the CUDA process locked, the other stopped). The device files here are stand-ins under tmp_path."""
+    monkeypatch.setattr(freezer, "GPU_DEVICE_PREFIX", str(tmp_path / "nvidia"))
+    for opened, complete in ((tmp_path / "nvidia0", False), (tmp_path / "notes.txt", True)):
+        code = ("import os, sys, time\nf = open(sys.argv[1], 'w')\nif os.fork() == 0:\n    while True: pass\n"
+                "while True: time.sleep(0.01)\n")
+        proc = subprocess.Popen([sys.executable, "-c", code, str(opened)])
+        try:
+            deadline = time.monotonic() + 10
+            while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            (child,) = psutil.Process(proc.pid).children()
+            driver = Driver({child.pid})  # the child has CUDA state; the parent, holding the file, none
+            use_driver(monkeypatch, driver)
+            with freezer.frozen(proc.pid) as frozen:
+                assert frozen is not None and frozen.stops_complete and frozen.gpu_work.locked == [child.pid]
+                assert frozen.complete is complete, opened
+                assert frozen.gpu_work.failed == ({} if complete else {proc.pid: cuda_lock.NOT_RUNNING})
+        finally:
+            for p in psutil.Process(proc.pid).children(recursive=True):
+                p.kill()
+            proc.kill()
+            proc.wait()
+
+
+def test_a_process_whose_open_files_cannot_be_read_may_hold_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreadable(path: str) -> list[str]:
+        raise PermissionError(path)
+
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert freezer.opens_gpu_device(idle.pid) is False  # a process that never opened the GPU
+        monkeypatch.setattr(freezer.os, "listdir", unreadable)
+        assert freezer.opens_gpu_device(idle.pid) is True
+        monkeypatch.undo()
+    finally:
+        idle.kill()
+        idle.wait()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert freezer.opens_gpu_device(gone.pid) is False  # gone: nothing of it can run

@@ -1,6 +1,7 @@
 """An evaluation job's shared GPU lease steps aside for another job's timing between the job's own GPU steps where
-``evaluation.yield_gpu`` is set, and lasts the whole job by default (issue 34): on a fake GPU (the locks are files),
-the CPU evaluator judging answers while a timing job asks for the GPU."""
+``evaluation.yield_gpu`` resolves true (by default where the driver's checkpoint lock holds a stopped answer's GPU
+work), and lasts the whole job otherwise (issue 34): on a fake GPU (the locks are files), the CPU evaluator judging
+answers while a timing job asks for the GPU."""
 
 from __future__ import annotations
 
@@ -238,7 +239,8 @@ def test_yield_gpu_auto_yields_only_on_a_gpu_whose_driver_holds_a_stopped_answer
         monkeypatch: pytest.MonkeyPatch, driver_lock: bool) -> None:
     """The default, ``auto``: an evaluation steps aside only where the driver's checkpoint lock completes and holds a
     stopped answer's queued kernels (cuda_lock); elsewhere its lease lasts the whole job. ``true`` and ``false`` say
-    so whatever the driver. The result's protocol records what the job did, not the setting."""
+    so whatever the driver. The result's protocol records the choice resolved for the job's device and driver, not
+    the setting."""
     from workflow_scripts.evaluation import cuda_lock
     from workflow_scripts.evaluation.verdict import protocol_record
 
@@ -279,3 +281,28 @@ def test_an_evaluate_job_s_lease_steps_aside_as_its_setting_resolves(
     with pytest.raises(Asked):
         answer_module.evaluate_answers(ADD, [HONEST], EvalConfig(device="cpu", run_static=False, yield_gpu=setting))
     assert asked == [steps_aside]
+
+
+def test_an_answer_whose_tree_cannot_be_held_for_its_timing_is_rejected_untimed_and_the_job_goes_on(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Its upgrade gave up with the lease still shared (``TreeNotHeld``: a process of its tree still running, or GPU
+    work the driver's lock could not complete or see): the answer is not timed, its verdict a rejection
+    (``gpu_work_not_held``), and the job's later answers are judged and timed as usual."""
+    from workflow_scripts.evaluation.gpu_lock import TreeNotHeld
+
+    real_upgrade = YieldingLease.upgrade
+    calls: list[bool] = []
+
+    def first_not_held(self: YieldingLease, timeout_s: float, stop_followed: bool = False) -> float:
+        calls.append(stop_followed)
+        if len(calls) == 1:
+            raise TreeNotHeld("the followed process tree could not be held off the GPU in 3 stops")
+        return real_upgrade(self, timeout_s, stop_followed)
+
+    monkeypatch.setattr(YieldingLease, "upgrade", first_not_held)
+    results = _three_honest_answers_judged(tmp_path, steps_aside=True)
+    first, *rest = results
+    assert first.status == Status.REJECTED_RUNTIME and "gpu_work_not_held" in first.flags
+    assert first.runtime_ms is None and "not timed" in (first.error or "")
+    assert [r.status for r in rest] == [Status.CORRECT, Status.CORRECT] and all(r.runtime_ms for r in rest)
+    assert calls[0] is True  # the answer's tree was to be stopped while its job waited

@@ -20,8 +20,9 @@ import pytest
 from cuda_driver import Driver, use_driver
 from gpu_timers import lock_refused, start_timer, stopped
 
-from workflow_scripts.evaluation import cuda_lock
-from workflow_scripts.evaluation.gpu_lock import GpuLease, GpuLockTimeout, YieldingLease, acquire_gpu, visible_gpus
+from workflow_scripts.evaluation import cuda_lock, freezer
+from workflow_scripts.evaluation.gpu_lock import (GpuLease, GpuLockTimeout, TreeNotHeld, YieldingLease, acquire_gpu,
+                                                  visible_gpus)
 
 pytestmark = pytest.mark.integration  # starts processes (evaluator children, the Snakemake CLI)
 
@@ -402,6 +403,63 @@ def test_a_trusted_child_the_driver_cannot_lock_keeps_its_lease_from_stepping_as
         yielding_lease.upgrade(timeout_s=5.0)  # the baseline's own timing, then the timer
         yielding_lease.downgrade()
         timer.wait(10)
+
+
+@pytest.mark.parametrize("steps_aside", [True, False])
+def test_an_answer_s_tree_that_cannot_be_held_keeps_its_lease_shared_instead_of_waiting_to_time(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, steps_aside: bool) -> None:
+    """An upgrade's wait lets another job's timer in first: a followed tree whose GPU work the driver cannot hold
+    (here its queued work outlasts every lock's wait) must not be left so. The upgrade tries its stops, then gives
+    up with the lease still shared, no exclusive window taken, the tree resumed; the job's next GPU step is not
+    blocked. Whole-job leases (``steps_aside`` False) wait for their upgrade the same way."""
+    child = subprocess.Popen([sys.executable, "-c", BUSY_CHILD])
+    driver = Driver({child.pid}, queued_s={child.pid: 10 * freezer.STOP_WAIT_S})
+    use_driver(monkeypatch, driver)
+    monkeypatch.setattr(freezer, "STOP_WAIT_S", 0.05)  # each lock's wait, shortened: still shorter than the work
+    try:
+        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="evaluate") as lease, \
+                YieldingLease(lease, steps_aside=steps_aside) as yielding_lease:
+            with yielding_lease.held():
+                yielding_lease.follow(child.pid)
+            with pytest.raises(TreeNotHeld, match="3 stops"):
+                yielding_lease.upgrade(timeout_s=5.0, stop_followed=True)
+            assert lease.mode == "shared" and _shared_held(tmp_path) and not _others_exclusive(tmp_path)
+            assert yielding_lease.incomplete_stops == YieldingLease.UPGRADE_STOP_TRIES
+            assert [call for call, _, _ in driver.calls].count("lock") == YieldingLease.UPGRADE_STOP_TRIES
+            assert not stopped(child.pid)  # resumed: the caller ends it while no other job times
+            with yielding_lease.held():  # the turn was given back
+                yielding_lease.follow(None)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_an_answer_s_tree_held_at_a_later_stop_is_timed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A stop that finds the tree not yet held (a trial's last kernels still queued) is tried again before the
+    upgrade gives up: held at the second, the job takes its exclusive window as usual."""
+    child = subprocess.Popen([sys.executable, "-c", BUSY_CHILD])
+    driver = Driver({child.pid}, queued_s={child.pid: 10 * freezer.STOP_WAIT_S})
+    use_driver(monkeypatch, driver)
+
+    def lock_finding_the_work_done_the_second_time(pid: int, timeout_s: float) -> int:
+        code = driver.lock(pid, timeout_s)
+        driver.queued_s.clear()  # the trial's last kernels end
+        return code
+
+    monkeypatch.setattr(cuda_lock, "lock", lock_finding_the_work_done_the_second_time)
+    try:
+        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="evaluate") as lease, \
+                YieldingLease(lease) as yielding_lease:
+            with yielding_lease.held():
+                yielding_lease.follow(child.pid)
+            yielding_lease.upgrade(timeout_s=5.0, stop_followed=True)
+            assert lease.mode == "exclusive" and yielding_lease.incomplete_stops == 1
+            yielding_lease.downgrade()
+            with yielding_lease.held():
+                yielding_lease.follow(None)
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_a_yielding_lease_never_steps_aside_in_its_own_exclusive_window(tmp_path: Path) -> None:

@@ -110,6 +110,9 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     Flag("timed_output_mismatch", True, "a timed call's output, checked by the trusted side, was wrong"),
     Flag("timing_unconfirmed", True, "the reported times do not fit the intervals the trusted side observed"),
     Flag("signal_sent", True, "the answer sent a signal"),
+    Flag("gpu_work_not_held", True, "the answer's process tree could not be held off the GPU while its job waited "
+         "to time it (a process still running, or GPU work the driver's lock could not complete or see): timing it "
+         "would have let that work run into another job's timing; not timed"),
     # Review flags: recorded, counted per model, never change the status.
     Flag("global_state_changed", False, "the answer changed a cudnn setting (tunes its own PyTorch calls)"),
     Flag("python_threads_started", False, "the answer started Python threads"),

@@ -11,7 +11,9 @@ A stopped process's GPU work already submitted still runs: an answer could queue
 into the reference's timing or another job's. So where the driver can (``cuda_lock``), each process of the tree with
 CUDA state is locked first, which completes its submitted work and holds its further CUDA calls, and stopped after (the
 driver answers only a process that runs); a tree counts as ``complete`` only once each of its CUDA processes is locked
-too. ``thaw`` resumes, then unlocks.
+too, and no process of it the driver was not asked about, or found without CUDA state, holds a GPU device file open
+once stopped (it may have started CUDA after it was asked, or drive the GPU without the CUDA library, whose work the
+lock does not see). ``thaw`` resumes, then unlocks.
 
 A tree of trusted code (a baseline's child: the problem's own ``Model`` and Inductor) may be held at the GPU only
 (``stop=False``): its CUDA processes are locked and nothing is stopped, so its CPU work (Inductor's code generation and
@@ -69,6 +71,12 @@ class FrozenTree:
             return
         self._stop()
         cuda_lock.mark_unknown([pid for pid in self.stopped if pid not in listed], into=self.gpu_work)
+        # A listed process the driver found without CUDA state ran on until its stop: it may have opened the GPU
+        # meanwhile, or drive it without the CUDA library (whose work the driver's lock neither sees nor completes).
+        # Stopped now, its open files say: a GPU device file among them (or files that cannot be read) counts too.
+        unasked = [pid for pid in listed if pid in self.stopped
+                   and pid not in self.gpu_work.locked and pid not in self.gpu_work.failed]
+        cuda_lock.mark_unknown([pid for pid in unasked if opens_gpu_device(pid)], into=self.gpu_work)
 
     def _stop(self) -> None:
         end = time.monotonic() + STOP_WAIT_S
@@ -152,6 +160,30 @@ def _tree_pids(root_pid: int) -> list[int]:
         except OSError:  # the process or one of its threads ended meanwhile
             continue
     return pids
+
+
+# The device files through which a process reaches an NVIDIA GPU (/dev/nvidia0..N, nvidiactl, nvidia-uvm, ...).
+GPU_DEVICE_PREFIX = "/dev/nvidia"
+
+
+def opens_gpu_device(pid: int) -> bool:
+    """Whether the process holds a GPU device file open (``GPU_DEVICE_PREFIX``), or its open files cannot be read:
+    either way it may have work on the GPU. A process gone meanwhile holds nothing."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(GPU_DEVICE_PREFIX):
+                return True
+        except FileNotFoundError:
+            continue  # closed since the listing
+        except OSError:
+            return True
+    return False
 
 
 def _stopped(p: psutil.Process) -> bool:

@@ -99,6 +99,12 @@ HANDOVER_POLL_S = 0.01
 ENTRY_POLL_S = 0.05
 
 
+class TreeNotHeld(RuntimeError):
+    """The followed process tree could not be held off the GPU (``freezer``: a process still running, or GPU work
+    the driver's lock could not complete or see) in ``YieldingLease.UPGRADE_STOP_TRIES`` tries: the job still holds
+    the GPU shared, and the tree must not run beside another job's timing, which an upgrade's wait would allow."""
+
+
 class GpuLockTimeout(TimeoutError):
     pass
 
@@ -311,23 +317,34 @@ class YieldingLease:
         with self._pid_lock:
             self._pid = pid
 
+    # Stops of the followed tree an upgrade tries before giving up (``TreeNotHeld``), each resuming it in between: a
+    # process that was forking, or a lock that met a trial's last kernels, gets another chance; an honest answer's
+    # tree, idle between its calls, is held at the first (none incomplete in s30-s37's GPU runs).
+    UPGRADE_STOP_TRIES = 3
+
     def upgrade(self, timeout_s: float, stop_followed: bool = False) -> float:
         """Exclusive from now (``GpuLease.upgrade``, at most ``timeout_s``: GpuLockTimeout, the lease stays shared),
         once a step-aside in progress has ended; the seconds the upgrade waited. ``stop_followed``: the followed tree
-        stopped while it waits (an answer must not run beside another job's timing). The watcher leaves the lease
-        alone until ``downgrade``."""
+        stopped while it waits (an answer must not run beside another job's timing), and held whole before the shared
+        lock is let go (the wait lets another job's timer in first): ``TreeNotHeld`` where it cannot be, the lease
+        still shared. The watcher leaves the lease alone until ``downgrade``."""
         if self._upgraded:
             return 0.0
         self._turn.acquire()
         try:
-            with self._stopped_tree() if stop_followed else contextlib.nullcontext():
-                waited = self.lease.upgrade(timeout_s=timeout_s)
-                self._upgraded = True  # from here the window is held: ``downgrade`` gives it back, whatever follows
+            for _ in range(self.UPGRADE_STOP_TRIES):
+                with self._stopped_tree() if stop_followed else contextlib.nullcontext(True) as complete:
+                    if complete:
+                        waited = self.lease.upgrade(timeout_s=timeout_s)
+                        self._upgraded = True  # from here the window is held: ``downgrade`` gives it back
+                        return waited
+            # Resumed, the lease still shared: no other job times while the caller ends the tree.
+            raise TreeNotHeld(f"GPU {self.lease.gpu}: the answer's process tree could not be held off the GPU in "
+                              f"{self.UPGRADE_STOP_TRIES} stops")
         except BaseException:
             if not self._upgraded:
                 self._turn.release()
             raise
-        return waited
 
     def downgrade(self) -> None:
         """Shared again (``GpuLease.downgrade``: a timing job already waiting goes first), the followed tree stopped

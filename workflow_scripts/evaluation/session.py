@@ -299,7 +299,8 @@ class AnswerSession:
     def _timing(self, ans: ChildProcess) -> bool:
         """The answer timed (paired with the reference, ``_time_paired``) alone on the GPU, and the trusted side's
         reading of the raw numbers. False: the answer failed while timed."""
-        self._exclusive()
+        if not self._exclusive():
+            return False
         self.phase = "timing"
         t_time = time.monotonic()
         self._sample_clock()
@@ -325,26 +326,35 @@ class AnswerSession:
         if self.gate is not None and self.lease is None:
             self.gate.resume()
 
-    def _exclusive(self) -> None:
+    def _exclusive(self) -> bool:
         """Before timing: no later answer's process starts (the gate is paused until the timing ends, under a lease
         until the job holds it shared again) and the GPU is this job's alone. Waiting for either never counts against
-        the answer."""
+        the answer. False: the answer's tree could not be held off the GPU for the wait (``gpu_work_not_held``): not
+        timed, its verdict a rejection (a crash where cheats are only flagged)."""
         if self.gate is not None:
             self.phases["next_child_wait_s"] = self.gate.pause()
             self.deadline += self.phases["next_child_wait_s"]
-        if self.lease is not None:
-            left = self.deadline - time.monotonic()
-            t0, incomplete = time.monotonic(), self.lease.incomplete_stops
-            try:
-                # The answer's process stopped while it waits: nor beside another job's timing.
-                waited = self.lease.upgrade(max(1.0, left), stop_followed=True)
-            except gpu_lock.GpuLockTimeout:
-                raise ChildTimeout() from None
+        if self.lease is None:
+            return True
+        left = self.deadline - time.monotonic()
+        t0, incomplete = time.monotonic(), self.lease.incomplete_stops
+        try:
+            # The answer's process stopped while it waits: nor beside another job's timing.
+            waited = self.lease.upgrade(max(1.0, left), stop_followed=True)
+        except gpu_lock.GpuLockTimeout:
+            raise ChildTimeout() from None
+        except gpu_lock.TreeNotHeld as e:
+            self.flag("gpu_work_not_held")
+            self.failure = Status.CRASH
+            self.error = f"not timed: {e}"
+            return False
+        finally:
             self._add_phase("answer_stopped_s", time.monotonic() - t0)
             if self.lease.incomplete_stops > incomplete:
                 self.phases["answer_stop_incomplete"] = 1.0  # a process of its tree still ran while it waited
-            self.phases["gpu_lock_wait_s"] = waited
-            self.deadline += time.monotonic() - t0
+        self.phases["gpu_lock_wait_s"] = waited
+        self.deadline += time.monotonic() - t0
+        return True
 
     @contextlib.contextmanager
     def _gpu_turn(self) -> Iterator[None]:
