@@ -390,7 +390,8 @@ def test_a_trusted_child_the_driver_cannot_lock_keeps_its_lease_from_stepping_as
     """A CUDA process of the baseline's that the driver refuses to lock could run GPU work into the timing: the
     lease stays put (the timer waits for the baseline's own window or end), as for an incomplete stop."""
     driver = Driver(set())
-    driver.lock = lambda pid, timeout_s: 801  # type: ignore[method-assign]
+    locks_asked: list[int] = []
+    driver.lock = lambda pid, timeout_s: locks_asked.append(pid) or 801  # type: ignore[method-assign]
     use_driver(monkeypatch, driver)
     with pytest.warns(RuntimeWarning, match="did not step aside"), \
             _yielding_lease_following_a_busy_child(tmp_path, trusted_child=True) as (lease, yielding_lease, child):
@@ -399,7 +400,12 @@ def test_a_trusted_child_the_driver_cannot_lock_keeps_its_lease_from_stepping_as
         assert timer.stdout is not None
         time.sleep(0.5)
         assert not select.select([timer.stdout], [], [], 0)[0] and not stopped(child)  # the timer still waits
-        assert yielding_lease.incomplete_stops > 0 and lease.mode == "shared"
+        # One incomplete hold, then the lease keeps the GPU for the rest of the job, pinning it as a whole-job lease
+        # does (a yielding lease elsewhere leaves the timer alone), instead of asking the driver at every poll.
+        assert yielding_lease.incomplete_stops == 1 and lease.mode == "shared"
+        assert locks_asked == [child]
+        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="evaluate") as another:
+            assert another.timer_blocked_elsewhere()
         yielding_lease.upgrade(timeout_s=5.0)  # the baseline's own timing, then the timer
         yielding_lease.downgrade()
         timer.wait(10)

@@ -368,9 +368,16 @@ class YieldingLease:
                     with self._stopped_tree() as complete:
                         if complete:
                             self.lease.step_aside(REENTRY_POLL_S, self._stop.is_set)
-                        else:  # a process of the tree still runs, or may still have GPU work: no step-aside
-                            self._warn_once("a process of its child's tree could not be stopped, or its GPU work "
-                                            "not held (cuda_lock)")
+                    if not complete:
+                        # A process of the tree still runs, or may still have GPU work: no step-aside, and none for
+                        # the rest of the job, whose lease now pins the GPU as a whole-job lease does. Stopping the
+                        # tree again at every poll while the timer waits would only hold the answer back (each stop
+                        # may wait seconds on the driver), and a driver that exports the lock but refuses it
+                        # (``yield_gpu: auto`` checks only that it is there) would leave every stop incomplete.
+                        self._warn_once("a process of its child's tree could not be stopped, or its GPU work not "
+                                        "held (cuda_lock); it keeps the GPU for the rest of its job")
+                        self.lease.pin()
+                        return
             except (OSError, cuda_lock.UnlockFailed) as e:
                 # a lock call failed, or the driver kept the child locked: hold the shared lock again and stop
                 # yielding, visibly
