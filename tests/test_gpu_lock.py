@@ -468,6 +468,58 @@ def test_an_answer_s_tree_held_at_a_later_stop_is_timed(monkeypatch: pytest.Monk
         child.wait()
 
 
+def test_a_step_aside_that_fails_takes_the_gpu_back_before_the_tree_resumes(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The shared lock let go for a timer, taking it back fails (an flock error): the lease waits for the lock
+    (after the timer's window) before the tree is resumed, never resuming it beside the timing; then it stops
+    stepping aside, visibly."""
+    events: list[str] = []
+    hold_again, thaw = GpuLease.hold_shared_again, freezer.FrozenTree.thaw
+
+    def failing_reentry(self: GpuLease, poll_s: float, give_up: object = None) -> bool:
+        raise OSError("no locks available")
+
+    def noting_hold_again(self: GpuLease) -> None:
+        hold_again(self)
+        events.append("held")
+
+    def noting_thaw(self: freezer.FrozenTree) -> None:
+        events.append("resumed")
+        thaw(self)
+
+    monkeypatch.setattr(GpuLease, "_reenter_shared", failing_reentry)
+    monkeypatch.setattr(GpuLease, "hold_shared_again", noting_hold_again)
+    monkeypatch.setattr(freezer.FrozenTree, "thaw", noting_thaw)
+    with pytest.warns(RuntimeWarning, match="stops stepping aside"), \
+            _yielding_lease_following_a_busy_child(tmp_path) as (lease, yielding_lease, child):
+        timer = start_timer(tmp_path, 0.2, give_up_s=60.0)
+        deadline = time.monotonic() + 5.0
+        while "resumed" not in events and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert events[:2] == ["held", "resumed"] and lease.mode == "shared" and _shared_held(tmp_path)
+        assert not stopped(child)
+    timer.wait(30)  # the GPU once the job let it go
+
+
+def test_a_stop_s_seconds_count_from_before_its_locks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The driver's locks may take seconds, during which the answer does not run either: its deadline moves by them
+    (``frozen_s`` counts from before the freeze)."""
+    driver = Driver(set(), every_pid=True)
+    slow_lock = driver.lock
+
+    def lock_taking_a_while(pid: int, timeout_s: float) -> int:
+        time.sleep(0.3)
+        return slow_lock(pid, timeout_s)
+
+    driver.lock = lock_taking_a_while  # type: ignore[method-assign]
+    use_driver(monkeypatch, driver)
+    with _yielding_lease_following_a_busy_child(tmp_path) as (lease, yielding_lease, child):
+        before = yielding_lease.frozen_s
+        yielding_lease.upgrade(timeout_s=5.0, stop_followed=True)
+        yielding_lease.downgrade()
+        assert yielding_lease.frozen_s - before >= 0.3 * 2  # the upgrade's stop and the downgrade's, each locked
+
+
 def test_a_yielding_lease_never_steps_aside_in_its_own_exclusive_window(tmp_path: Path) -> None:
     with _yielding_lease_following_a_busy_child(tmp_path) as (lease, yielding_lease, child):
         yielding_lease.upgrade(timeout_s=5.0)

@@ -234,6 +234,12 @@ class GpuLease:
             self.mode = "released"
         return back
 
+    def hold_shared_again(self) -> None:
+        """A shared lease's lock taken again (blocking: after a timing job's window) where a step-aside failed after
+        letting it go; nothing where it is held (flock converts a held lock in place)."""
+        if self.mode == "shared":
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+
     def _reenter_shared(self, poll_s: float, give_up: Callable[[], bool] | None = None) -> bool:
         """The shared lock taken again through the gate: while a timing job waits (it holds the gate) or times (it
         holds the lock), this side waits, so the waiter goes first. False: ``give_up`` returned True first."""
@@ -367,7 +373,11 @@ class YieldingLease:
                         and not self.lease.timer_blocked_elsewhere()):
                     with self._stopped_tree() as complete:
                         if complete:
-                            self.lease.step_aside(REENTRY_POLL_S, self._stop.is_set)
+                            try:
+                                self.lease.step_aside(REENTRY_POLL_S, self._stop.is_set)
+                            except OSError:
+                                self.lease.hold_shared_again()  # before the thaw: the tree runs only with the GPU held
+                                raise
                     if not complete:
                         # A process of the tree still runs, or may still have GPU work: no step-aside, and none for
                         # the rest of the job, whose lease now pins the GPU as a whole-job lease does. Stopping the
@@ -381,8 +391,7 @@ class YieldingLease:
             except (OSError, cuda_lock.UnlockFailed) as e:
                 # a lock call failed, or the driver kept the child locked: hold the shared lock again and stop
                 # yielding, visibly
-                if self.lease.mode == "shared":
-                    fcntl.flock(self.lease._fd, fcntl.LOCK_SH)
+                self.lease.hold_shared_again()
                 warnings.warn(f"GPU {self.lease.gpu}: the {self.lease.purpose} job's lease stops stepping aside for "
                               f"timing jobs: {e}",
                               RuntimeWarning, stacklevel=1)
@@ -403,21 +412,25 @@ class YieldingLease:
         to ``stop_spans``. Yields whether the tree is ``complete``: every process of it seen stopped (a trusted child:
         its CUDA processes locked), its GPU work held where the driver can (True where nothing is followed)."""
         start = time.time()  # before the stop: stopping a tree of many processes takes a while
-        with self._pid_lock, freezer.frozen(self._pid, stop=not self.trusted_child) as tree:
-            if tree is None:
+        with self._pid_lock:
+            if self._pid is None:
                 yield True
                 return
+            # From before the freeze: its locks may wait seconds on the driver, seconds the tree does not run either.
             self._frozen_since = time.monotonic()
-            self.incomplete_stops += 0 if tree.complete else 1
+            tree: freezer.FrozenTree | None = None  # None still where the freeze itself failed
             try:
-                yield tree.complete
+                with freezer.frozen(self._pid, stop=not self.trusted_child) as tree:
+                    assert tree is not None  # a pid is followed
+                    self.incomplete_stops += 0 if tree.complete else 1
+                    yield tree.complete
             finally:
-                # Added before the start is cleared (and before the thaw): a reader in between over-counts (a later
-                # deadline), never under.
+                # Added before the start is cleared (the thaw is done by now: its unlocks count too): a reader in
+                # between over-counts (a later deadline), never under.
                 seconds = time.monotonic() - self._frozen_since
                 self._frozen_s += seconds
                 self._frozen_since = None
-                if tree.stops:
+                if tree is None or tree.stops:
                     self.stop_spans.append((start, time.time()))
                 else:  # it ran on: no stop to leave out of its compile time
                     self.gpu_held_s += seconds
