@@ -8,6 +8,7 @@ waits for a queued kernel, how long a lock takes) is measured on the device by b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -22,11 +24,13 @@ from cuda_driver import TIMEOUT, Driver, use_driver
 
 from workflow_scripts.evaluation import cuda_lock, freezer
 
-@pytest.fixture
-def tree() -> Iterator[tuple[int, int]]:
-    """A parent and its busy child (the child stands for the answer's CUDA process)."""
-    code = "import os, time\nif os.fork() == 0:\n    while True: pass\nwhile True: time.sleep(0.01)\n"
-    proc = subprocess.Popen([sys.executable, "-c", code])
+@contextlib.contextmanager
+def parent_and_busy_child(holding: Path | None = None) -> Iterator[tuple[int, int]]:
+    """A parent and its busy child (the child stands for the answer's CUDA process); ``holding``: a file the parent
+    opens first and keeps open."""
+    opens = "f = open(sys.argv[1], 'w')\n" if holding is not None else ""
+    code = f"import os, sys, time\n{opens}if os.fork() == 0:\n    while True: pass\nwhile True: time.sleep(0.01)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code, *([str(holding)] if holding is not None else [])])
     try:
         deadline = time.monotonic() + 10
         while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
@@ -38,6 +42,12 @@ def tree() -> Iterator[tuple[int, int]]:
             p.kill()
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture
+def tree() -> Iterator[tuple[int, int]]:
+    with parent_and_busy_child() as pids:
+        yield pids
 
 
 def test_a_tree_s_cuda_process_is_locked_before_it_is_stopped_and_unlocked_after_it_resumes(
@@ -211,32 +221,19 @@ def test_protocol_record_loads_no_driver(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_a_process_without_cuda_state_that_holds_a_gpu_device_file_leaves_the_tree_incomplete(
-        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A process the driver finds without CUDA state is not locked and runs on until it is stopped: it may have
     started CUDA meanwhile, or drive the GPU without the CUDA library (whose work the lock neither sees nor
     completes). Stopped, a GPU device file among its open files leaves the tree incomplete; without one it is
     complete (the CUDA process locked, the other stopped). The device files here are stand-ins under tmp_path."""
     monkeypatch.setattr(freezer, "GPU_DEVICE_PREFIX", str(tmp_path / "nvidia"))
     for opened, complete in ((tmp_path / "nvidia0", False), (tmp_path / "notes.txt", True)):
-        code = ("import os, sys, time\nf = open(sys.argv[1], 'w')\nif os.fork() == 0:\n    while True: pass\n"
-                "while True: time.sleep(0.01)\n")
-        proc = subprocess.Popen([sys.executable, "-c", code, str(opened)])
-        try:
-            deadline = time.monotonic() + 10
-            while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            (child,) = psutil.Process(proc.pid).children()
-            driver = Driver({child.pid})  # the child has CUDA state; the parent, holding the file, none
-            use_driver(monkeypatch, driver)
-            with freezer.frozen(proc.pid) as frozen:
-                assert frozen is not None and frozen.stops_complete and frozen.gpu_work.locked == [child.pid]
+        with parent_and_busy_child(holding=opened) as (parent, child):
+            use_driver(monkeypatch, Driver({child}))  # the child has CUDA state; the parent, holding the file, none
+            with freezer.frozen(parent) as frozen:
+                assert frozen is not None and frozen.stops_complete and frozen.gpu_work.locked == [child]
                 assert frozen.complete is complete, opened
-                assert frozen.gpu_work.failed == ({} if complete else {proc.pid: cuda_lock.NOT_RUNNING})
-        finally:
-            for p in psutil.Process(proc.pid).children(recursive=True):
-                p.kill()
-            proc.kill()
-            proc.wait()
+                assert frozen.gpu_work.failed == ({} if complete else {parent: cuda_lock.NOT_RUNNING})
 
 
 def test_a_process_whose_open_files_cannot_be_read_may_hold_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
