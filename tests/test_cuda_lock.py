@@ -236,6 +236,27 @@ def test_a_process_without_cuda_state_that_holds_a_gpu_device_file_leaves_the_tr
                 assert frozen.gpu_work.failed == ({} if complete else {parent: cuda_lock.NOT_RUNNING})
 
 
+def test_a_process_that_mapped_a_gpu_device_file_and_closed_it_still_holds_the_gpu(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    device = tmp_path / "nvidia0"
+    device.write_bytes(bytes(4096))
+    monkeypatch.setattr(freezer, "GPU_DEVICE_PREFIX", str(tmp_path / "nvidia"))
+    # libc's mmap, then the descriptor closed (Python's mmap keeps a duplicate of it open)
+    code = ("import ctypes, os, sys, time\nlibc = ctypes.CDLL(None)\nlibc.mmap.restype = ctypes.c_void_p\n"
+            "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, "
+            "ctypes.c_long]\nfd = os.open(sys.argv[1], os.O_RDWR)\nassert libc.mmap(None, 4096, 3, 1, fd, 0) != -1\n"
+            "os.close(fd)\nprint('mapped', flush=True)\ntime.sleep(30)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(device)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "mapped"
+        assert not any(os.readlink(f"/proc/{proc.pid}/fd/{fd}") == str(device)
+                       for fd in os.listdir(f"/proc/{proc.pid}/fd"))  # no descriptor left, only the mapping
+        assert freezer.opens_gpu_device(proc.pid) is True
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_process_whose_open_files_cannot_be_read_may_hold_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     def unreadable(path: str) -> list[str]:
         raise PermissionError(path)

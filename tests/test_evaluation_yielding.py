@@ -306,3 +306,18 @@ def test_an_answer_whose_tree_cannot_be_held_for_its_timing_is_rejected_untimed_
     assert first.runtime_ms is None and "not timed" in (first.error or "")
     assert [r.status for r in rest] == [Status.CORRECT, Status.CORRECT] and all(r.runtime_ms for r in rest)
     assert calls[0] is True  # the answer's tree was to be stopped while its job waited
+
+
+def test_a_driver_that_keeps_the_answer_locked_fails_the_job_not_the_answer(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The driver left the answer's process locked after its stop (``UnlockFailed``: its next CUDA call would wait
+    forever): the trusted side's failure, so the job stops, rather than a crash or timeout pinned on the answer."""
+    from workflow_scripts.evaluation import cuda_lock
+    from workflow_scripts.evaluation.session import InfrastructureError
+
+    def locked_for_good(self: YieldingLease, timeout_s: float, stop_followed: bool = False) -> float:
+        raise cuda_lock.UnlockFailed("the CUDA driver left process(es) [1] locked after two unlocks")
+
+    monkeypatch.setattr(YieldingLease, "upgrade", locked_for_good)
+    with pytest.raises(InfrastructureError, match="locked after two unlocks"):
+        _three_honest_answers_judged(tmp_path, steps_aside=True)

@@ -400,10 +400,12 @@ def test_a_trusted_child_the_driver_cannot_lock_keeps_its_lease_from_stepping_as
         assert timer.stdout is not None
         time.sleep(0.5)
         assert not select.select([timer.stdout], [], [], 0)[0] and not stopped(child)  # the timer still waits
-        # One incomplete hold, then the lease keeps the GPU for the rest of the job, pinning it as a whole-job lease
-        # does (a yielding lease elsewhere leaves the timer alone), instead of asking the driver at every poll.
-        assert yielding_lease.incomplete_stops == 1 and lease.mode == "shared"
-        assert locks_asked == [child]
+        # A few incomplete holds in a row, then the lease keeps the GPU for the rest of the job, pinning it as a
+        # whole-job lease does (a yielding lease elsewhere leaves the timer alone), instead of asking the driver at
+        # every poll.
+        tries = YieldingLease.INCOMPLETE_STOPS_BEFORE_PIN
+        assert yielding_lease.incomplete_stops == tries and lease.mode == "shared"
+        assert locks_asked == [child] * tries
         with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="evaluate") as another:
             assert another.timer_blocked_elsewhere()
         yielding_lease.upgrade(timeout_s=5.0)  # the baseline's own timing, then the timer
@@ -438,6 +440,19 @@ def test_an_answer_s_tree_that_cannot_be_held_keeps_its_lease_shared_instead_of_
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_trusted_tree_not_held_is_waited_for_as_it_stands(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A baseline's child (trusted code) whose GPU work the driver will not hold: its exclusive window is taken all
+    the same (its code leaves no work queued on purpose); only an answer's tree makes the upgrade give up."""
+    driver = Driver(set())
+    driver.lock = lambda pid, timeout_s: 801  # type: ignore[method-assign]
+    use_driver(monkeypatch, driver)
+    with _yielding_lease_following_a_busy_child(tmp_path, trusted_child=True) as (lease, yielding_lease, child):
+        driver.states[child] = cuda_lock.STATE_RUNNING
+        yielding_lease.upgrade(timeout_s=5.0, stop_followed=True)
+        assert lease.mode == "exclusive" and yielding_lease.incomplete_stops == 1
+        yielding_lease.downgrade()
 
 
 def test_an_answer_s_tree_held_at_a_later_stop_is_timed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -498,6 +513,10 @@ def test_a_step_aside_that_fails_takes_the_gpu_back_before_the_tree_resumes(
             time.sleep(0.01)
         assert events[:2] == ["held", "resumed"] and lease.mode == "shared" and _shared_held(tmp_path)
         assert not stopped(child)
+        deadline = time.monotonic() + 5.0
+        while not lease._pins and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lease._pins  # it keeps the GPU from now on: yielding leases elsewhere leave the timer alone
     timer.wait(30)  # the GPU once the job let it go
 
 

@@ -167,13 +167,18 @@ GPU_DEVICE_PREFIX = "/dev/nvidia"
 
 
 def opens_gpu_device(pid: int) -> bool:
-    """Whether the process holds a GPU device file open (``GPU_DEVICE_PREFIX``), or its open files cannot be read:
-    either way it may have work on the GPU. A process gone meanwhile holds nothing."""
+    """Whether the process holds a GPU device file open or mapped (``GPU_DEVICE_PREFIX``; a mapping outlives the
+    file's descriptor), or its open files or mappings cannot be read: either way it may have work on the GPU. A
+    process gone meanwhile holds nothing."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+            mapped = f.read()
     except FileNotFoundError:
         return False
     except OSError:
+        return True
+    if f" {GPU_DEVICE_PREFIX}" in mapped:
         return True
     for fd in fds:
         try:

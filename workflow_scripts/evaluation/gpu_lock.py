@@ -32,7 +32,8 @@ drops the shared lock and takes it back through the gate as ``downgrade`` does, 
 resumes the child (``lease_yielded`` on the timeline). Where the driver has the checkpoint lock (``cuda_lock``)
 and ``baselines.compile_beside_timing`` is set (the default), the baseline's child is not stopped: only its GPU work
 is held, and its compiling goes on beside the timing. The job's own exclusive windows (``YieldingLease.upgrade``)
-are never given up. A shared lease that never steps aside (an evaluation's with ``yield_gpu: false``) pins its GPU (``gpu<g>.pin``
+are never given up. A shared lease that never steps aside (an evaluation's with ``yield_gpu: false``; a yielding one
+after ``INCOMPLETE_STOPS_BEFORE_PIN`` incomplete stops in a row, or a failed step-aside) pins its GPU (``gpu<g>.pin``
 held shared, dropped with the shared lock as its upgrade begins): while one does, a waiting timer cannot start anyway,
 so a yielding lease leaves it alone and its child keeps compiling (``timer_blocked_elsewhere``; only a hint, the lock
 alone decides who holds the GPU). Where ``evaluation.yield_gpu`` holds (``EvalConfig.yields_gpu``), an evaluation job yields the same way between
@@ -42,7 +43,7 @@ watcher never cuts, and the answer's process, once it runs the answer's code, is
 import and its calls too (the seconds move its deadlines). A stopped process's queued GPU work still runs, so a
 hostile answer could leave a kernel running into the other job's timing; where the driver has the checkpoint lock
 (``cuda_lock``), a stop also completes and holds the tree's GPU work, and a tree whose work could not be held is
-incomplete (no step-aside), which answers that (on an H100 every timed answer's tree was locked, s30, s33, s34). So
+incomplete (no step-aside; an answer's upgrade stops it again, then gives up, ``TreeNotHeld``), which answers that (on an H100 every timed answer's tree was locked, s30, s33, s34). So
 by default (``auto``) evaluations yield where the driver has that lock and keep the whole-job shared lease elsewhere,
 whose price is the convoy: a job waiting to time, and each baseline's exclusive autotuning window, waits for every
 other evaluation on its GPU to end or to time (on an H100 a timer waited 271.8 s of a 574.5-s run behind evaluations,
@@ -282,6 +283,7 @@ class YieldingLease:
         self.stop_spans: list[tuple[float, float]] = []  # each stop of the followed tree, ended: (start, end) epoch s
         self._warned = False
         self.incomplete_stops = 0  # stops after which a process of the tree was still running
+        self._incomplete_in_a_row = 0  # the watcher's, since its last complete stop
         self._watcher = threading.Thread(target=self._watch, name=f"gpu{lease.gpu}-yield", daemon=True)
 
     def __enter__(self) -> YieldingLease:
@@ -323,6 +325,9 @@ class YieldingLease:
         with self._pid_lock:
             self._pid = pid
 
+    # Incomplete stops in a row after which the watcher gives up stepping aside for the rest of the job (it pins the
+    # GPU): a process forking as it is stopped (a compile's assembler) leaves one stop incomplete, not three.
+    INCOMPLETE_STOPS_BEFORE_PIN = 3
     # Stops of the followed tree an upgrade tries before giving up (``TreeNotHeld``), each resuming it in between: a
     # process that was forking, or a lock that met a trial's last kernels, gets another chance; an honest answer's
     # tree, idle between its calls, is held at the first (none incomplete in s30-s37's GPU runs).
@@ -340,12 +345,14 @@ class YieldingLease:
         try:
             for _ in range(self.UPGRADE_STOP_TRIES):
                 with self._stopped_tree() if stop_followed else contextlib.nullcontext(True) as complete:
-                    if complete:
+                    # A trusted tree (a baseline's child, its GPU work held where the driver can) is waited for as
+                    # it stands: its code leaves no work queued on purpose.
+                    if complete or self.trusted_child:
                         waited = self.lease.upgrade(timeout_s=timeout_s)
                         self._upgraded = True  # from here the window is held: ``downgrade`` gives it back
                         return waited
             # Resumed, the lease still shared: no other job times while the caller ends the tree.
-            raise TreeNotHeld(f"GPU {self.lease.gpu}: the answer's process tree could not be held off the GPU in "
+            raise TreeNotHeld(f"GPU {self.lease.gpu}: the followed process tree could not be held off the GPU in "
                               f"{self.UPGRADE_STOP_TRIES} stops")
         except BaseException:
             if not self._upgraded:
@@ -378,20 +385,23 @@ class YieldingLease:
                             except OSError:
                                 self.lease.hold_shared_again()  # before the thaw: the tree runs only with the GPU held
                                 raise
-                    if not complete:
-                        # A process of the tree still runs, or may still have GPU work: no step-aside, and none for
-                        # the rest of the job, whose lease now pins the GPU as a whole-job lease does. Stopping the
-                        # tree again at every poll while the timer waits would only hold the answer back (each stop
+                    self._incomplete_in_a_row = 0 if complete else self._incomplete_in_a_row + 1
+                    if self._incomplete_in_a_row:  # a process still runs, or may still have GPU work: no step-aside
+                        self._warn_once("a process of its child's tree could not be stopped, or its GPU work not "
+                                        "held (cuda_lock)")
+                    if self._incomplete_in_a_row >= self.INCOMPLETE_STOPS_BEFORE_PIN:
+                        # None for the rest of the job, whose lease pins the GPU as a whole-job lease does: stopping
+                        # the tree at every poll while the timer waits would only hold the answer back (each stop
                         # may wait seconds on the driver), and a driver that exports the lock but refuses it
                         # (``yield_gpu: auto`` checks only that it is there) would leave every stop incomplete.
-                        self._warn_once("a process of its child's tree could not be stopped, or its GPU work not "
-                                        "held (cuda_lock); it keeps the GPU for the rest of its job")
                         self.lease.pin()
                         return
             except (OSError, cuda_lock.UnlockFailed) as e:
                 # a lock call failed, or the driver kept the child locked: hold the shared lock again and stop
                 # yielding, visibly
                 self.lease.hold_shared_again()
+                if self.lease.mode == "shared":
+                    self.lease.pin()  # it keeps the GPU now: a yielding lease elsewhere leaves the timer alone
                 warnings.warn(f"GPU {self.lease.gpu}: the {self.lease.purpose} job's lease stops stepping aside for "
                               f"timing jobs: {e}",
                               RuntimeWarning, stacklevel=1)
@@ -416,7 +426,8 @@ class YieldingLease:
             if self._pid is None:
                 yield True
                 return
-            # From before the freeze: its locks may wait seconds on the driver, seconds the tree does not run either.
+            # From before the freeze: its locks may wait seconds on the driver (the tree's queued kernels completing, its
+            # CPU running on meanwhile), seconds its next reply is not expected in either.
             self._frozen_since = time.monotonic()
             tree: freezer.FrozenTree | None = None  # None still where the freeze itself failed
             try:

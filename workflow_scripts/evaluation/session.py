@@ -343,6 +343,8 @@ class AnswerSession:
             waited = self.lease.upgrade(max(1.0, left), stop_followed=True)
         except gpu_lock.GpuLockTimeout:
             raise ChildTimeout() from None
+        except cuda_lock.UnlockFailed as e:  # the answer's process would wait forever: this side's failure
+            raise InfrastructureError(str(e)) from None
         except gpu_lock.TreeNotHeld as e:
             self.flag("gpu_work_not_held")
             self.failure = Status.CRASH
