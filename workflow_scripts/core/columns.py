@@ -262,9 +262,8 @@ TABLES: dict[str, Table] = {
         "gpu": Column("the GPU's id as the host sees it (CUDA_VISIBLE_DEVICES), or cpu where no GPU is leased"),
         "activity": Column("lease_acquire (a job waiting to get onto the GPU), lease_shared, lease_exclusive, "
                            "lease_wait (an upgrade to exclusive waiting), lease_yielded "
-                           "(a baseline's or a yielding evaluation's shared lease standing aside for another job's timing), "
-                           "timing_answer, "
-                           "timing_reference, timing_probe (an evaluation's timed blocks), baseline_eager or "
+                           "(a baseline's or a yielding evaluation's shared lease standing aside for another job's "
+                           "timing), timing_answer, timing_reference, timing_probe (an evaluation's timed blocks), baseline_eager or "
                            "baseline_compile (a baseline's timings), baseline_autotune (a baseline's autotuning "
                            "benchmarks)"),
         "purpose": Column("for lease intervals, what held the GPU: evaluate, baseline or vllm; null otherwise"),

@@ -28,27 +28,28 @@ folder's ``timeline.jsonl`` (``timeline``), beside what the jobs write of their 
 Yielding: a baseline job (``YieldingLease``) holds its GPU shared while its child loads, builds inputs and compiles
 (tens of seconds for ``torch.compile``), which would keep every timing job out of that GPU meanwhile. A thread of its
 trusted process watches the gate instead: when a timing job waits, it stops the child's process tree (``freezer``),
-drops the shared lock and takes it back through the gate as ``downgrade`` does, so the waiter times first, then
-resumes the child (``lease_yielded`` on the timeline). Where the driver has the checkpoint lock (``cuda_lock``)
-and ``baselines.compile_beside_timing`` is set (the default), the baseline's child is not stopped: only its GPU work
-is held, and its compiling goes on beside the timing. The job's own exclusive windows (``YieldingLease.upgrade``)
-are never given up. A shared lease that never steps aside (an evaluation's with ``yield_gpu: false``; a yielding one
-after ``INCOMPLETE_STOPS_BEFORE_PIN`` incomplete stops in a row, or a failed step-aside) pins its GPU (``gpu<g>.pin``
-held shared, dropped with the shared lock as its upgrade begins): while one does, a waiting timer cannot start anyway,
-so a yielding lease leaves it alone and its child keeps compiling (``timer_blocked_elsewhere``; only a hint, the lock
-alone decides who holds the GPU). Where ``evaluation.yield_gpu`` holds (``EvalConfig.yields_gpu``), an evaluation job yields the same way between
-its steps and during its answer's own work: its trusted side's own GPU work (the reference side's preparation, each
-correctness trial's reference, inputs and judging, an answer process's device start) runs in ``held`` blocks, which the
-watcher never cuts, and the answer's process, once it runs the answer's code, is the followed tree, stopped during its
-import and its calls too (the seconds move its deadlines). A stopped process's queued GPU work still runs, so a
-hostile answer could leave a kernel running into the other job's timing; where the driver has the checkpoint lock
-(``cuda_lock``), a stop also completes and holds the tree's GPU work, and a tree whose work could not be held is
-incomplete (no step-aside; an answer's upgrade stops it again, then gives up, ``TreeNotHeld``), which answers that (on an H100 every timed answer's tree was locked, s30, s33, s34). So
-by default (``auto``) evaluations yield where the driver has that lock and keep the whole-job shared lease elsewhere,
-whose price is the convoy: a job waiting to time, and each baseline's exclusive autotuning window, waits for every
-other evaluation on its GPU to end or to time (on an H100 a timer waited 271.8 s of a 574.5-s run behind evaluations,
-s37; with yielding 57.6-68.3 s, s33-s34; bench/README.md). s30's pair, where the whole-job lease was faster (337.9 s
-against 368.3 s), ran the autotuning benchmarks in the baseline's turn, not in windows of their own.
+drops the shared lock and takes it back through the gate as ``downgrade`` does, so the waiter times first, then resumes
+the child (``lease_yielded`` on the timeline). Where the driver has the checkpoint lock (``cuda_lock``) and
+``baselines.compile_beside_timing`` is set (the default), the baseline's child is not stopped: only its GPU work is
+held, and its compiling goes on beside the timing. The job's own exclusive windows (``YieldingLease.upgrade``) are never
+given up. A shared lease that never steps aside (an evaluation's with ``yield_gpu: false``; a yielding one after
+``INCOMPLETE_STOPS_BEFORE_PIN`` incomplete stops in a row, or a failed step-aside) pins its GPU (``gpu<g>.pin`` held
+shared, dropped with the shared lock as its upgrade begins): while one does, a waiting timer cannot start anyway, so a
+yielding lease leaves it alone and its child keeps compiling (``timer_blocked_elsewhere``; only a hint, the lock alone
+decides who holds the GPU). Where ``evaluation.yield_gpu`` holds (``EvalConfig.yields_gpu``), an evaluation job yields
+the same way between its steps and during its answer's own work: its trusted side's own GPU work (the reference side's
+preparation, each correctness trial's reference, inputs and judging, an answer process's device start) runs in ``held``
+blocks, which the watcher never cuts, and the answer's process, once it runs the answer's code, is the followed tree,
+stopped during its import and its calls too (the seconds move its deadlines). A stopped process's queued GPU work still
+runs, so a hostile answer could leave a kernel running into the other job's timing; where the driver has the checkpoint
+lock (``cuda_lock``), a stop also completes and holds the tree's GPU work, and a tree whose work could not be held is
+incomplete (no step-aside; an answer's upgrade stops it again, then gives up, ``TreeNotHeld``), which answers that (on
+an H100 every timed answer's tree was locked, s30, s33, s34). So by default (``auto``) evaluations yield where the
+driver has that lock and keep the whole-job shared lease elsewhere, whose price is the convoy: a job waiting to time,
+and each baseline's exclusive autotuning window, waits for every other evaluation on its GPU to end or to time (on an
+H100 a timer waited 271.8 s of a 574.5-s run behind evaluations, s37; with yielding 57.6-68.3 s, s33-s34;
+bench/README.md). s30's pair, where the whole-job lease was faster (337.9 s against 368.3 s), ran the autotuning
+benchmarks in the baseline's turn, not in windows of their own.
 
 Memory: each holder writes ``gpu<g>.<pid>.json`` (mode, pid, purpose, expected peak memory if given) next to the lock,
 removed on release. A job that gives its expected memory and the GPU's capacity is admitted only while the live holders'
@@ -426,8 +427,8 @@ class YieldingLease:
             if self._pid is None:
                 yield True
                 return
-            # From before the freeze: its locks may wait seconds on the driver (the tree's queued kernels completing, its
-            # CPU running on meanwhile), seconds its next reply is not expected in either.
+            # From before the freeze: its locks may wait seconds on the driver (the tree's queued kernels completing,
+            # its CPU running on meanwhile), seconds its next reply is not expected in either.
             self._frozen_since = time.monotonic()
             tree: freezer.FrozenTree | None = None  # None still where the freeze itself failed
             try:
