@@ -321,3 +321,21 @@ def test_a_driver_that_keeps_the_answer_locked_fails_the_job_not_the_answer(
     monkeypatch.setattr(YieldingLease, "upgrade", locked_for_good)
     with pytest.raises(InfrastructureError, match="locked after two unlocks"):
         _three_honest_answers_judged(tmp_path, steps_aside=True)
+
+
+def test_each_result_says_how_often_its_tree_was_not_held_and_whether_its_lease_gave_up_yielding(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Stops that did not hold the answer's tree (here every one: a process of it always counts as running) are
+    counted on its result (``lease_incomplete_stops``), and a lease that pinned the GPU says so (``lease_pinned``):
+    what a GPU run needs to tell whether honest answers ever meet them."""
+    from workflow_scripts.evaluation import freezer
+
+    monkeypatch.setattr(freezer.FrozenTree, "complete", property(lambda self: False))
+    first, *_ = _three_honest_answers_judged(tmp_path, steps_aside=True)
+    assert first.phases_s["lease_incomplete_stops"] == YieldingLease.UPGRADE_STOP_TRIES  # the upgrade's tries
+    assert "gpu_work_not_held" in first.flags and "lease_pinned" not in first.phases_s  # no timer asked: no pin
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path / "pins", purpose="evaluate") as lease, \
+            YieldingLease(lease) as yielding_lease:
+        assert not yielding_lease.pinned
+        lease.pin()
+        assert yielding_lease.pinned

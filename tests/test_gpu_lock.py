@@ -514,9 +514,9 @@ def test_a_step_aside_that_fails_takes_the_gpu_back_before_the_tree_resumes(
         assert events[:2] == ["held", "resumed"] and lease.mode == "shared" and _shared_held(tmp_path)
         assert not stopped(child)
         deadline = time.monotonic() + 5.0
-        while not lease._pins and time.monotonic() < deadline:
+        while not lease.pins and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert lease._pins  # it keeps the GPU from now on: yielding leases elsewhere leave the timer alone
+        assert lease.pins  # it keeps the GPU from now on: yielding leases elsewhere leave the timer alone
     timer.wait(30)  # the GPU once the job let it go
 
 

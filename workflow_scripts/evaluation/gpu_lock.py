@@ -192,6 +192,10 @@ class GpuLease:
         self._pins = True
         self._hold_pin(self.mode == "shared")
 
+    @property
+    def pins(self) -> bool:
+        return self._pins
+
     def _hold_pin(self, hold: bool) -> None:
         if self._pins and self._pin_fd >= 0:
             fcntl.flock(self._pin_fd, fcntl.LOCK_SH if hold else fcntl.LOCK_UN)
@@ -302,6 +306,11 @@ class YieldingLease:
     @property
     def gpu(self) -> str:
         return self.lease.gpu
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the lease pins its GPU (``GpuLease.pin``): never stepping aside, or no longer."""
+        return self.lease.pins
 
     @property
     def frozen_s(self) -> float:

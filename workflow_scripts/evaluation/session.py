@@ -147,6 +147,7 @@ class AnswerSession:
         t_start = time.monotonic()
         self.deadline = t_start + self.cfg.effective_timeout()
         ans = self.slot.child
+        stops_before = self.lease.incomplete_stops if self.lease is not None else 0
         try:
             self._drive(ans, t_start)
         except ReferenceUnusable as e:
@@ -160,6 +161,19 @@ class AnswerSession:
                     self.lease.follow(None)  # before the kill: its pid, once reused, is never stopped
                 ans.kill()
             self.phases["total_s"] = time.monotonic() - t_start
+            self._lease_phases(stops_before)
+
+    def _lease_phases(self, stops_before: int) -> None:
+        """What the job's lease met while this answer was its followed tree: stops that did not hold the tree
+        (``lease_incomplete_stops``, the watcher's too, where ``answer_stop_incomplete`` counts only the upgrade's),
+        and whether the lease then kept the GPU for the rest of the job (``lease_pinned``; a yielding lease pins
+        after incomplete stops in a row, docs/evaluation.md "Scheduling")."""
+        if self.lease is None:
+            return
+        if self.lease.incomplete_stops > stops_before:
+            self.phases["lease_incomplete_stops"] = float(self.lease.incomplete_stops - stops_before)
+        if self.lease.steps_aside and self.lease.pinned:
+            self.phases["lease_pinned"] = 1.0
 
     def _drive(self, ans: ChildProcess, t_start: float) -> None:
         """The answer's process through every step, in order; a step that ends the answer's evaluation (a failed
