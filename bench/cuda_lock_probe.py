@@ -1,7 +1,7 @@
 """Can a trusted process hold another process's GPU work off while it times, without stopping that process's CPU?
 (issue 34: what would let evaluations and baselines keep compiling beside another job's timing, and close the hole that
-kept ``evaluation.yield_gpu`` off by default until s37: a stopped process's queued kernels still run.) A probe for the device,
-not part of the pipeline.
+kept ``evaluation.yield_gpu`` off by default until s37: a stopped process's queued kernels still run.) A probe for the
+device, not part of the pipeline.
 
 The CUDA driver's checkpoint API (driver 550+; ``cuCheckpointProcessLock``) locks a process by pid: it "blocks further
 CUDA API calls" in that process and "completes already-submitted work". This asks, on the device:

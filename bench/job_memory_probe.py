@@ -91,19 +91,20 @@ class Sampler:
         peaks.samples += 1
         peaks.host_in_use = max(peaks.host_in_use, self._host_in_use() - self.host_before)
         peaks.gpu_in_use = max(peaks.gpu_in_use, self._gpu_in_use() - self.gpu_before)
-        resident, builders = {}, set()
+        resident, builders, alive = {}, set(), []
         for process in [self.me, *self.me.children(recursive=True)]:
             try:
                 resident[process.pid] = process.memory_info().rss
                 if BUILDER_MODULE in process.cmdline():
                     builders.add(process.pid)
+                if process.ppid() == self.me.pid:
+                    alive.append(process.pid)  # a direct child: an answer's sandbox or a builder
             except psutil.Error:
                 continue  # ended between the listing and the read
         peaks.tree_resident = max(peaks.tree_resident, sum(resident.values()))
         peaks.trusted_resident = max(peaks.trusted_resident, resident.get(self.me.pid, 0))
         answer_rss = [rss for pid, rss in resident.items() if pid != self.me.pid and pid not in builders]
         peaks.answer_resident = max([peaks.answer_resident, *answer_rss])
-        alive = [child.pid for child in self.me.children(recursive=False) if child.pid in resident]
         peaks.answers_alive = max(peaks.answers_alive, sum(pid not in builders for pid in alive))
         peaks.builders_alive = max(peaks.builders_alive, len(builders))
         if self.nvml is None:

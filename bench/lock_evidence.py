@@ -5,8 +5,8 @@ a results folder or a `dag_results.tgz` from bench/dag_bench_run.sh.
     python3 bench/lock_evidence.py RUN_BEFORE RUN_AFTER [--out F.json]
 
 Per answer of the second run: `phases_s.answer_gpu_locks` (locks taken while its tree was stopped),
-`answer_stop_incomplete`, `lease_incomplete_stops`, `lease_pinned`, the `gpu_work_*` flags; per baseline: `phases_s.stopped_s`, `gpu_held_s` and
-`protocol.beside_others_timing`; the evaluations' `protocol.gpu_work_held` and `yield_gpu`.
+`answer_stop_incomplete`, `lease_incomplete_stops`, `lease_pinned`, the `gpu_work_*` flags; per baseline:
+`phases_s.stopped_s`, `gpu_held_s` and `protocol.beside_others_timing`; the evaluations' `protocol.gpu_work_held` and `yield_gpu`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ def lock_evidence(evaluations: dict[str, dict], baselines: dict[str, dict]) -> d
         "answers_with_locks": sum(1 for count in locks if count > 0),
         "locks_taken": sum(locks),
         "answer_stop_incomplete": sorted(name for name, phase in phases.items() if phase.get("answer_stop_incomplete")),
-        # Every stop that did not hold an answer's tree (the yielding watcher's too), and the answers whose job's
-        # lease had given up yielding: where they are not empty, honest answers met the checks (since 15eb98d).
+        # The answers whose lease met a stop that did not hold their tree (the upgrade's or the yielding watcher's),
+        # and those whose job's lease had given up yielding: where not empty, honest answers met the checks (15eb98d).
         "lease_incomplete_stops": sorted(name for name, phase in phases.items() if phase.get("lease_incomplete_stops")),
         "lease_pinned": sorted(name for name, phase in phases.items() if phase.get("lease_pinned")),
         "gpu_work_flags": dict(flags),

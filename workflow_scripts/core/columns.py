@@ -263,8 +263,8 @@ TABLES: dict[str, Table] = {
         "activity": Column("lease_acquire (a job waiting to get onto the GPU), lease_shared, lease_exclusive, "
                            "lease_wait (an upgrade to exclusive waiting), lease_yielded "
                            "(a baseline's or a yielding evaluation's shared lease standing aside for another job's "
-                           "timing), timing_answer, timing_reference, timing_probe (an evaluation's timed blocks), baseline_eager or "
-                           "baseline_compile (a baseline's timings), baseline_autotune (a baseline's autotuning "
+                           "timing), timing_answer, timing_reference, timing_probe (an evaluation's timed blocks), "
+                           "baseline_eager or baseline_compile (a baseline's timings), baseline_autotune (a baseline's autotuning "
                            "benchmarks)"),
         "purpose": Column("for lease intervals, what held the GPU: evaluate, baseline or vllm; null otherwise"),
         "problem": Column("the problem file's name without .py, for timed intervals; null for leases"),

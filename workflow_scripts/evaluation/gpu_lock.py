@@ -410,8 +410,7 @@ class YieldingLease:
                 # a lock call failed, or the driver kept the child locked: hold the shared lock again and stop
                 # yielding, visibly
                 self.lease.hold_shared_again()
-                if self.lease.mode == "shared":
-                    self.lease.pin()  # it keeps the GPU now: a yielding lease elsewhere leaves the timer alone
+                self.lease.pin()  # it keeps the GPU (pinned while shared): yielding leases elsewhere leave the timer
                 warnings.warn(f"GPU {self.lease.gpu}: the {self.lease.purpose} job's lease stops stepping aside for "
                               f"timing jobs: {e}",
                               RuntimeWarning, stacklevel=1)

@@ -164,10 +164,10 @@ class AnswerSession:
             self._lease_phases(stops_before)
 
     def _lease_phases(self, stops_before: int) -> None:
-        """What the job's lease met while this answer was its followed tree: stops that did not hold the tree
-        (``lease_incomplete_stops``, the watcher's too, where ``answer_stop_incomplete`` counts only the upgrade's),
-        and whether the lease then kept the GPU for the rest of the job (``lease_pinned``; a yielding lease pins
-        after incomplete stops in a row, docs/evaluation.md "Scheduling")."""
+        """What the job's lease met while this answer was its followed tree: its stops that did not hold the tree
+        (``lease_incomplete_stops``: the upgrade's and the yielding watcher's; ``answer_stop_incomplete`` says so of the
+        upgrade's and the reference blocks' stops, not the watcher's), and whether the lease had given up yielding
+        (``lease_pinned``; after incomplete stops in a row, docs/evaluation.md "Scheduling")."""
         if self.lease is None:
             return
         if self.lease.incomplete_stops > stops_before:
