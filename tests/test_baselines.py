@@ -112,7 +112,8 @@ def test_a_failing_baseline_gives_its_gpu_back(tmp_path: Path) -> None:
         assert status.startswith("error") and "no kernel for this" in status
         assert lease.mode == "shared"
     kinds = [json.loads(line)["activity"] for line in (locks / "timeline.jsonl").read_text().splitlines()]
-    assert kinds == ["lease_acquire", "lease_shared", "lease_wait", "baseline_eager", "lease_exclusive", "lease_shared"]
+    assert kinds == ["lease_acquire", "lease_shared", "lease_wait", "baseline_eager", "lease_exclusive", "lease_shared",
+                     "lease_held"]
 
 
 def test_same_timing_protocol_as_answers() -> None:

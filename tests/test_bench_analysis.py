@@ -1,6 +1,6 @@
 """The readings of a whole-DAG run (issue 34): bench/wall_bound.py's, where the wall went while nothing was timed and
-how long jobs waited to get onto the GPU (done-when 2), and bench/project_study.py's projection to the study (done-when
-4)."""
+how long jobs waited to get onto the GPU (done-when 2), bench/declared_resources.py's reading of what Snakemake's
+bounds let run at once, and bench/project_study.py's projection to the study (done-when 4)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
+from declared_resources import parse_log, usage  # noqa: E402
 from project_study import BUDGET_S, admitted_concurrency, project, study_admission  # noqa: E402
 
 from workflow_scripts.evaluation.resources import Memory  # noqa: E402
@@ -160,3 +161,60 @@ def test_each_forward_bound_reports_the_margin_the_measured_peaks_need() -> None
     assert found["sizes_bound_needs_gib"] == 2.0 and found["traced_bound_needs_gib"] == 0.5
     # the traced bound (1.5 GiB margin) is the lesser only for the second (6.5 < 9.0; the first: 15.5 > 9.0)
     assert found["traced_is_lesser"] == 1 and found["problems"] == 2
+
+
+# Snakemake 9.27's log of a local run, cut to what bench/declared_resources.py reads: two baselines of 6 GiB from second
+# 0 (one to second 10, one to second 20) and an evaluation of 8 GiB from second 10 to 20, on a GPU bounded at 16 GiB.
+SNAKEMAKE_LOG = """Provided cores: 4
+Rules claiming more threads will be scaled down.
+Provided resources: baselines=Resource("baselines", 2), gpu_mem_gb=Resource("gpu_mem_gb", 16)
+Select jobs to execute...
+Execute 2 jobs...
+
+[Mon Dec  7 17:00:00 2026]
+localrule baseline:
+    jobid: 1
+    wildcards: level=2, problem_id=14
+    priority: 5
+    threads: 2
+    resources: tmpdir=/tmp, mem_mb=8000, mem=8 GB, runtime=40, baselines=1, gpu=1, gpu_mem_gb=6
+
+[Mon Dec  7 17:00:00 2026]
+localrule baseline:
+    jobid: 2
+    threads: 2
+    resources: tmpdir=/tmp, baselines=1, gpu_mem_gb=6
+[Mon Dec  7 17:00:10 2026]
+Finished jobid: 1 (Rule: baseline)
+1 of 3 steps (33%) done
+
+[Mon Dec  7 17:00:10 2026]
+localrule evaluate:
+    jobid: 3
+    resources: tmpdir=/tmp, evaluations=1, gpu_mem_gb=8
+[Mon Dec  7 17:00:20 2026]
+Finished jobid: 2 (Rule: baseline)
+[Mon Dec  7 17:00:20 2026]
+Finished jobid: 3 (Rule: evaluate)
+"""
+
+
+def test_declared_resources_say_how_long_the_bounds_were_full_and_the_wall_they_need() -> None:
+    bounds, jobs = parse_log(SNAKEMAKE_LOG)
+    assert bounds == {"_cores": 4, "baselines": 2, "gpu_mem_gb": 16}
+    assert [(job.rule, job.end - job.start) for job in jobs] == [("baseline", 10), ("baseline", 20), ("evaluate", 10)]
+    report = usage(bounds, jobs)
+    assert report["wall_s"] == 20 and report["jobs"] == 3
+    memory = report["resources"]["gpu_mem_gb"]
+    # 12 GiB declared over seconds 0-10, 14 over 10-20: 260 GiB-s; 90% of 16 is 14.4, reached never.
+    assert memory["wall_needed_s"] == pytest.approx(260 / 16) and memory["mean_share"] == pytest.approx(260 / 20 / 16)
+    assert memory["seconds_at_least_90_percent"] == 0
+    assert memory["by_rule"]["evaluate"] == {"jobs": 1, "job_seconds": 10, "amount_seconds": 80}
+    cores = report["resources"]["_cores"]  # threads: 2 + 2 over seconds 0-10 (full), 2 + 1 after
+    assert cores["seconds_at_least_90_percent"] == 10 and cores["wall_needed_s"] == pytest.approx((40 + 30) / 4)
+    assert report["resources"]["baselines"]["seconds_at_least_90_percent"] == 10
+
+
+def test_a_log_without_finished_jobs_is_refused() -> None:
+    with pytest.raises(ValueError, match="no job"):
+        usage({"gpu": 1}, parse_log(SNAKEMAKE_LOG.split("[Mon Dec  7 17:00:10 2026]")[0])[1])

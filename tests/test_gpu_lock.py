@@ -553,7 +553,8 @@ def test_a_yielding_lease_never_steps_aside_in_its_own_exclusive_window(tmp_path
         assert float(timer.stdout.readline()) >= 1.4
         timer.wait(10)
     kinds = [e["activity"] for e in _timeline(tmp_path) if e["purpose"] == "baseline"]  # the timer's lines apart
-    assert kinds == ["lease_acquire", "lease_shared", "lease_wait", "lease_exclusive", "lease_shared"]  # no yield
+    assert kinds == ["lease_acquire", "lease_shared", "lease_wait", "lease_exclusive", "lease_shared",
+                     "lease_held"]  # no yield
 
 
 def test_a_yielding_lease_stays_put_while_a_pinned_holder_keeps_the_timer_out(tmp_path: Path) -> None:

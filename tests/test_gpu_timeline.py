@@ -29,12 +29,48 @@ def test_a_lease_writes_each_mode_it_held_and_the_wait_of_its_upgrade(tmp_path: 
     kinds = [(e["activity"], e["gpu"], e["purpose"]) for e in lines(tmp_path)]
     assert kinds == [("lease_acquire", "0", "evaluate"), ("lease_shared", "0", "evaluate"),
                      ("lease_wait", "0", "evaluate"), ("lease_exclusive", "0", "evaluate"),
-                     ("lease_shared", "0", "evaluate")]
+                     ("lease_shared", "0", "evaluate"), ("lease_held", "0", "evaluate")]
     assert lines(tmp_path)[0]["refused"] == {"memory": 0, "gate": 0, "lock": 0}  # nothing kept it waiting
     exclusive = lines(tmp_path)[3]
     assert exclusive["end"] - exclusive["start"] >= 0.04
-    starts = [e["start"] for e in lines(tmp_path)]
+    starts = [e["start"] for e in lines(tmp_path)[:-1]]
     assert starts == sorted(starts)
+    # The whole hold, from the entry to the last mode's end; it declared no memory.
+    held = lines(tmp_path)[-1]
+    assert held["start"] == lines(tmp_path)[0]["end"] and held["end"] >= lines(tmp_path)[-2]["end"]
+    assert held["declared_gib"] is None and held["admits_gib"] is None
+
+
+def test_a_lease_says_what_memory_admission_counted_it_for(tmp_path: Path) -> None:
+    with gpu_lock.acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="baseline",
+                              expected_mem_gib=7.0, capacity_gib=lambda gpu: 80.0):
+        pass
+    held = lines(tmp_path)[-1]
+    assert held["activity"] == "lease_held" and held["declared_gib"] == 7.0
+    assert held["admits_gib"] == pytest.approx(gpu_lock.DEVICE_SHARE * 80.0)
+
+
+def test_declared_memory_over_the_wall_and_the_wall_it_needs(tmp_path: Path) -> None:
+    """Two jobs declared 40 GiB for 50 s and 30 GiB for 100 s of a GPU that admits 76: the declarations alone need
+    (2,000 + 3,000) GiB-s / 76 GiB of wall, whatever the packing; over the 100-s wall, 50 GiB on average. A lease that
+    declared nothing (an engine's) counts for nothing."""
+    host = tmp_path / "node1"
+    for activity, start, end, extra in [
+            ("lease_held", 0, 50, {"purpose": "evaluate", "declared_gib": 40.0, "admits_gib": 76.0}),
+            ("lease_held", 0, 100, {"purpose": "baseline", "declared_gib": 30.0, "admits_gib": 76.0}),
+            ("lease_held", 50, 100, {"purpose": "vllm", "declared_gib": None, "admits_gib": None}),
+            ("timing_answer", 10, 20, {"problem": "p", "answer": "a.py"})]:
+        timeline.append(host, activity, "0", 1000.0 + start, 1000.0 + end, **extra)
+    row = usage(load_spans(tmp_path)).iloc[0]
+    assert row["admits_gib"] == 76.0 and row["declared_gib_mean"] == pytest.approx((40 * 50 + 30 * 100) / 100)
+    assert row["memory_bound_s"] == pytest.approx((40 * 50 + 30 * 100) / 76.0)
+    assert row["busy_s"] == 10  # a lease's hold is not timed work
+
+
+def test_a_timeline_without_declared_memory_says_none(tmp_path: Path) -> None:
+    timeline.append(tmp_path / "node1", "timing_answer", "0", 1000.0, 1001.0, problem="p", answer="a.py")
+    row = usage(load_spans(tmp_path)).iloc[0]
+    assert row[["admits_gib", "declared_gib_mean", "memory_bound_s"]].isna().all()
 
 
 def test_concurrent_writers_never_interleave_their_lines(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ PERCENTAGE_POINTS = "percentage points"
 SHA256 = "sha256 (hex)"
 BYTES = "bytes"
 FLOPS = "floating-point operations"
+GIB = "GiB"
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,7 @@ TABLES: dict[str, Table] = {
                            "(a baseline's or a yielding evaluation's shared lease standing aside for another job's "
                            "timing), timing_answer, timing_reference, timing_probe (an evaluation's timed blocks), "
                            "baseline_eager or baseline_compile (a baseline's timings), baseline_autotune (a baseline's autotuning "
-                           "benchmarks)"),
+                           "benchmarks), lease_held (a lease's whole hold, with the memory admission counted it for)"),
         "purpose": Column("for lease intervals, what held the GPU: evaluate, baseline or vllm; null otherwise"),
         "problem": Column("the problem file's name without .py, for timed intervals; null for leases"),
         "answer": Column("the answer file timed (its path in the job's folder: one per answer judged), for an "
@@ -275,6 +276,10 @@ TABLES: dict[str, Table] = {
         "compile_time_s": Column("for baseline_compile, how long the compiled module's first call (compiling and "
                                  "autotuning) took before this timing; null otherwise", SECONDS),
         "pid": Column("the process that wrote the line"),
+        "declared_gib": Column("for lease_held, the GPU memory the job declared and memory admission counted it for "
+                               "(gpu_lock); null where it declared none, and otherwise", GIB),
+        "admits_gib": Column("for lease_held, the declared memory the GPU admits at once (DEVICE_SHARE of its "
+                             "memory); null where unknown, and otherwise", GIB),
     }),
     "gpu_usage": Table("how busy each GPU was: one row per host x GPU of the timeline (<results>/tables/"
                        "gpu_usage.parquet; scoring/gpu_timeline.py)", {
@@ -304,6 +309,12 @@ TABLES: dict[str, Table] = {
                                        "timings and the autotuning windows)", SECONDS),
         "compile_seconds_per_baseline": Column("median of the compiled module's first call's seconds (compiling and "
                                                "autotuning)", SECONDS),
+        "admits_gib": Column("the declared memory its admission takes at once (lease_held lines; the largest where "
+                             "they differ)", GIB),
+        "declared_gib_mean": Column("the memory its leases were declared for, averaged over the wall: near admits_gib, "
+                                    "the declarations, not the GPU's time, kept further jobs off it", GIB),
+        "memory_bound_s": Column("the declared GiB-seconds divided by admits_gib: the wall the declarations alone "
+                                 "need, however the jobs are packed", SECONDS),
     }),
     "bootstrap": Table("the paired bootstrap: one row per compared model x metric (<results>/tables/"
                        "bootstrap.parquet)", {

@@ -33,7 +33,8 @@ TIMELINE_FILE = "timeline.jsonl"
 RUN_START_FILE = "run_start.json"
 TIMED_KINDS = ("timing_answer", "timing_reference", "timing_probe", "placement_audit", "baseline_eager",
                "baseline_compile", "baseline_autotune", "device_rates")
-LEASE_KINDS = ("lease_acquire", "lease_shared", "lease_exclusive", "lease_wait", "lease_yielded")
+# lease_held: a lease's whole hold, from its entry to its release, with the memory admission counted it for.
+LEASE_KINDS = ("lease_acquire", "lease_shared", "lease_exclusive", "lease_wait", "lease_yielded", "lease_held")
 # The purpose of a generating engine's leases (gpu_lock.hold_gpus): its GPUs are busy, not timing.
 GENERATION_PURPOSE = "vllm"
 

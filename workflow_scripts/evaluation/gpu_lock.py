@@ -677,8 +677,14 @@ def acquire_gpu(
             holder_fd = _take_holder_slot(lock_dir, chosen)
         # How long the job waited to get onto its GPU, and what kept it off (memory admission, the gate of a
         # waiting timer, the lock itself), so a run's timeline shows jobs queued behind the GPU as well as on it.
-        timeline.append(lock_dir, "lease_acquire", chosen, wall_t0, time.time(), purpose=purpose, mode=mode,
+        held_from = time.time()
+        timeline.append(lock_dir, "lease_acquire", chosen, wall_t0, held_from, purpose=purpose, mode=mode,
                         refused=refused)
+        # What memory admission counted this job for while it held the GPU, beside the ceiling it admits to: a run
+        # whose declared memory fills the card is bound by its declarations, not by the GPU's time (gpu_timeline).
+        capacity = capacity_gib(chosen) if capacity_gib is not None and expected_mem_gib is not None else None
+        admission = {"declared_gib": expected_mem_gib,
+                     "admits_gib": None if capacity is None else round(DEVICE_SHARE * capacity, 3)}
         lease = GpuLease(gpu=chosen, mode=mode, lock_path=lock_dir / f"gpu{_safe(chosen)}.lock",
                          waited_s=time.monotonic() - t0, _fd=fds[chosen], _gate_fd=gates[chosen],
                          _pin_fd=pins[chosen],
@@ -688,6 +694,7 @@ def acquire_gpu(
         finally:
             if lease.mode != "released":  # a lease that gave up re-entering wrote its last interval then
                 lease._mark(f"lease_{lease.mode}")
+            timeline.append(lock_dir, "lease_held", chosen, held_from, time.time(), purpose=purpose, **admission)
     finally:
         for fd in fds.values():
             with contextlib.suppress(OSError):

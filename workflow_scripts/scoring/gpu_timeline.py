@@ -3,7 +3,9 @@
 GPU. Busy means timed work (``core.records.TIMED_KINDS``: an answer's, the paired reference's and the probe's timed
 blocks, and the baselines' timings and autotuning windows; a baseline's compilation runs under its shared lease and
 is not busy time: ``compile_time_s`` says how long it took); the share is taken after the first minute, which holds
-the run's start (environment, prompts, the first processes) rather than the steady state the study runs in."""
+the run's start (environment, prompts, the first processes) rather than the steady state the study runs in. Each
+lease's whole hold (``lease_held``) says what memory admission counted it for: on an 80 GB H100 the whole-DAG bench's
+jobs declared most of the card through most of the run while the GPU timed a third of it (bench/README.md, s38)."""
 
 from __future__ import annotations
 
@@ -49,14 +51,16 @@ def load_spans(locks: Path | str) -> pd.DataFrame:
             records.append({"host": path.parent.name, "gpu": str(item.get("gpu")), "activity": str(item["activity"]),
                             "purpose": item.get("purpose"), "problem": item.get("problem"),
                             "answer": item.get("answer"), "start": start, "seconds": max(0.0, end - start),
-                            "compile_time_s": item.get("compile_time_s"), "pid": item.get("pid")})
+                            "compile_time_s": item.get("compile_time_s"), "pid": item.get("pid"),
+                            "declared_gib": item.get("declared_gib"), "admits_gib": item.get("admits_gib")})
     frame = pd.DataFrame.from_records(records, columns=column_names("gpu_timeline"))
     if not frame.empty:
         frame["start"] = frame["start"] - frame["start"].min()
         frame = frame.sort_values(["start", "activity"], kind="stable").reset_index(drop=True)
     return frame.astype({"host": "string", "gpu": "string", "activity": "string", "purpose": "string",
                          "problem": "string", "answer": "string", "start": "float64", "seconds": "float64",
-                         "compile_time_s": "Float64", "pid": "Int64"})
+                         "compile_time_s": "Float64", "pid": "Int64", "declared_gib": "Float64",
+                         "admits_gib": "Float64"})
 
 
 def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.DataFrame:
@@ -96,11 +100,25 @@ def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.Dat
             "baselines": int(per_baseline.size),
             "seconds_per_baseline": float(per_baseline.median()) if per_baseline.size else None,
             "compile_seconds_per_baseline": float(compile_s.median()) if compile_s.size else None,
+            **_declared_memory(own, last - first),
         })
     frame = pd.DataFrame.from_records(rows, columns=column_names("gpu_usage"))
     return frame.astype({"host": "string", "gpu": "string", "answers_timed": "Int64", "baselines": "Int64",
                          "busy_share_steady": "Float64", "seconds_per_answer": "Float64",
-                         "seconds_per_baseline": "Float64", "compile_seconds_per_baseline": "Float64"})
+                         "seconds_per_baseline": "Float64", "compile_seconds_per_baseline": "Float64",
+                         "admits_gib": "Float64", "declared_gib_mean": "Float64", "memory_bound_s": "Float64"})
+
+
+def _declared_memory(own: pd.DataFrame, wall_s: float) -> dict[str, float | None]:
+    """What memory admission counted the GPU's leases for (their lease_held lines): the ceiling, the declared memory
+    averaged over the wall and the wall those declarations alone need. None where no lease declared memory."""
+    held = own[(own["activity"] == "lease_held") & own["declared_gib"].notna()]
+    if held.empty:
+        return {"admits_gib": None, "declared_gib_mean": None, "memory_bound_s": None}
+    gib_s = float((held["declared_gib"] * held["seconds"]).sum())
+    admits = float(held["admits_gib"].max()) if held["admits_gib"].notna().any() else None
+    return {"admits_gib": admits, "declared_gib_mean": gib_s / wall_s if wall_s > 0 else None,
+            "memory_bound_s": gib_s / admits if admits else None}
 
 
 def _intervals(spans: pd.DataFrame) -> list[tuple[float, float]]:
