@@ -6,8 +6,8 @@
 # default 1; 0 goes on from a cut-off call), SNAKEMAKE_ARGS, TIMEOUT_S (default 540), RESUME (kernelbench: a
 # kernelbench.jsonl in the repository to continue). Before: bash bench/dag_answers.sh (answers into .kb/answers),
 # `make wheelhouse` then `rm wheelhouse/numpy-*`. Carry .kb and wheelhouse
-# (SIDE=pipeline), .kb and .kbwheels (SIDE=kernelbench): all three with the
-# tracked files pass the 64 MiB a call carries.
+# (SIDE=pipeline), .kb and .kbwheels (SIDE=kernelbench): since s38's records all
+# three with the tracked files no longer fit the 64 MiB a call carries.
 set -uo pipefail
 OUT=${OUT:-/tmp/h200-out}
 mkdir -p "$OUT"
