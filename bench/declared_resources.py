@@ -6,10 +6,13 @@ time, set the wall.
 
     python3 bench/declared_resources.py --log snakemake.log [--out F.json]
 
-``--log``: Snakemake's log of the run (``bench/dag_bench_run.sh`` copies it out as ``snakemake.log``). Read from it:
-the bounds (``Provided cores: N`` as ``_cores``, ``Provided resources: ...``), each job's rule, threads, resources and
-start (``[<date>]`` before ``localrule``),
-and its end (``Finished jobid``), to the second. Written out, for each bounded resource:
+``--log``: Snakemake's log of the run (``bench/dag_bench_run.sh`` copies it out as ``snakemake.log``; a log holding
+several runs is read from its last ``Building DAG of jobs...`` on). Read from it: the bounds (``Provided cores: N`` as
+``_cores``, ``Provided resources: ...``), each job's rule, threads, resources and start (``[<date>]`` before
+``localrule``), and its end (``Finished jobid``, or the stamp of its ``Error in rule`` block: a job that failed, or was
+stopped when a call was cut off, held its resources until then; a job with neither ends at the log's last stamp), to
+the second: a job shorter than a second may count for none. Written out: the jobs that finished, failed and never
+ended, and for each bounded resource:
 - ``bound``: what the run provided;
 - ``mean_share``: the declared amount of the running jobs averaged over the wall, over the bound;
 - ``seconds_at_least_90_percent``: how long the running jobs held 90% of the bound or more;
@@ -34,6 +37,8 @@ RESOURCES = re.compile(r"^\s+resources: (.*)$")
 THREADS = re.compile(r"^\s+threads: (\d+)$")  # printed where more than one
 CORES = re.compile(r"^Provided cores: (\d+)$")
 FINISHED = re.compile(r"^Finished jobid: (\d+)")
+FAILED = re.compile(r"^Error in rule (\w+):$")  # its block's jobid line follows
+NEW_RUN = "Building DAG of jobs..."
 PROVIDED = re.compile(r'(\w+)=Resource\("\w+", (\d+)\)')
 FULL_SHARE = 0.9  # "at the bound": the running jobs' declarations at 90% of it or more
 
@@ -44,25 +49,37 @@ class Job:
     start: float
     resources: dict[str, float] = field(default_factory=lambda: {"_cores": 1.0})
     end: float | None = None
+    ended: str = "unfinished"  # "finished", "failed" (an Error in rule block), or "unfinished" (ended at the last stamp)
 
 
 def parse_log(text: str) -> tuple[dict[str, int], list[Job]]:
-    """The run's bounds and its jobs (every job that started; ``end`` None where the log has no end)."""
+    """The last run's bounds and its jobs (every job that started; one without an end ends at the log's last
+    stamp)."""
     bounds: dict[str, int] = {}
     jobs: dict[str, Job] = {}
     stamp: float | None = None
     rule: str | None = None
     current: Job | None = None
+    failing = False  # inside an Error in rule block, whose jobid line names the job that failed
     for line in text.splitlines():
-        if line.startswith("Provided resources:"):
+        if line.startswith(NEW_RUN):  # a later run in the same log: its jobids start again
+            bounds, jobs, rule, current = {}, {}, None, None
+        elif line.startswith("Provided resources:"):
             bounds.update((name, int(value)) for name, value in PROVIDED.findall(line))
         elif match := CORES.match(line):
             bounds["_cores"] = int(match.group(1))  # the jobs' threads
         elif match := STAMP.match(line):
             stamp = datetime.strptime(match.group(1), "%a %b %d %H:%M:%S %Y").replace(tzinfo=timezone.utc).timestamp()
             rule = current = None
+            failing = False
+        elif FAILED.match(line):
+            failing = True
         elif (match := RULE.match(line)) and stamp is not None:
             rule = match.group(1)
+        elif (match := JOBID.match(line)) and failing:
+            if match.group(1) in jobs:
+                jobs[match.group(1)].end, jobs[match.group(1)].ended = stamp, "failed"
+            failing = False
         elif (match := JOBID.match(line)) and rule is not None and stamp is not None:
             current = jobs.setdefault(match.group(1), Job(rule, stamp))
         elif (match := THREADS.match(line)) and current is not None:
@@ -70,7 +87,10 @@ def parse_log(text: str) -> tuple[dict[str, int], list[Job]]:
         elif (match := RESOURCES.match(line)) and current is not None:
             current.resources.update(_numbers(match.group(1)))
         elif (match := FINISHED.match(line)) and match.group(1) in jobs and stamp is not None:
-            jobs[match.group(1)].end = stamp
+            jobs[match.group(1)].end, jobs[match.group(1)].ended = stamp, "finished"
+    for job in jobs.values():
+        if job.end is None:
+            job.end = stamp  # still running when the log ends: a call cut off, or Snakemake killed
     return bounds, list(jobs.values())
 
 
@@ -86,13 +106,15 @@ def _numbers(listing: str) -> dict[str, float]:
 
 
 def usage(bounds: dict[str, int], jobs: list[Job]) -> dict:
-    """Each bounded resource's use by the jobs that ended (see the module's docstring)."""
+    """Each bounded resource's use by the run's jobs (see the module's docstring)."""
     ended = [job for job in jobs if job.end is not None]
     if not ended:
-        raise ValueError("no job of the log both started and finished")
+        raise ValueError("no job of the log started")
     first, last = min(job.start for job in ended), max(job.end for job in ended)  # type: ignore[type-var]
     wall = last - first
-    report: dict = {"wall_s": wall, "jobs": len(ended), "resources": {}}
+    counts = {kind: sum(job.ended == kind for job in ended) for kind in ("finished", "failed", "unfinished")}
+    report: dict = {"wall_s": wall, "jobs": len(ended), **{f"jobs_{kind}": n for kind, n in counts.items()},
+                    "resources": {}}
     for name, bound in sorted(bounds.items()):
         if bound <= 0:
             continue
@@ -134,7 +156,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="a JSON file (also printed)")
     args = parser.parse_args()
     bounds, jobs = parse_log(args.log.read_text(encoding="utf-8"))
-    if not bounds:
+    if not set(bounds) - {"_cores"}:
         raise SystemExit(f"{args.log}: no 'Provided resources:' line (not a Snakemake log of a local run?)")
     text = json.dumps({"log": str(args.log), **usage(bounds, jobs)}, indent=1) + "\n"
     print(text, end="")

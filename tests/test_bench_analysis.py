@@ -204,7 +204,7 @@ def test_declared_resources_say_how_long_the_bounds_were_full_and_the_wall_they_
     assert bounds == {"_cores": 4, "baselines": 2, "gpu_mem_gb": 16}
     assert [(job.rule, job.end - job.start) for job in jobs] == [("baseline", 10), ("baseline", 20), ("evaluate", 10)]
     report = usage(bounds, jobs)
-    assert report["wall_s"] == 20 and report["jobs"] == 3
+    assert report["wall_s"] == 20 and report["jobs"] == report["jobs_finished"] == 3
     memory = report["resources"]["gpu_mem_gb"]
     # 12 GiB declared over seconds 0-10, 14 over 10-20: 260 GiB-s; 90% of 16 is 14.4, reached never.
     assert memory["wall_needed_s"] == pytest.approx(260 / 16) and memory["mean_share"] == pytest.approx(260 / 20 / 16)
@@ -215,6 +215,19 @@ def test_declared_resources_say_how_long_the_bounds_were_full_and_the_wall_they_
     assert report["resources"]["baselines"]["seconds_at_least_90_percent"] == 10
 
 
-def test_a_log_without_finished_jobs_is_refused() -> None:
+def test_a_job_that_failed_or_never_ended_holds_its_resources_until_then() -> None:
+    # Cut off at 17:00:15: the first baseline's job is stopped (an Error in rule block naming it), the second and
+    # the evaluation never end in the log, whose last stamp ends them. A later run in the same log starts again.
+    cut = SNAKEMAKE_LOG.split("[Mon Dec  7 17:00:20 2026]")[0].replace("Finished jobid: 1 (Rule: baseline)", "")
+    cut += "[Mon Dec  7 17:00:15 2026]\nError in rule baseline:\n    message: None\n    jobid: 1\n"
+    bounds, jobs = parse_log("Building DAG of jobs...\n" + SNAKEMAKE_LOG + "Building DAG of jobs...\n" + cut)
+    assert [(job.rule, job.ended, job.end - job.start) for job in jobs] == [
+        ("baseline", "failed", 15), ("baseline", "unfinished", 15), ("evaluate", "unfinished", 5)]
+    report = usage(bounds, jobs)
+    assert (report["jobs_finished"], report["jobs_failed"], report["jobs_unfinished"]) == (0, 1, 2)
+    assert report["resources"]["gpu_mem_gb"]["wall_needed_s"] == pytest.approx((6 * 15 + 6 * 15 + 8 * 5) / 16)
+
+
+def test_a_log_without_jobs_is_refused() -> None:
     with pytest.raises(ValueError, match="no job"):
-        usage({"gpu": 1}, parse_log(SNAKEMAKE_LOG.split("[Mon Dec  7 17:00:10 2026]")[0])[1])
+        usage({"gpu": 1}, parse_log(SNAKEMAKE_LOG.split("[Mon Dec  7 17:00:00 2026]")[0])[1])

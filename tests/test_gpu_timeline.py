@@ -42,12 +42,32 @@ def test_a_lease_writes_each_mode_it_held_and_the_wait_of_its_upgrade(tmp_path: 
 
 
 def test_a_lease_says_what_memory_admission_counted_it_for(tmp_path: Path) -> None:
-    with gpu_lock.acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="baseline",
-                              expected_mem_gib=7.0, capacity_gib=lambda gpu: 80.0):
-        pass
-    held = lines(tmp_path)[-1]
-    assert held["activity"] == "lease_held" and held["declared_gib"] == 7.0
-    assert held["admits_gib"] == pytest.approx(gpu_lock.DEVICE_SHARE * 80.0)
+    queried = []
+    with pytest.raises(RuntimeError, match="the job failed"):
+        with gpu_lock.acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="baseline",
+                                  expected_mem_gib=7.0, capacity_gib=lambda gpu: queried.append(gpu) or 80.0):
+            raise RuntimeError("the job failed")
+    entry, held = lines(tmp_path)[0], lines(tmp_path)[-1]
+    assert held["activity"] == "lease_held" and held["declared_gib"] == entry["declared_gib"] == 7.0  # also raising
+    assert held["admits_gib"] == entry["admits_gib"] == pytest.approx(gpu_lock.DEVICE_SHARE * 80.0)
+    assert queried == ["0"]  # the card's memory read once, by the admission
+
+
+def test_a_lease_killed_while_holding_counts_to_the_gpu_s_last_line(tmp_path: Path) -> None:
+    """A job killed as a call is cut off writes its entry but no lease_held: its declared memory counts from its
+    entry to the GPU's last line."""
+    host = tmp_path / "node1"
+    for activity, pid, start, end, extra in [
+            ("lease_acquire", 1, 0, 2, {"purpose": "evaluate", "declared_gib": 10.0, "admits_gib": 76.0}),
+            ("lease_held", 1, 2, 30, {"purpose": "evaluate", "declared_gib": 10.0, "admits_gib": 76.0}),
+            ("lease_acquire", 2, 0, 10, {"purpose": "baseline", "declared_gib": 20.0, "admits_gib": 76.0}),
+            ("timing_answer", 3, 90, 100, {"problem": "p", "answer": "a.py"})]:
+        line = {"activity": activity, "gpu": "0", "start": 1000.0 + start, "end": 1000.0 + end, "pid": pid, **extra}
+        host.mkdir(exist_ok=True)
+        with timeline.timeline_path(host).open("a") as out:
+            out.write(json.dumps(line) + "\n")
+    row = usage(load_spans(tmp_path)).iloc[0]
+    assert row["memory_bound_s"] == pytest.approx((10 * 28 + 20 * 90) / 76.0)
 
 
 def test_declared_memory_over_the_wall_and_the_wall_it_needs(tmp_path: Path) -> None:

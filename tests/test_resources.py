@@ -5,6 +5,7 @@ declaring it per job (rules/common.smk memory_resources)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import resource
@@ -110,8 +111,12 @@ def test_the_forward_never_declares_less_than_its_traced_peak() -> None:
     assert forward_gib(attention) == forward_gib(attention, use_trace=False) == 16.0
     small = Sizes(32 * MIB, 0, MIB, 64 * MIB)  # a small problem: the traced bound, lower than the sizes'
     assert forward_gib(small) < forward_gib(small, use_trace=False)
-    # A baseline keeps the sizes' bound: its compile child holds more than one eager forward.
+    # A baseline keeps the sizes' bound: its compile child holds more than one eager forward; where the traced peak
+    # is GiBs, at least the compile child's measured relation to it (2.25 x the peak + 1 GiB, its context, outputs).
     assert baseline_memory(small, CUDA) == baseline_memory(Sizes(32 * MIB, 0, MIB), CUDA)
+    convolution = Sizes(GIB // 4, 0, GIB // 8, 4 * GIB)  # intermediates dwarfing the inputs (level 2 problem 82)
+    assert forward_gib(convolution, use_trace=False) == 5  # the sizes alone: 6.125 GiB with the context
+    assert baseline_memory(convolution, CUDA).gpu_mem_gb == math.ceil(1 + 2.25 * 4 + 1 + 1 / 8)
 
 
 def test_a_huge_problem_is_sized_without_allocating(tmp_path: Path) -> None:

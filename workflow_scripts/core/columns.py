@@ -276,10 +276,10 @@ TABLES: dict[str, Table] = {
         "compile_time_s": Column("for baseline_compile, how long the compiled module's first call (compiling and "
                                  "autotuning) took before this timing; null otherwise", SECONDS),
         "pid": Column("the process that wrote the line"),
-        "declared_gib": Column("for lease_held, the GPU memory the job declared and memory admission counted it for "
-                               "(gpu_lock); null where it declared none, and otherwise", GIB),
-        "admits_gib": Column("for lease_held, the declared memory the GPU admits at once (DEVICE_SHARE of its "
-                             "memory); null where unknown, and otherwise", GIB),
+        "declared_gib": Column("for lease_acquire and lease_held, the GPU memory the job declared and memory "
+                               "admission counted it for (gpu_lock); null where it declared none, and otherwise", GIB),
+        "admits_gib": Column("for lease_acquire and lease_held, the declared memory the GPU admits at once "
+                             "(DEVICE_SHARE of its memory); null where unknown, and otherwise", GIB),
     }),
     "gpu_usage": Table("how busy each GPU was: one row per host x GPU of the timeline (<results>/tables/"
                        "gpu_usage.parquet; scoring/gpu_timeline.py)", {
@@ -309,7 +309,7 @@ TABLES: dict[str, Table] = {
                                        "timings and the autotuning windows)", SECONDS),
         "compile_seconds_per_baseline": Column("median of the compiled module's first call's seconds (compiling and "
                                                "autotuning)", SECONDS),
-        "admits_gib": Column("the declared memory its admission takes at once (lease_held lines; the largest where "
+        "admits_gib": Column("the declared memory its admission takes at once (lease lines; the largest where "
                              "they differ)", GIB),
         "declared_gib_mean": Column("the memory its leases were declared for, averaged over the wall: near admits_gib, "
                                     "the declarations, not the GPU's time, kept further jobs off it", GIB),

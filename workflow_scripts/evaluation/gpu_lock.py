@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -612,6 +613,7 @@ def acquire_gpu(
     jobs started by hand side by side wait for room instead of failing out of memory. ``poll_s``: the rounds' interval
     (``HANDOVER_POLL_S`` for an exclusive job, ``ENTRY_POLL_S`` for a shared one where not given)."""
     poll_s = poll_s if poll_s is not None else HANDOVER_POLL_S if exclusive else ENTRY_POLL_S
+    capacity_gib = functools.cache(capacity_gib) if capacity_gib is not None else None  # read once per GPU
     cands = [str(g) for g in gpus] if gpus else visible_gpus()
     if not cands:
         raise RuntimeError("no visible GPU to lock")
@@ -677,14 +679,15 @@ def acquire_gpu(
             holder_fd = _take_holder_slot(lock_dir, chosen)
         # How long the job waited to get onto its GPU, and what kept it off (memory admission, the gate of a
         # waiting timer, the lock itself), so a run's timeline shows jobs queued behind the GPU as well as on it.
-        held_from = time.time()
-        timeline.append(lock_dir, "lease_acquire", chosen, wall_t0, held_from, purpose=purpose, mode=mode,
-                        refused=refused)
         # What memory admission counted this job for while it held the GPU, beside the ceiling it admits to: a run
         # whose declared memory fills the card is bound by its declarations, not by the GPU's time (gpu_timeline).
+        # On the entry's line too: a job killed while holding (a call cut off) writes no lease_held.
         capacity = capacity_gib(chosen) if capacity_gib is not None and expected_mem_gib is not None else None
         admission = {"declared_gib": expected_mem_gib,
                      "admits_gib": None if capacity is None else round(DEVICE_SHARE * capacity, 3)}
+        held_from = time.time()
+        timeline.append(lock_dir, "lease_acquire", chosen, wall_t0, held_from, purpose=purpose, mode=mode,
+                        refused=refused, **admission)
         lease = GpuLease(gpu=chosen, mode=mode, lock_path=lock_dir / f"gpu{_safe(chosen)}.lock",
                          waited_s=time.monotonic() - t0, _fd=fds[chosen], _gate_fd=gates[chosen],
                          _pin_fd=pins[chosen],

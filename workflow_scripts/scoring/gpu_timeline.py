@@ -100,7 +100,7 @@ def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.Dat
             "baselines": int(per_baseline.size),
             "seconds_per_baseline": float(per_baseline.median()) if per_baseline.size else None,
             "compile_seconds_per_baseline": float(compile_s.median()) if compile_s.size else None,
-            **_declared_memory(own, last - first),
+            **_declared_memory(own, first, last),
         })
     frame = pd.DataFrame.from_records(rows, columns=column_names("gpu_usage"))
     return frame.astype({"host": "string", "gpu": "string", "answers_timed": "Int64", "baselines": "Int64",
@@ -109,15 +109,21 @@ def usage(spans: pd.DataFrame, steady_after_s: float = STEADY_AFTER_S) -> pd.Dat
                          "admits_gib": "Float64", "declared_gib_mean": "Float64", "memory_bound_s": "Float64"})
 
 
-def _declared_memory(own: pd.DataFrame, wall_s: float) -> dict[str, float | None]:
-    """What memory admission counted the GPU's leases for (their lease_held lines): the ceiling, the declared memory
-    averaged over the wall and the wall those declarations alone need. None where no lease declared memory."""
-    held = own[(own["activity"] == "lease_held") & own["declared_gib"].notna()]
-    if held.empty:
+def _declared_memory(own: pd.DataFrame, first: float, last: float) -> dict[str, float | None]:
+    """What memory admission counted the GPU's leases for: the ceiling, the declared memory averaged over the wall
+    and the wall those declarations alone need. A lease's hold is its lease_held line; a job killed while holding (a
+    call cut off) wrote none, and its hold runs from its entry (lease_acquire, which says the same) to the GPU's last
+    line. None where no lease declared memory."""
+    declared = own[own["declared_gib"].notna()]
+    held = declared[declared["activity"] == "lease_held"]
+    entered = declared[(declared["activity"] == "lease_acquire") & ~declared["pid"].isin(held["pid"])]
+    if held.empty and entered.empty:
         return {"admits_gib": None, "declared_gib_mean": None, "memory_bound_s": None}
     gib_s = float((held["declared_gib"] * held["seconds"]).sum())
-    admits = float(held["admits_gib"].max()) if held["admits_gib"].notna().any() else None
-    return {"admits_gib": admits, "declared_gib_mean": gib_s / wall_s if wall_s > 0 else None,
+    gib_s += float((entered["declared_gib"] * (last - entered["start"] - entered["seconds"])).sum())
+    ceilings = declared["admits_gib"].dropna()
+    admits = float(ceilings.max()) if len(ceilings) else None
+    return {"admits_gib": admits, "declared_gib_mean": gib_s / (last - first) if last > first else None,
             "memory_bound_s": gib_s / admits if admits else None}
 
 
