@@ -72,6 +72,8 @@ def test_a_key_written_twice_is_an_error_naming_both_lines(tmp_path: Path) -> No
          "(top level): unknown key 'colour'; allowed: baselines, evaluation,"),
         ("    completions: demo/completions/weak\n", "", "  weak:", "models.weak: missing key 'completions'"),
         ("levels: [1, 2]", "levels: [1, 7]", "levels: [1, 7]", "suite.levels.1: 7 is greater than the maximum of 4"),
+        ("  timeout_s: 30 ", "  prestart: 0\n  timeout_s: 30 ", "prestart: 0",
+         "evaluation.prestart: 0 is less than the minimum of 1"),
     ],
 )
 def test_a_schema_error_is_one_line_with_file_line_key_and_expectation(tmp_path: Path, old: str, new: str,

@@ -16,6 +16,7 @@ CONFIGURATIONS = {"demo": ["config.yaml"], "study": ["config/study.yaml"], "h200
                   "dag bench, whole-job leases": ["config/dag_bench.yaml", "config/whole_job_lease.yaml"],
                   "dag bench, study's shape": ["config/dag_bench.yaml", "config/study_shape.yaml"],
                   "dag bench, autotuning in the job's turn": ["config/dag_bench.yaml", "config/autotune_in_turn.yaml"],
+                  "dag bench, one answer process ahead": ["config/dag_bench.yaml", "config/prestart_one.yaml"],
                   "study, KernelBench exact": ["config/study.yaml", "config/kernelbench_exact.yaml"]}
 # Overlays that run part of a configuration's work, into its folder: the overlay, and the configuration it narrows.
 SUBSETS = {"config/yield_smoke.yaml": "dag bench, evaluations yielding"}
@@ -33,7 +34,8 @@ def test_every_configuration_has_its_own_results_folder_and_store() -> None:
         for other, elsewhere in folders.items():
             assert other == name or folder not in elsewhere.parents, (name, other)  # none nested in another
     for name in ("demo", "study", "h200", "dag bench", "dag bench, evaluations yielding", "dag bench, whole-job leases",
-                 "dag bench, study's shape", "dag bench, autotuning in the job's turn"):  # its store inside it
+                 "dag bench, study's shape", "dag bench, autotuning in the job's turn",
+                 "dag bench, one answer process ahead"):  # its store inside it
         config = configuration(CONFIGURATIONS[name])
         assert PurePosixPath(config["results_dir"]) in PurePosixPath(workflow_configuration.store_dir(config)).parents, name
     exact = configuration(CONFIGURATIONS["study, KernelBench exact"])
