@@ -16,6 +16,14 @@ CUDA API calls" in that process and "completes already-submitted work". This ask
      fallback does; does the lock find it by the host's pid;
   6. ``timing``: this process times a 4096^2 matmul with CUDA events alone, beside the busy helper, and beside the
      helper locked: does locking bring the times back to alone.
+What would let an answer's own CPU work (its kernels' compiling) go on beside another job's timing, its GPU work held
+(``evaluation.compile_beside_timing``), asks three more:
+  7. ``self_unlock``: the busy helper, locked, calls ``cuCheckpointProcessUnlock`` on itself from a thread: does its
+     own call free its GPU work (then a locked answer could run kernels into another job's timing);
+  8. ``cuinit``: how long a fresh process takes from its start to its first kernel (``cuInit``, a context, a launch):
+     the time a process an answer starts while held has before the watcher's 5-ms poll stops it;
+  9. ``locked_compile``: the idle helper, locked, launches a Triton kernel it never compiled: how much CPU its compile
+     gets through while its GPU calls are held, and whether the launch lands only after the unlock.
 Writes one JSON file as it goes (a cut-off call keeps what it found).
 
     python3 bench/cuda_lock_probe.py --out $OUT/cuda_lock_probe.json
@@ -59,6 +67,80 @@ while True:
     torch.cuda.synchronize()
     counts["gpu"] += 1
 """
+
+
+# The helper of probes 7 and 9: a context, then commands on its standard input; what it did on its standard output.
+COMMANDED = r"""
+import ctypes, os, sys, time, torch, triton, triton.language as tl
+x = torch.zeros(1 << 20, device="cuda")
+torch.cuda.synchronize()
+@triton.jit
+def add_one(p, n, BLOCK: tl.constexpr, SALT: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    v = tl.load(p + offs, mask=offs < n)
+    tl.store(p + offs, tl.exp(tl.sin(v) * SALT) + 1.0, mask=offs < n)
+print("ready", flush=True)
+for line in sys.stdin:
+    command = line.split()
+    t0 = time.perf_counter()
+    if command[0] == "unlock":  # the checkpoint call on itself, from its own (only) thread
+        cuda = ctypes.CDLL("libcuda.so.1")
+        rc = cuda.cuCheckpointProcessUnlock(ctypes.c_int(os.getpid()), None)
+        print(f"unlocked {rc} {time.perf_counter() - t0:.4f}", flush=True)
+    elif command[0] == "matmul":
+        y = torch.randn(2048, 2048, device="cuda") @ torch.randn(2048, 2048, device="cuda")
+        torch.cuda.synchronize()
+        print(f"matmul {time.perf_counter() - t0:.4f}", flush=True)
+    elif command[0] == "compile":  # a constexpr never seen: a fresh compile, then its launch
+        add_one[(8,)](x, x.numel(), BLOCK=1024, SALT=float(command[1]))
+        print(f"compiled_and_launched {time.perf_counter() - t0:.4f}", flush=True)
+        torch.cuda.synchronize()
+        print(f"done {time.perf_counter() - t0:.4f}", flush=True)
+"""
+
+
+class Commanded:
+    """The COMMANDED helper: send a command, read its lines with their arrival times."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", COMMANDED], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        self.lines: list[tuple[float, str]] = []
+        self.ready = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self.ready.wait(120):
+            raise RuntimeError("helper never became ready")
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append((time.perf_counter(), line.strip()))
+            if line.strip() == "ready":
+                self.ready.set()
+
+    def send(self, command: str) -> float:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return time.perf_counter()
+
+    def wait_for(self, prefix: str, timeout_s: float) -> tuple[float, str] | None:
+        end = time.perf_counter() + timeout_s
+        while time.perf_counter() < end:
+            for when, line in self.lines:
+                if line.startswith(prefix):
+                    return when, line
+            time.sleep(0.005)
+        return None
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
 
 
 class Lib:
@@ -276,6 +358,79 @@ def timing(lib: Lib) -> dict:
     return found
 
 
+def self_unlock(lib: Lib) -> dict:
+    """Locked, does the process free itself? Its matmul must not finish while it is locked by this side."""
+    helper = Commanded()
+    try:
+        found: dict = {"lock": lib.lock(helper.proc.pid, 3_000)}
+        sent = helper.send("unlock")
+        reply = helper.wait_for("unlocked", 5.0)
+        found["self_unlock_reply"] = None if reply is None else (reply[1], round(reply[0] - sent, 4))
+        found["state_after_self_unlock"] = lib.state(helper.proc.pid)
+        sent = helper.send("matmul")
+        done = helper.wait_for("matmul", 3.0)
+        found["matmul_while_locked_s"] = None if done is None else round(done[0] - sent, 4)
+        found["unlock"] = lib.unlock(helper.proc.pid)
+        done = helper.wait_for("matmul", 10.0)
+        found["matmul_after_unlock_s"] = None if done is None else round(done[0] - sent, 4)
+        found["lines"] = [line for _, line in helper.lines]
+        return found
+    finally:
+        helper.close()
+
+
+CUINIT = r"""
+import ctypes, sys, time
+t0 = time.perf_counter()
+cuda = ctypes.CDLL("libcuda.so.1")
+rc = cuda.cuInit(0)
+t1 = time.perf_counter()
+dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+cuda.cuDeviceGet(ctypes.byref(dev), 0)
+rc2 = cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
+t2 = time.perf_counter()
+print(f"{rc} {rc2} {t1 - t0:.4f} {t2 - t0:.4f}")
+"""
+
+
+def cuinit(lib: Lib) -> dict:
+    """From a fresh process's start (after Python's own) to cuInit done and to a context made, three times."""
+    runs = []
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", CUINIT], capture_output=True, text=True, timeout=60).stdout.split()
+        runs.append({"cuinit_rc": int(out[0]), "ctx_rc": int(out[1]), "cuinit_s": float(out[2]),
+                     "context_s": float(out[3])})
+    return {"runs": runs}
+
+
+def locked_compile(lib: Lib) -> dict:
+    """The helper compiles a new Triton kernel while locked: its CPU seconds meanwhile, and when the launch lands; then
+    the same unlocked, for the compile's own CPU time."""
+    helper = Commanded()
+    try:
+        found: dict = {}
+        cpu0 = helper.cpu_s()
+        sent = helper.send("compile 1.5")
+        done = helper.wait_for("done", 60.0)
+        found["unlocked_compile"] = {"done_s": None if done is None else round(done[0] - sent, 3),
+                                     "cpu_s": round(helper.cpu_s() - cpu0, 3)}
+        found["lock"] = lib.lock(helper.proc.pid, 3_000)
+        cpu0 = helper.cpu_s()
+        sent = helper.send("compile 2.5")
+        time.sleep(4.0)
+        found["locked_4s"] = {"cpu_s": round(helper.cpu_s() - cpu0, 3),
+                              "lines_while_locked": [line for when, line in helper.lines if when > sent]}
+        unlocked_at = time.perf_counter()
+        found["unlock"] = lib.unlock(helper.proc.pid)
+        done = helper.wait_for("done", 60.0)
+        found["after_unlock"] = {"done_after_unlock_s": None if done is None else round(done[0] - unlocked_at, 3),
+                                 "cpu_s_total": round(helper.cpu_s() - cpu0, 3)}
+        found["lines"] = [line for _, line in helper.lines]
+        return found
+    finally:
+        helper.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -287,7 +442,8 @@ def main() -> None:
     found["symbols"] = lib.exports()
     out.write_text(json.dumps(found, indent=1))
     for name, probe in (("non_cuda", non_cuda), ("busy", busy), ("idle", idle), ("queued", queued), ("stopped", stopped), ("namespaced", namespaced),
-                        ("timing", timing)):
+                        ("timing", timing), ("self_unlock", self_unlock), ("cuinit", cuinit),
+                        ("locked_compile", locked_compile)):
         if args.only and name not in args.only:
             continue
         t0 = time.perf_counter()
