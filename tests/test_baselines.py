@@ -16,7 +16,7 @@ import pytest
 from cuda_driver import Driver, use_driver
 from gpu_timers import start_timer, stopped
 
-from workflow_scripts.evaluation import cuda_lock
+from workflow_scripts.evaluation import cuda_lock, freezer
 from workflow_scripts.evaluation.baseline import BaselineConfig, _run_one, compile_seconds, measure_baselines
 from workflow_scripts.evaluation.gpu_lock import YieldingLease, acquire_gpu
 
@@ -124,14 +124,15 @@ def test_same_timing_protocol_as_answers() -> None:
 
 
 @contextlib.contextmanager
-def _baseline_beside_a_timer(locks: Path, cfg: BaselineConfig, problem: str, which: str, trusted_child: bool = False
+def _baseline_beside_a_timer(locks: Path, cfg: BaselineConfig, problem: str, which: str,
+                             hold: freezer.Hold = freezer.Hold.STOPPED
                              ) -> Iterator[tuple[psutil.Process, dict]]:
     """One baseline child (``_run_one``) in a thread under a yielding lease of GPU 0 of ``locks`` (a lock file: the
     child runs on the CPU); a 1-s timing job comes while the child starts (importing torch: seconds) and gets the GPU
     at once; the block runs while the timer holds it. The child's (status, info) is under "res" once the block ends."""
     out: dict = {}
     with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=locks, purpose="baseline") as lease, \
-            YieldingLease(lease, trusted_child=trusted_child) as yielding_lease:
+            YieldingLease(lease, hold=hold) as yielding_lease:
         worker = threading.Thread(target=lambda: out.update(
             res=_run_one(PROBLEMS / problem, cfg, yielding_lease, None, which)))
         worker.start()
@@ -174,7 +175,7 @@ def test_a_trusted_baseline_child_runs_on_beside_a_timing_with_its_gpu_work_held
     use_driver(monkeypatch, driver)
     locks = tmp_path / "locks"
     cfg = BaselineConfig(device="cpu", timing_trials=2, lock_dir=str(locks))
-    with _baseline_beside_a_timer(locks, cfg, "1_ElementwiseAdd.py", "eager", trusted_child=True) as (child, out):
+    with _baseline_beside_a_timer(locks, cfg, "1_ElementwiseAdd.py", "eager", hold=freezer.Hold.GPU_HELD) as (child, out):
         assert driver.states.get(child.pid) == cuda_lock.STATE_LOCKED and not stopped(child.pid)
     status, info = out["res"]
     assert status == "ok", status

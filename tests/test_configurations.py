@@ -17,6 +17,7 @@ CONFIGURATIONS = {"demo": ["config.yaml"], "study": ["config/study.yaml"], "h200
                   "dag bench, study's shape": ["config/dag_bench.yaml", "config/study_shape.yaml"],
                   "dag bench, autotuning in the job's turn": ["config/dag_bench.yaml", "config/autotune_in_turn.yaml"],
                   "dag bench, one answer process ahead": ["config/dag_bench.yaml", "config/prestart_one.yaml"],
+                  "dag bench, compiling beside timing": ["config/dag_bench.yaml", "config/compile_beside_timing.yaml"],
                   "study, KernelBench exact": ["config/study.yaml", "config/kernelbench_exact.yaml"]}
 # Overlays that run part of a configuration's work, into its folder: the overlay, and the configuration it narrows.
 SUBSETS = {"config/yield_smoke.yaml": "dag bench, evaluations yielding"}

@@ -110,7 +110,7 @@ def test_a_trusted_tree_held_at_the_gpu_only_runs_on_with_its_cuda_process_locke
     parent, child = tree
     driver = Driver({child})
     use_driver(monkeypatch, driver)
-    with freezer.frozen(parent, stop=False) as held:
+    with freezer.frozen(parent, freezer.Hold.GPU_HELD) as held:
         assert held is not None and not held.stops and held.complete and held.gpu_work.locked == [child]
         assert not held.stopped and driver.states[child] == cuda_lock.STATE_LOCKED
         busy_before = psutil.Process(child).cpu_times().user
@@ -124,7 +124,7 @@ def test_a_trusted_tree_is_stopped_where_the_driver_cannot_lock(monkeypatch: pyt
                                                                tree: tuple[int, int]) -> None:
     parent, child = tree
     monkeypatch.setattr(cuda_lock, "available", lambda: False)
-    with freezer.frozen(parent, stop=False) as held:
+    with freezer.frozen(parent, freezer.Hold.GPU_HELD) as held:
         assert held is not None and held.stops and held.complete
         assert psutil.Process(child).status() == psutil.STATUS_STOPPED
     assert psutil.Process(child).status() != psutil.STATUS_STOPPED
@@ -273,3 +273,112 @@ def test_a_process_whose_open_files_cannot_be_read_may_hold_the_gpu(monkeypatch:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     assert freezer.opens_gpu_device(gone.pid) is False  # gone: nothing of it can run
+
+
+# A tree for ``Hold.LOCKED_RUNNING``: a parent without CUDA state and its busy child (the answer's CUDA process), which
+# starts a process of its own once the file named by argv[1] exists (an answer that forks while it is held).
+SPAWNING_CHILD = """
+import os, subprocess, sys, time
+if os.fork() == 0:
+    while not os.path.exists(sys.argv[1]):
+        sum(range(10000))
+    subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    while True: sum(range(10000))
+while True: time.sleep(0.01)
+"""
+
+
+@contextlib.contextmanager
+def parent_and_spawning_child(go: Path) -> Iterator[tuple[int, int]]:
+    proc = subprocess.Popen([sys.executable, "-c", SPAWNING_CHILD, str(go)])
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (child,) = psutil.Process(proc.pid).children()
+        yield proc.pid, child.pid
+    finally:
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            p.kill()
+        proc.kill()
+        proc.wait()
+
+
+def test_an_answer_tree_held_locked_running_runs_its_cuda_process_on_and_stops_the_rest(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # evaluation.compile_beside_timing: the answer's CUDA process is locked and computes on (its kernels' compiling),
+    # every other process of its tree is stopped; its CPU seconds while held are counted (the evidence of its load
+    # beside the other job's timing), and both are resumed and unlocked at the thaw.
+    with parent_and_spawning_child(tmp_path / "go") as (parent, child):
+        driver = Driver({child})
+        use_driver(monkeypatch, driver)
+        with freezer.frozen(parent, freezer.Hold.LOCKED_RUNNING) as held:
+            assert held is not None and not held.stops and held.complete
+            assert held.gpu_work.locked == [child] and driver.states[child] == cuda_lock.STATE_LOCKED
+            assert list(held.stopped) == [parent] and psutil.Process(parent).status() == psutil.STATUS_STOPPED
+            busy_before = psutil.Process(child).cpu_times().user
+            time.sleep(0.3)
+            assert psutil.Process(child).status() != psutil.STATUS_STOPPED
+            assert psutil.Process(child).cpu_times().user > busy_before
+        assert held.cpu_s > 0.1 and driver.states[child] == cuda_lock.STATE_RUNNING
+        assert psutil.Process(parent).status() != psutil.STATUS_STOPPED
+
+
+def test_a_process_that_appears_while_an_answer_tree_is_held_is_stopped_by_the_recheck(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A process started while held is not locked (the driver was asked before it was there): the recheck, at every
+    # poll of the step-aside, stops it before it could have a context; it is resumed with the tree.
+    go = tmp_path / "go"
+    with parent_and_spawning_child(go) as (parent, child):
+        use_driver(monkeypatch, Driver({child}))
+        with freezer.frozen(parent, freezer.Hold.LOCKED_RUNNING) as held:
+            assert held is not None
+            go.touch()
+            deadline = time.monotonic() + 10
+            while not psutil.Process(child).children() and time.monotonic() < deadline:
+                held.recheck()  # nothing new yet: nothing stopped
+                time.sleep(0.005)
+            held.recheck()
+            (spawned,) = psutil.Process(child).children()
+            assert held.late_stops == 1 and spawned.pid in held.stopped
+            time.sleep(0.05)
+            assert spawned.status() == psutil.STATUS_STOPPED and psutil.Process(child).status() != psutil.STATUS_STOPPED
+            assert held.complete  # it could not have run GPU work: nothing of the tree's does beside the timing
+        assert spawned.status() != psutil.STATUS_STOPPED
+
+
+def test_a_locked_process_that_frees_itself_is_stopped_and_the_tree_is_no_longer_complete(
+        monkeypatch: pytest.MonkeyPatch, tree: tuple[int, int]) -> None:
+    parent, child = tree
+    driver = Driver({child})
+    use_driver(monkeypatch, driver)
+    with freezer.frozen(parent, freezer.Hold.LOCKED_RUNNING) as held:
+        assert held is not None and held.complete
+        held.recheck()
+        assert held.complete and child not in held.stopped  # still locked: left running
+        driver.states[child] = cuda_lock.STATE_RUNNING  # what the answer's own unlock would leave
+        held.recheck()
+        assert held.gpu_work.failed == {child: freezer.UNLOCKED_ITSELF} and not held.complete
+        assert child in held.stopped and psutil.Process(child).status() == psutil.STATUS_STOPPED
+    assert psutil.Process(child).status() != psutil.STATUS_STOPPED
+
+
+def test_an_answer_tree_held_locked_running_is_stopped_whole_where_the_driver_cannot_lock(
+        monkeypatch: pytest.MonkeyPatch, tree: tuple[int, int]) -> None:
+    parent, child = tree
+    monkeypatch.setattr(cuda_lock, "available", lambda: False)
+    with freezer.frozen(parent, freezer.Hold.LOCKED_RUNNING) as held:
+        assert held is not None and held.stops and held.hold is freezer.Hold.STOPPED and held.complete
+        assert psutil.Process(child).status() == psutil.STATUS_STOPPED
+    assert freezer.beside_others_timing(freezer.Hold.LOCKED_RUNNING) == "stopped"
+    monkeypatch.setattr(cuda_lock, "available", lambda: True)
+    assert freezer.beside_others_timing(freezer.Hold.LOCKED_RUNNING) == "locked_running"
+
+
+@pytest.mark.parametrize(("cpu_s", "held_s", "flagged"), [
+    (1.9, 1.0, False),  # one compile thread and some: an honest answer
+    (2.1, 1.0, True),   # more than two cores on average
+    (0.9, 0.4, False),  # too short a hold to judge
+])
+def test_cpu_beside_a_timing_is_flagged_past_two_cores(cpu_s: float, held_s: float, flagged: bool) -> None:
+    assert freezer.cpu_beside_timing_flagged(cpu_s, held_s) is flagged

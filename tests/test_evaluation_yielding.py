@@ -13,10 +13,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cuda_driver import Driver, use_driver
 from gpu_timers import start_timer
 
 from workflow_scripts.core.statuses import Status
 from workflow_scripts.evaluation import answer as answer_module
+from workflow_scripts.evaluation import freezer
 from workflow_scripts.evaluation.answer import EvalConfig
 from workflow_scripts.evaluation.gpu_lock import YieldingLease, acquire_gpu
 from workflow_scripts.evaluation.verdict import static_verdict
@@ -35,13 +37,14 @@ def _overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
 
 
 def _three_honest_answers_judged(lock_dir: Path, steps_aside: bool,
-                                 on_result: Callable[[int, object], None] | None = None) -> list:
+                                 on_result: Callable[[int, object], None] | None = None,
+                                 hold: freezer.Hold = freezer.Hold.STOPPED) -> list:
     """Three honest answers judged on the CPU under a shared lease of GPU 0 of ``lock_dir`` (one answer process
-    started at a time); their results."""
+    started at a time), held as ``hold`` says while it steps aside; their results."""
     cfg = EvalConfig(device="cpu", run_static=False, lock_dir=str(lock_dir), timing_trials=5, prestart=1)
     answers = [HONEST] * 3
     with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=lock_dir, purpose="evaluate") as lease, \
-            YieldingLease(lease, steps_aside=steps_aside) as yielding_lease:
+            YieldingLease(lease, steps_aside=steps_aside, hold=hold) as yielding_lease:
         evaluator = answer_module.ProblemEvaluator(ADD, cfg, yielding_lease)
         try:
             evaluator.prepare(len(answers))
@@ -50,7 +53,8 @@ def _three_honest_answers_judged(lock_dir: Path, steps_aside: bool,
             evaluator.close()
 
 
-def _judged_beside_a_timer(lock_dir: Path, steps_aside: bool) -> tuple[list, subprocess.Popen, float]:
+def _judged_beside_a_timer(lock_dir: Path, steps_aside: bool, hold: freezer.Hold = freezer.Hold.STOPPED
+                           ) -> tuple[list, subprocess.Popen, float]:
     """Three honest answers judged under a shared lease of GPU 0, a timing job (1.5 s) asking for the GPU once the
     first is judged: (the results, the timer, when the job ended)."""
     timers = []
@@ -59,7 +63,7 @@ def _judged_beside_a_timer(lock_dir: Path, steps_aside: bool) -> tuple[list, sub
         if k == 0:
             timers.append(start_timer(lock_dir, 1.5, give_up_s=120.0))  # the default lease may keep it out long
 
-    results = _three_honest_answers_judged(lock_dir, steps_aside, another_job_times)
+    results = _three_honest_answers_judged(lock_dir, steps_aside, another_job_times, hold)
     job_end = time.time()
     (timer,) = timers
     return results, timer, job_end
@@ -79,6 +83,44 @@ def test_by_default_no_other_job_times_while_an_evaluation_holds_its_gpu(tmp_pat
     # downgrade lets a waiting timer go first) or at the job's end; the job never stood aside.
     assert any(0.0 <= hold[0] - end < 0.5 for end in own_windows) or abs(hold[0] - job_end) < 1.0
     assert not any(e["activity"] == "lease_yielded" for e in lines)
+
+
+@pytest.mark.integration
+def test_answers_whose_compiling_goes_on_beside_a_timing_keep_their_verdicts_and_record_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """evaluation.compile_beside_timing, with a driver stand-in that finds CUDA state in every process: a timer comes
+    once the second answer's process is followed; the lease steps aside with that process locked and running on
+    (the step-aside's locks, no stop), its held and CPU seconds go into its record, and the verdicts are those of a
+    tree stopped whole."""
+    driver = Driver(set(), every_pid=True)
+    use_driver(monkeypatch, driver)
+    followed: list[int] = []
+    timers: list[subprocess.Popen] = []
+    follow = YieldingLease.follow
+
+    def timer_once_the_second_is_followed(self: YieldingLease, pid: int | None) -> None:
+        follow(self, pid)
+        if pid is None:
+            return
+        followed.append(pid)
+        if len(followed) == 2:
+            timers.append(start_timer(tmp_path, 1.5, give_up_s=120.0))
+            deadline = time.monotonic() + 30
+            while not self.lease.timer_waiting() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            time.sleep(0.2)  # the watcher's next polls step aside, the answer's process followed
+
+    monkeypatch.setattr(YieldingLease, "follow", timer_once_the_second_is_followed)
+    results = _three_honest_answers_judged(tmp_path, True, None, freezer.Hold.LOCKED_RUNNING)
+    (timer,) = timers
+    timer.wait(10)
+    assert [r.status for r in results] == [Status.CORRECT.value] * 3
+    second = results[1].phases_s
+    assert second["answer_gpu_held_s"] >= 1.0 and "cpu_beside_timing_s" in second
+    assert second["answer_late_stops"] == 0.0 and "answer_gpu_held_s" not in results[0].phases_s
+    assert not any(r.flags for r in results)
+    locked_while_followed = [pid for call, pid, _ in driver.calls if call == "lock" and pid == followed[1]]
+    assert len(locked_while_followed) >= 3  # the step-aside's lock beside the upgrade's and downgrade's
 
 
 @pytest.mark.integration
@@ -273,7 +315,7 @@ def test_an_evaluate_job_s_lease_steps_aside_as_its_setting_resolves(
     class Asked(Exception):
         pass
 
-    def yielding(lease: object, steps_aside: bool = True, trusted_child: bool = False) -> None:
+    def yielding(lease: object, steps_aside: bool = True, hold: object = None) -> None:
         asked.append(steps_aside)
         raise Asked
 

@@ -322,14 +322,14 @@ def _timeline(lock_dir: Path) -> list[dict]:
 
 
 @contextlib.contextmanager
-def _yielding_lease_following_a_busy_child(lock_dir: Path, trusted_child: bool = False,
+def _yielding_lease_following_a_busy_child(lock_dir: Path, hold: freezer.Hold = freezer.Hold.STOPPED,
                                            ) -> Iterator[tuple[GpuLease, YieldingLease, int]]:
     """A baseline's yielding shared lease on GPU 0 of ``lock_dir``, following a busy child; the child unfollowed
     before the lease ends, and killed after."""
     child = subprocess.Popen([sys.executable, "-c", BUSY_CHILD])
     try:
         with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=lock_dir, purpose="baseline") as lease, \
-                YieldingLease(lease, trusted_child=trusted_child) as yielding_lease:
+                YieldingLease(lease, hold=hold) as yielding_lease:
             with yielding_lease.held():
                 yielding_lease.follow(child.pid)
             yield lease, yielding_lease, child.pid
@@ -366,7 +366,7 @@ def test_a_trusted_child_compiles_on_while_its_lease_steps_aside_with_its_gpu_wo
     time leaves out) and unlocked once the lease is back."""
     driver = Driver(set())
     use_driver(monkeypatch, driver)
-    with _yielding_lease_following_a_busy_child(tmp_path, trusted_child=True) as (lease, yielding_lease, child):
+    with _yielding_lease_following_a_busy_child(tmp_path, hold=freezer.Hold.GPU_HELD) as (lease, yielding_lease, child):
         driver.states[child] = cuda_lock.STATE_RUNNING  # the child has CUDA state
         timer = start_timer(tmp_path, 1.0)
         assert timer.stdout is not None
@@ -385,6 +385,56 @@ def test_a_trusted_child_compiles_on_while_its_lease_steps_aside_with_its_gpu_wo
     assert [call for call, pid, _ in driver.calls if call != "state" and pid == child] == ["lock", "unlock"]
 
 
+def test_an_answer_compiles_on_while_its_lease_steps_aside_and_what_it_starts_meanwhile_is_stopped(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """evaluation.compile_beside_timing: while the timer holds the GPU, the answer's CUDA process is locked and runs
+    on; a process it starts meanwhile is stopped at the step-aside's next poll; its CPU seconds and held seconds are
+    counted. Its own wait for an exclusive window stops it whole, as before."""
+    go = tmp_path / "go"
+    code = ("import os, subprocess, sys, time\n"
+            "while not os.path.exists(sys.argv[1]): sum(range(10000))\n"
+            "subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
+            "while True: sum(range(10000))\n")
+    child = subprocess.Popen([sys.executable, "-c", code, str(go)])
+    driver = Driver({child.pid})
+    use_driver(monkeypatch, driver)
+    try:
+        with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="evaluate") as lease, \
+                YieldingLease(lease, hold=freezer.Hold.LOCKED_RUNNING) as yielding_lease:
+            with yielding_lease.held():
+                yielding_lease.follow(child.pid)
+            before = yielding_lease.counts()
+            timer = start_timer(tmp_path, 1.5)
+            assert timer.stdout is not None
+            assert float(timer.stdout.readline()) < 1.0  # it stepped aside at once
+            assert driver.states[child.pid] == cuda_lock.STATE_LOCKED and not stopped(child.pid)
+            go.touch()
+            deadline = time.monotonic() + 10
+            while not psutil.Process(child.pid).children() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            (spawned,) = psutil.Process(child.pid).children()
+            time.sleep(0.1)  # a few of the step-aside's polls
+            assert stopped(spawned.pid) and not stopped(child.pid)
+            timer.wait(10)
+            deadline = time.monotonic() + 2.0
+            while driver.states[child.pid] == cuda_lock.STATE_LOCKED and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert not stopped(spawned.pid)  # resumed with the tree
+            met = yielding_lease.counts().since(before)
+            assert met.gpu_held_s >= 1.0 and met.cpu_beside_timing_s > 0.5 and met.late_stops == 1
+            assert met.freed_itself == 0 and yielding_lease.stop_spans == []
+            yielding_lease.upgrade(timeout_s=5.0, stop_followed=True)  # the answer's own wait: stopped whole
+            yielding_lease.downgrade()
+            assert len(yielding_lease.stop_spans) == 2
+            with yielding_lease.held():
+                yielding_lease.follow(None)
+    finally:
+        for p in psutil.Process(child.pid).children(recursive=True):
+            p.kill()
+        child.kill()
+        child.wait()
+
+
 def test_a_trusted_child_the_driver_cannot_lock_keeps_its_lease_from_stepping_aside(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A CUDA process of the baseline's that the driver refuses to lock could run GPU work into the timing: the
@@ -394,7 +444,7 @@ def test_a_trusted_child_the_driver_cannot_lock_keeps_its_lease_from_stepping_as
     driver.lock = lambda pid, timeout_s: locks_asked.append(pid) or 801  # type: ignore[method-assign]
     use_driver(monkeypatch, driver)
     with pytest.warns(RuntimeWarning, match="did not step aside"), \
-            _yielding_lease_following_a_busy_child(tmp_path, trusted_child=True) as (lease, yielding_lease, child):
+            _yielding_lease_following_a_busy_child(tmp_path, hold=freezer.Hold.GPU_HELD) as (lease, yielding_lease, child):
         driver.states[child] = cuda_lock.STATE_RUNNING
         timer = start_timer(tmp_path, 0.2)
         assert timer.stdout is not None
@@ -448,7 +498,7 @@ def test_a_trusted_tree_not_held_is_waited_for_as_it_stands(monkeypatch: pytest.
     driver = Driver(set())
     driver.lock = lambda pid, timeout_s: 801  # type: ignore[method-assign]
     use_driver(monkeypatch, driver)
-    with _yielding_lease_following_a_busy_child(tmp_path, trusted_child=True) as (lease, yielding_lease, child):
+    with _yielding_lease_following_a_busy_child(tmp_path, hold=freezer.Hold.GPU_HELD) as (lease, yielding_lease, child):
         driver.states[child] = cuda_lock.STATE_RUNNING
         yielding_lease.upgrade(timeout_s=5.0, stop_followed=True)
         assert lease.mode == "exclusive" and yielding_lease.incomplete_stops == 1

@@ -113,6 +113,9 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     Flag("gpu_work_not_held", True, "the answer's process tree could not be held off the GPU while its job waited "
          "to time it (a process still running, or GPU work the driver's lock could not complete or see): timing it "
          "would have let that work run into another job's timing; not timed"),
+    Flag("gpu_unlocked_itself", True, "a process of the answer's, locked by the CUDA driver while another job timed "
+         "(evaluation.compile_beside_timing), was found unlocked before this side let it go: its GPU work may have "
+         "run into that timing (evaluation/freezer.py)"),
     # Review flags: recorded, counted per model, never change the status.
     Flag("global_state_changed", False, "the answer changed a cudnn setting (tunes its own PyTorch calls)"),
     Flag("python_threads_started", False, "the answer started Python threads"),
@@ -125,6 +128,8 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
          "until a run on a GPU shows honest answers never raise it)"),
     Flag("gpu_work_unheld", False, "the driver could not lock the answer's stopped process for another reason (its "
          "code after ':'; evaluation/cuda_lock.py): the reference's timing beside it had only the stop"),
+    Flag("cpu_beside_timing", False, "the answer's locked processes kept more than two cores busy on average while "
+         "another job timed (evaluation.compile_beside_timing; evaluation/freezer.py CPU_BESIDE_TIMING_CORES)"),
     Flag("trusted_side_error", False, "judging the answer raised on the trusted side (the answer's crash, the reason "
                                       "in its error; its companions keep their verdicts)"),
     Flag("static", False, "a static-analysis finding (static:<code>, table in analysis/static)"),

@@ -388,7 +388,7 @@ def evaluate_answers(problem_path: Path, answer_paths: list[Path], config: EvalC
         with (gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False,
                                      expected_mem_gib=expected_gpu_gib(problem_path, cfg, len(runnable)),
                                      purpose="evaluate") as lease,
-              gpu_lock.yielding(lease, steps_aside=cfg.yields_gpu()) as yielding_lease):
+              gpu_lock.yielding(lease, steps_aside=cfg.yields_gpu(), hold=cfg.beside_timing_hold()) as yielding_lease):
             evaluator = ProblemEvaluator(Path(problem_path), cfg, yielding_lease)
             try:
                 evaluator.prepare(len(runnable))

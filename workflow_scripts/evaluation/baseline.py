@@ -41,7 +41,7 @@ from typing import Any
 from workflow_scripts.core.records import TIMING_MODES, headline_ms
 from workflow_scripts.core.hashing import sha256_file
 from workflow_scripts.core.intervals import covered_seconds
-from workflow_scripts.evaluation import compile_cache, cuda_lock, environment, gpu_lock, resources, timeline, timing
+from workflow_scripts.evaluation import compile_cache, environment, freezer, gpu_lock, resources, timeline, timing
 from workflow_scripts.evaluation.baseline_windows import DONE, GRANT, REQUEST, ExclusiveWindows
 from workflow_scripts.evaluation.channel import ChildDied, ChildTimeout, Message, ProtocolError
 from workflow_scripts.evaluation.config import BaselineConfig
@@ -232,7 +232,7 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
     expected = resources.problem_gpu_gib("baseline", problem_path, {}) if cfg.device == "cuda" else None
     with (gpu_lock.lease_for_job(cfg.device, cfg.gpu_index, cfg.gpus, cfg.lock_dir, exclusive=False,
                                  expected_mem_gib=expected, purpose="baseline") as lease,
-          gpu_lock.yielding(lease, trusted_child=cfg.compile_beside_timing) as yielding_lease):
+          gpu_lock.yielding(lease, hold=cfg.beside_timing_hold()) as yielding_lease):
         gpu = lease.gpu if lease else None
         eager_status, eager = (("skipped", {}) if not cfg.run_eager
                                else _run_one(problem_path, cfg, yielding_lease, gpu, "eager"))
@@ -271,7 +271,7 @@ def measure_baselines(problem_path: Path, config: BaselineConfig | None = None) 
                   # While other jobs timed: the child stopped whole ("stopped"), or its GPU work held by the driver's
                   # lock while it compiled on ("gpu_held": baselines.compile_beside_timing, where the driver can).
                   # None on the CPU (no lease).
-                  "beside_others_timing": None if cfg.device != "cuda" else (
-                      "gpu_held" if cfg.compile_beside_timing and cuda_lock.available() else "stopped")},
+                  "beside_others_timing": None if cfg.device != "cuda" else freezer.beside_others_timing(
+                      cfg.beside_timing_hold())},
         phases_s=phases,
     )

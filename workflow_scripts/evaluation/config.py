@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from workflow_scripts.evaluation import cuda_lock, environment, gpu_lock, timing
+from workflow_scripts.evaluation import cuda_lock, environment, freezer, gpu_lock, timing
 from workflow_scripts.evaluation.isolation import ISOLATION_MODES
 from workflow_scripts.evaluation.limits import Limits
 from workflow_scripts.evaluation.memory_cap import MODES as MEMORY_CAP_MODES
@@ -168,6 +168,14 @@ class EvalConfig(RunConfig):
     # evaluation to end or reach its own timing (s37 on an H100: a timer waited 271.8 s of a 574.5-s run behind
     # evaluations holding the GPU; docs/evaluation.md).
     yield_gpu: bool | Literal["auto"] = "auto"
+    # While the job's lease steps aside for another job's timing (yield_gpu), the answer's CUDA processes locked by
+    # the driver and left running, so their CPU work (Triton compiling the answer's kernels, in its first calls) goes
+    # on, every other process of the tree stopped (True), or the tree stopped whole (False, and wherever the driver
+    # has no lock): freezer.Hold.LOCKED_RUNNING. Off by default: the driver's lock holds the CUDA library's calls, not
+    # GPU work a process could submit without it, and the answer's CPU load beside a timing is only recorded
+    # (phases_s.cpu_beside_timing_s, flag cpu_beside_timing). Not part of the store key: no timing of the answer's
+    # own changes (its own timing and its reference's stop it whole, as before).
+    compile_beside_timing: bool = False
     # Trials per block of paired timing (timing.paired_blocks): the eager reference is timed on the same inputs in
     # blocks alternating with the answer's, and the speedup is taken against it. 0: the answer alone, in one window
     # (KernelBench's loop; the speedup is then taken against the baseline stage's eager time).
@@ -218,6 +226,10 @@ class EvalConfig(RunConfig):
             return self.device == "cuda" and cuda_lock.available()
         return bool(self.yield_gpu)
 
+    def beside_timing_hold(self) -> freezer.Hold:
+        """How the answer's tree is held while its lease steps aside (``compile_beside_timing``)."""
+        return freezer.Hold.LOCKED_RUNNING if self.compile_beside_timing else freezer.Hold.STOPPED
+
     def prestart_count(self) -> int:
         return max(1, int(self.prestart if self.prestart is not None else DEVICE_DEFAULTS[self.device].prestart))
 
@@ -251,9 +263,13 @@ class BaselineConfig(RunConfig):
     autotune_alone: bool = True
     # While another job times on the GPU, the compiling child's GPU work held by the CUDA driver's lock and its CPU
     # work (Inductor's code generation and compile workers) going on (True), or the child stopped whole (False, and
-    # wherever the driver has no lock): gpu_lock.YieldingLease.trusted_child. Not part of the store key: it moves no
+    # wherever the driver has no lock): freezer.Hold.GPU_HELD. Not part of the store key: it moves no
     # pick and no timing of the baseline's own.
     compile_beside_timing: bool = True
+
+    def beside_timing_hold(self) -> freezer.Hold:
+        """How the compiling child's tree is held while its lease steps aside (``compile_beside_timing``)."""
+        return freezer.Hold.GPU_HELD if self.compile_beside_timing else freezer.Hold.STOPPED
 
 
 def filled(config_class: type[RunConfig], section: Mapping[str, Any], keys: Iterable[str],

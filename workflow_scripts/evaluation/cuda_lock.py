@@ -162,6 +162,15 @@ def _held_code(pid: int, timeout_s: float) -> int:
     return _lock_bounded(pid, timeout_s)
 
 
+def still_locked(pid: int) -> bool | None:
+    """Whether the driver still finds ``pid`` locked (the state query, bounded); None where it did not answer or the
+    process is gone."""
+    found = _bounded(lambda: state(pid), CALL_MARGIN_S)
+    if found is None or found[0] != CUDA_SUCCESS:
+        return None
+    return found[1] == STATE_LOCKED
+
+
 def mark_unknown(pids: Sequence[int], into: HeldWork) -> None:
     """Processes that could not be asked (they appeared after the locks, and are stopped now): each may hold CUDA
     work, so each counts as failed."""

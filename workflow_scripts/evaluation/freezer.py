@@ -15,19 +15,32 @@ too, and no process of it the driver was not asked about, or found without CUDA 
 once stopped (it may have started CUDA after it was asked, or drive the GPU without the CUDA library, whose work the
 lock does not see). ``thaw`` resumes, then unlocks.
 
-A tree of trusted code (a baseline's child: the problem's own ``Model`` and Inductor) may be held at the GPU only
-(``stop=False``): its CUDA processes are locked and nothing is stopped, so its CPU work (Inductor's code generation and
-compile workers) goes on beside another job's timing while its GPU work waits. Where the driver has no lock, it is
-stopped as any tree.
+How a tree is held (``Hold``), where the driver can lock:
+
+- ``STOPPED``: every process stopped, as above (an answer's tree, by default).
+- ``GPU_HELD``: a tree of trusted code (a baseline's child: the problem's own ``Model`` and Inductor): its CUDA
+  processes are locked and nothing is stopped, so its CPU work (Inductor's code generation and compile workers) goes on
+  beside another job's timing while its GPU work waits.
+- ``LOCKED_RUNNING``: an answer's tree whose own compiling may go on beside another job's timing
+  (``evaluation.compile_beside_timing``): its CUDA processes are locked and left running (their CPU work, e.g. Triton
+  compiling the answer's kernels, goes on; their next CUDA call waits for the unlock), every other process of the tree
+  is stopped, and while the hold lasts ``recheck`` (every few milliseconds) stops any process that appeared since (a
+  fresh process needs a context before it can run a kernel, which takes far longer than that: bench/README.md) and
+  any locked process the driver no longer finds locked (an answer that freed itself: ``unlocked_itself``). What it
+  cannot see: GPU work a locked process submits without the CUDA library (the driver's lock holds the library's
+  calls), and its CPU load on the host (``cpu_s``: the evidence; ``statuses.FLAGS["cpu_beside_timing"]``).
+
+Where the driver has no lock, every tree is stopped as the first.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import psutil
 
@@ -40,36 +53,64 @@ from workflow_scripts.evaluation import cuda_lock
 STOP_WAIT_S = 2.0
 
 
-class FrozenTree:
-    """The processes of one tree that ``freeze`` stopped, to be resumed by ``thaw``."""
+class Hold(enum.Enum):
+    """What a freeze does to a tree (the value is what records say: ``protocol.beside_others_timing``)."""
 
-    def __init__(self, root_pid: int, stop: bool = True) -> None:
+    STOPPED = "stopped"
+    GPU_HELD = "gpu_held"
+    LOCKED_RUNNING = "locked_running"
+
+
+# The most cores a LOCKED_RUNNING tree's locked processes may keep busy on average while held before its record is
+# flagged (``cpu_beside_timing``): compiling an answer's kernels takes one (Triton's code generation is one thread;
+# ptxas, another process, is stopped), so more is CPU load it put beside another job's timing on purpose. Judged only
+# over at least CPU_BESIDE_TIMING_MIN_S held, where one busy scheduler tick weighs little.
+CPU_BESIDE_TIMING_CORES = 2.0
+CPU_BESIDE_TIMING_MIN_S = 1.0
+# A locked process the driver found running again while its hold lasted (``recheck``): it freed itself, or was freed.
+UNLOCKED_ITSELF = -4
+
+
+class FrozenTree:
+    """The processes of one tree that ``freeze`` stopped or locked, to be resumed by ``thaw``."""
+
+    def __init__(self, root_pid: int, hold: Hold = Hold.STOPPED) -> None:
         self.root_pid = root_pid
-        # Every process stopped, or (a trusted tree, where the driver can lock) only its GPU work held.
-        self.stops = stop or not cuda_lock.available()
+        self.hold = hold if cuda_lock.available() else Hold.STOPPED  # without the driver's lock: stopped whole
         self.stopped: dict[int, psutil.Process] = {}
-        self.stops_complete = False  # every process of the tree was seen stopped
+        self.stops_complete = False  # every process of the tree that is not left running locked was seen stopped
         self.gpu_work = cuda_lock.HeldWork()  # its CUDA processes locked (their GPU work done), or not
+        self.late_stops = 0  # processes ``recheck`` stopped (they appeared while the tree was held)
+        self._cpu_from: dict[int, float] = {}  # LOCKED_RUNNING: each locked process's CPU seconds as it was locked
+        self.cpu_s = 0.0  # LOCKED_RUNNING: the CPU seconds its locked processes ran while held (set by ``thaw``)
+
+    @property
+    def stops(self) -> bool:
+        """Every process of the tree stopped (nothing of it runs on while it is held)."""
+        return self.hold is Hold.STOPPED
 
     @property
     def complete(self) -> bool:
-        """No process of the tree has GPU work left running, and (unless only its GPU work is held) every process of
-        it is stopped."""
-        return (self.stops_complete or not self.stops) and self.gpu_work.complete
+        """No process of the tree has GPU work left running, and every process of it that is not locked is
+        stopped (a trusted tree, held at the GPU only: nothing needs to be)."""
+        return (self.stops_complete or self.hold is Hold.GPU_HELD) and self.gpu_work.complete
 
     def freeze(self) -> None:
         """Lock the tree's CUDA processes while they run (the driver answers only a running process; its lock
-        completes their work), then stop every process; one that appeared in between cannot be asked any more, so it
-        leaves the tree incomplete. A tree held at the GPU only is not stopped: a process that starts CUDA after the
-        locks is not held (trusted code: its GPU benchmarks wait for the job's windows anyway)."""
+        completes their work), then stop every process, or (``LOCKED_RUNNING``) every process but the locked ones;
+        one that appeared in between cannot be asked any more, so it leaves the tree incomplete. A tree held at the
+        GPU only is not stopped: a process that starts CUDA after the locks is not held (trusted code: its GPU
+        benchmarks wait for the job's windows anyway)."""
         if not cuda_lock.available():
             self._stop()
             return
         listed = _tree_pid_list(self.root_pid)
         cuda_lock.hold(listed, STOP_WAIT_S, into=self.gpu_work)  # into the tree's record: a hold cut short is undone
-        if not self.stops:
+        if self.hold is Hold.GPU_HELD:
             return
-        self._stop()
+        running_locked = set(self.gpu_work.locked) if self.hold is Hold.LOCKED_RUNNING else set()
+        self._cpu_from = {pid: _cpu_seconds(pid) for pid in running_locked}
+        self._stop(spare=running_locked)
         cuda_lock.mark_unknown([pid for pid in self.stopped if pid not in listed], into=self.gpu_work)
         # A listed process the driver found without CUDA state ran on until its stop: it may have opened the GPU
         # meanwhile, or drive it without the CUDA library (whose work the driver's lock neither sees nor completes).
@@ -78,17 +119,38 @@ class FrozenTree:
                    and pid not in self.gpu_work.locked and pid not in self.gpu_work.failed]
         cuda_lock.mark_unknown([pid for pid in unasked if opens_gpu_device(pid)], into=self.gpu_work)
 
-    def _stop(self) -> None:
+    def recheck(self) -> None:
+        """While a ``LOCKED_RUNNING`` tree is held (called every few milliseconds): stop each process of it that is
+        neither locked nor stopped (it appeared since the freeze: too young to have a context), and each locked
+        process the driver no longer finds locked (``UNLOCKED_ITSELF`` among the tree's failures: its GPU work may
+        have run beside the timing). Nothing for the other holds."""
+        if self.hold is not Hold.LOCKED_RUNNING:
+            return
+        for process in _tree(self.root_pid):
+            if process.pid in self.stopped or process.pid in self.gpu_work.locked:
+                continue
+            self.late_stops += self._stop_one(process)
+        for pid in list(self.gpu_work.locked):
+            if cuda_lock.still_locked(pid) is False:
+                self.gpu_work.failed[pid] = UNLOCKED_ITSELF
+                with contextlib.suppress(psutil.Error):
+                    self._stop_one(psutil.Process(pid))
+
+    def _stop_one(self, process: psutil.Process) -> int:
+        try:
+            process.send_signal(signal.SIGSTOP)
+        except psutil.Error:
+            return 0
+        self.stopped[process.pid] = process
+        return 1
+
+    def _stop(self, spare: Collection[int] = ()) -> None:
         end = time.monotonic() + STOP_WAIT_S
         while time.monotonic() < end:
-            tree = _tree(self.root_pid)
+            tree = [p for p in _tree(self.root_pid) if p.pid not in spare]
             new = [p for p in tree if p.pid not in self.stopped]
             for p in new:
-                try:
-                    p.send_signal(signal.SIGSTOP)
-                    self.stopped[p.pid] = p
-                except psutil.Error:
-                    continue
+                self._stop_one(p)
             if not new and all(_stopped(p) for p in tree):
                 self.stops_complete = True
                 return
@@ -96,6 +158,8 @@ class FrozenTree:
 
     def thaw(self) -> None:
         """Resume every stopped process, then unlock (``cuda_lock.UnlockFailed`` where the driver keeps one locked)."""
+        self.cpu_s += sum(max(0.0, _cpu_seconds(pid) - before) for pid, before in self._cpu_from.items())
+        self._cpu_from = {}
         for p in self.stopped.values():
             try:
                 p.send_signal(signal.SIGCONT)
@@ -106,18 +170,38 @@ class FrozenTree:
 
 
 @contextlib.contextmanager
-def frozen(root_pid: int | None, stop: bool = True) -> Iterator[FrozenTree | None]:
-    """The tree under ``root_pid`` stopped for the block's duration, or (``stop=False``, a trusted tree) only its GPU
-    work held where the driver can (nothing to stop: None)."""
+def frozen(root_pid: int | None, hold: Hold = Hold.STOPPED) -> Iterator[FrozenTree | None]:
+    """The tree under ``root_pid`` held for the block's duration as ``hold`` says (``Hold``; stopped whole where the
+    driver cannot lock); None where there is no tree."""
     if root_pid is None:
         yield None
         return
-    tree = FrozenTree(root_pid, stop)
+    tree = FrozenTree(root_pid, hold)
     try:
         tree.freeze()  # inside: a freeze cut short still resumes and unlocks what it reached
         yield tree
     finally:
         tree.thaw()
+
+
+def cpu_beside_timing_flagged(cpu_s: float, held_s: float) -> bool:
+    """Whether a tree's locked processes ran more than ``CPU_BESIDE_TIMING_CORES`` cores on average over its held
+    seconds (at least ``CPU_BESIDE_TIMING_MIN_S`` of them)."""
+    return held_s >= CPU_BESIDE_TIMING_MIN_S and cpu_s > CPU_BESIDE_TIMING_CORES * held_s
+
+
+def beside_others_timing(hold: Hold) -> str:
+    """What a record says of a tree held as ``hold`` asks on this host (stopped whole where the driver cannot lock)."""
+    return (hold if cuda_lock.available() else Hold.STOPPED).value
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The process's CPU seconds so far (user and system, its threads included); 0 where it is gone."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return times.user + times.system
 
 
 def _tree(root_pid: int) -> list[psutil.Process]:

@@ -64,6 +64,7 @@ Visible GPUs come from, in order: an explicit list (config), ``CUDA_VISIBLE_DEVI
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import functools
 import json
@@ -258,6 +259,21 @@ class GpuLease:
             time.sleep(poll_s)
 
 
+@dataclass(frozen=True)
+class HoldCounts:
+    """A yielding lease's counters at one moment (``YieldingLease.counts``): what it met between two such moments is
+    their difference (``since``), e.g. while one answer was its followed tree."""
+
+    incomplete_stops: int = 0
+    gpu_held_s: float = 0.0
+    cpu_beside_timing_s: float = 0.0
+    late_stops: int = 0
+    freed_itself: int = 0
+
+    def since(self, earlier: HoldCounts) -> HoldCounts:
+        return HoldCounts(*(now - then for now, then in zip(dataclasses.astuple(self), dataclasses.astuple(earlier))))
+
+
 class YieldingLease:
     """A shared lease that steps aside for timing jobs (see the module's "Yielding"): the ``with`` block runs a
     watcher thread that, while the lease is shared and a timing job waits on the gate, stops the followed process
@@ -266,17 +282,25 @@ class YieldingLease:
     watcher step aside or the job hold an exclusive window, never both. ``frozen_s``: how long the tree was held
     stopped (or, trusted, its GPU work held), which is no time of the job's (its deadline moves by it).
 
-    ``trusted_child``: the followed tree runs trusted code (a baseline's child), so only its GPU work is held
-    (``freezer.frozen(stop=False)``, where the driver can lock) and its CPU work, Inductor's compiling, goes on beside
-    the other job's timing; ``gpu_held_s`` counts those seconds, ``stop_spans`` only real stops."""
+    ``hold``: how the watcher holds the followed tree while it steps aside (``freezer.Hold``, where the driver can
+    lock). ``GPU_HELD``: a tree of trusted code (a baseline's child) has only its GPU work held and its CPU work,
+    Inductor's compiling, goes on beside the other job's timing; it is so held for the job's own waits too.
+    ``LOCKED_RUNNING``: an answer's locked CUDA processes run on (their kernels' compiling) while every other process
+    of it is stopped, rechecked at every poll of the step-aside (``FrozenTree.recheck``); the job's own waits for its
+    exclusive window and its downgrade stop it whole. ``gpu_held_s`` counts the seconds a tree ran on,
+    ``stop_spans`` only stops whole; ``cpu_beside_timing_s`` the CPU seconds its locked processes ran meanwhile."""
 
     def __init__(self, lease: GpuLease, poll_s: float = GATE_POLL_S, steps_aside: bool = True,
-                 trusted_child: bool = False) -> None:
+                 hold: freezer.Hold = freezer.Hold.STOPPED) -> None:
         self.lease = lease
         self._poll_s = poll_s
         self.steps_aside = steps_aside  # False: no watcher, held blocks run at once; the lease stays shared for the job
-        self.trusted_child = trusted_child
-        self.gpu_held_s = 0.0  # of frozen_s: the seconds the tree ran on, its GPU work held (trusted_child)
+        self.hold = hold
+        self.gpu_held_s = 0.0  # of frozen_s: the seconds the tree ran on, its GPU work held (not stopped whole)
+        self.cpu_beside_timing_s = 0.0  # LOCKED_RUNNING: CPU seconds the tree's locked processes ran while held
+        self.late_stops = 0  # LOCKED_RUNNING: processes of the tree stopped as they appeared while it was held
+        self.freed_itself = 0  # LOCKED_RUNNING: holds during which a locked process of it was found unlocked
+        self._held: freezer.FrozenTree | None = None  # the tree the watcher holds now (its step-aside rechecks it)
         # Held by the watcher while it steps aside, by the job from upgrade to downgrade and in ``held`` blocks
         # (re-entrant: a job's held block may take an exclusive window).
         self._turn = threading.RLock()
@@ -312,6 +336,10 @@ class YieldingLease:
     def pinned(self) -> bool:
         """Whether the lease pins its GPU (``GpuLease.pin``): never stepping aside, or no longer."""
         return self.lease.pins
+
+    def counts(self) -> HoldCounts:
+        return HoldCounts(self.incomplete_stops, self.gpu_held_s, self.cpu_beside_timing_s, self.late_stops,
+                          self.freed_itself)
 
     @property
     def frozen_s(self) -> float:
@@ -358,7 +386,7 @@ class YieldingLease:
                 with self._stopped_tree() if stop_followed else contextlib.nullcontext(True) as complete:
                     # A trusted tree (a baseline's child, its GPU work held where the driver can) is waited for as
                     # it stands: its code leaves no work queued on purpose.
-                    if complete or self.trusted_child:
+                    if complete or self.hold is freezer.Hold.GPU_HELD:
                         waited = self.lease.upgrade(timeout_s=timeout_s)
                         self._upgraded = True  # from here the window is held: ``downgrade`` gives it back
                         return waited
@@ -389,10 +417,10 @@ class YieldingLease:
             try:
                 if (self.lease.mode == "shared" and self.lease.timer_waiting()
                         and not self.lease.timer_blocked_elsewhere()):
-                    with self._stopped_tree() as complete:
+                    with self._stopped_tree(self.hold) as complete:
                         if complete:
                             try:
-                                self.lease.step_aside(REENTRY_POLL_S, self._stop.is_set)
+                                self._step_aside()
                             except OSError:
                                 self.lease.hold_shared_again()  # before the thaw: the tree runs only with the GPU held
                                 raise
@@ -419,6 +447,21 @@ class YieldingLease:
             finally:
                 self._turn.release()
 
+    def _step_aside(self) -> None:
+        """Let the waiting timer go first (``GpuLease.step_aside``). A tree whose locked processes run on is
+        rechecked at each of the gate's polls meanwhile: a process that appears is stopped before it could make a
+        context."""
+        if self.hold is not freezer.Hold.LOCKED_RUNNING or self._held is None:
+            self.lease.step_aside(REENTRY_POLL_S, self._stop.is_set)
+            return
+        held = self._held
+
+        def recheck_then_give_up() -> bool:
+            held.recheck()
+            return self._stop.is_set()
+
+        self.lease.step_aside(self._poll_s, recheck_then_give_up)
+
     def _warn_once(self, why: str) -> None:
         if not self._warned:
             self._warned = True
@@ -426,11 +469,15 @@ class YieldingLease:
                           f"timing job: {why}", RuntimeWarning, stacklevel=2)
 
     @contextlib.contextmanager
-    def _stopped_tree(self) -> Iterator[bool]:
-        """The followed tree stopped for the block (``freezer``): while this job holds no lock its child must touch
-        neither the GPU nor the CPU (a trusted child: not the GPU); the seconds go to ``frozen_s``, the span of a stop
-        to ``stop_spans``. Yields whether the tree is ``complete``: every process of it seen stopped (a trusted child:
-        its CUDA processes locked), its GPU work held where the driver can (True where nothing is followed)."""
+    def _stopped_tree(self, hold: freezer.Hold | None = None) -> Iterator[bool]:
+        """The followed tree held for the block (``freezer``): while this job holds no lock its child must touch
+        neither the GPU nor the CPU (a trusted child: not the GPU; ``hold`` ``LOCKED_RUNNING``, the watcher's
+        step-aside for an answer whose compiling goes on: only its locked processes' CPU); the seconds go to
+        ``frozen_s``, the span of a stop whole to ``stop_spans``. Yields whether the tree is ``complete``: every
+        process of it seen stopped or locked as its hold says, its GPU work held where the driver can (True where
+        nothing is followed). ``hold`` None: stopped whole (a trusted child: its GPU work held)."""
+        if hold is None:
+            hold = freezer.Hold.GPU_HELD if self.hold is freezer.Hold.GPU_HELD else freezer.Hold.STOPPED
         start = time.time()  # before the stop: stopping a tree of many processes takes a while
         with self._pid_lock:
             if self._pid is None:
@@ -441,11 +488,19 @@ class YieldingLease:
             self._frozen_since = time.monotonic()
             tree: freezer.FrozenTree | None = None  # None still where the freeze itself failed
             try:
-                with freezer.frozen(self._pid, stop=not self.trusted_child) as tree:
+                with freezer.frozen(self._pid, hold) as tree:
                     assert tree is not None  # a pid is followed
                     self.incomplete_stops += 0 if tree.complete else 1
-                    yield tree.complete
+                    self._held = tree
+                    try:
+                        yield tree.complete
+                    finally:
+                        self._held = None
             finally:
+                if tree is not None:
+                    self.cpu_beside_timing_s += tree.cpu_s
+                    self.late_stops += tree.late_stops
+                    self.freed_itself += freezer.UNLOCKED_ITSELF in tree.gpu_work.failed.values()
                 # Added before the start is cleared (the thaw is done by now: its unlocks count too): a reader in
                 # between over-counts (a later deadline), never under.
                 seconds = time.monotonic() - self._frozen_since
@@ -459,14 +514,14 @@ class YieldingLease:
 
 @contextlib.contextmanager
 def yielding(lease: GpuLease | None, steps_aside: bool = True,
-             trusted_child: bool = False) -> Iterator[YieldingLease | None]:
+             hold: freezer.Hold = freezer.Hold.STOPPED) -> Iterator[YieldingLease | None]:
     """``lease`` as a ``YieldingLease`` for the ``with`` block (one that never steps aside where ``steps_aside`` is
     False; one whose child's CPU work goes on while it steps aside where ``trusted_child``); None where no lease is
     taken (the CPU)."""
     if lease is None:
         yield None
         return
-    with YieldingLease(lease, steps_aside=steps_aside, trusted_child=trusted_child) as yielding_lease:
+    with YieldingLease(lease, steps_aside=steps_aside, hold=hold) as yielding_lease:
         yield yielding_lease
 
 

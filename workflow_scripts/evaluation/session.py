@@ -147,7 +147,7 @@ class AnswerSession:
         t_start = time.monotonic()
         self.deadline = t_start + self.cfg.effective_timeout()
         ans = self.slot.child
-        stops_before = self.lease.incomplete_stops if self.lease is not None else 0
+        counts_before = self.lease.counts() if self.lease is not None else None
         try:
             self._drive(ans, t_start)
         except ReferenceUnusable as e:
@@ -161,19 +161,31 @@ class AnswerSession:
                     self.lease.follow(None)  # before the kill: its pid, once reused, is never stopped
                 ans.kill()
             self.phases["total_s"] = time.monotonic() - t_start
-            self._lease_phases(stops_before)
+            self._lease_phases(counts_before)
 
-    def _lease_phases(self, stops_before: int) -> None:
+    def _lease_phases(self, before: gpu_lock.HoldCounts | None) -> None:
         """What the job's lease met while this answer was its followed tree: its stops that did not hold the tree
         (``lease_incomplete_stops``: the upgrade's and the yielding watcher's; ``answer_stop_incomplete`` says so of the
-        upgrade's and the reference blocks' stops, not the watcher's), and whether the lease had given up yielding
-        (``lease_pinned``; after incomplete stops in a row, docs/evaluation.md "Scheduling")."""
-        if self.lease is None:
+        upgrade's and the reference blocks' stops, not the watcher's), whether the lease had given up yielding
+        (``lease_pinned``; after incomplete stops in a row, docs/evaluation.md "Scheduling"), and where its locked
+        processes ran on while held (``evaluation.compile_beside_timing``): the seconds so held, the CPU seconds they
+        ran (``freezer.CPU_BESIDE_TIMING_CORES``), the processes stopped as they appeared, and a locked process found
+        unlocked (``gpu_unlocked_itself``)."""
+        if self.lease is None or before is None:
             return
-        if self.lease.incomplete_stops > stops_before:
-            self.phases["lease_incomplete_stops"] = float(self.lease.incomplete_stops - stops_before)
+        met = self.lease.counts().since(before)
+        if met.incomplete_stops:
+            self.phases["lease_incomplete_stops"] = float(met.incomplete_stops)
         if self.lease.steps_aside and self.lease.pinned:
             self.phases["lease_pinned"] = 1.0
+        if self.lease.hold is not freezer.Hold.LOCKED_RUNNING or not met.gpu_held_s:
+            return
+        self.phases.update(answer_gpu_held_s=met.gpu_held_s, cpu_beside_timing_s=met.cpu_beside_timing_s,
+                           answer_late_stops=float(met.late_stops))
+        if met.freed_itself:
+            self.flag("gpu_unlocked_itself")
+        if freezer.cpu_beside_timing_flagged(met.cpu_beside_timing_s, met.gpu_held_s):
+            self.flag("cpu_beside_timing")
 
     def _drive(self, ans: ChildProcess, t_start: float) -> None:
         """The answer's process through every step, in order; a step that ends the answer's evaluation (a failed

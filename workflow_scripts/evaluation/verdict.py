@@ -12,7 +12,7 @@ from typing import Any
 from workflow_scripts.analysis.static import analyze_source
 from workflow_scripts.core.records import TIMING_MODES, headline_ms
 from workflow_scripts.core.statuses import Status, is_compiled, is_integrity_flag
-from workflow_scripts.evaluation import cuda_lock, environment
+from workflow_scripts.evaluation import cuda_lock, environment, freezer
 from workflow_scripts.evaluation.channel import HARNESS_VERSION
 from workflow_scripts.evaluation.config import EvalConfig
 from workflow_scripts.evaluation.protocol import SEED_DERIVATION, decide_status
@@ -81,6 +81,11 @@ def protocol_record(cfg: EvalConfig) -> dict[str, Any]:
         # has the calls (phases_s.answer_gpu_locks counts the locks taken, flags gpu_work_* the failures); "stop only"
         # where it has not, when a stopped answer's queued kernels may still run.
         "gpu_work_held": ("cuda_lock" if cuda_lock.available() else "stop only") if cfg.device == "cuda" else None,
+        # While other jobs timed (a yielding job's steps aside): the answer's tree stopped whole ("stopped"), or its
+        # CUDA processes locked and running on, everything else of it stopped ("locked_running":
+        # evaluation.compile_beside_timing, where the driver can). None where the job never steps aside.
+        "beside_others_timing": (freezer.beside_others_timing(cfg.beside_timing_hold())
+                                 if cfg.device == "cuda" and cfg.yields_gpu() else None),
     }
 
 
