@@ -18,7 +18,9 @@ SECONDS=0
 case ${SIDE:?SIDE=pipeline or kernelbench} in
   pipeline)
     # A target of its own: KernelBench's pins (another pydantic) go to /tmp/site.
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-pipeline wheelhouse/*.whl || exit 1
+    # Once per machine: a warm machine's later calls find it (reinstalling into a target warns once per package).
+    [ -f /tmp/site-pipeline/.installed ] || { python3 -m pip install -q --no-index --no-deps --no-compile \
+      --target /tmp/site-pipeline wheelhouse/*.whl && touch /tmp/site-pipeline/.installed; } || exit 1
     export PYTHONPATH=/tmp/site-pipeline:$PWD
     # FRESH=0 on a warm machine (its results/ kept) goes on from a call that was cut off.
     $B --side pipeline $([ "${FRESH:-1}" = 1 ] && echo --fresh) --pipeline-timeout-s "${TIMEOUT_S:-540}" \
@@ -26,7 +28,8 @@ case ${SIDE:?SIDE=pipeline or kernelbench} in
     echo "pipeline: rc=$? in ${SECONDS}s"  # the results folder is in $OUT/dag_results.tgz
     tail -c 1500 "$OUT/pipeline.log" ;;
   kernelbench)
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .kbwheels/*.whl || exit 1
+    [ -f /tmp/site/.installed ] || { python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+      .kbwheels/*.whl && touch /tmp/site/.installed; } || exit 1
     export PYTHONPATH=/tmp/site:$PWD
     [ -n "${RESUME:-}" ] && [ -f "$RESUME" ] && cp "$RESUME" "$OUT/kernelbench.jsonl"
     timeout "${TIMEOUT_S:-560}" $B --side kernelbench --kb-src .kb/kbsrc --parallel 4 > "$OUT/kernelbench.log" 2>&1
