@@ -413,7 +413,9 @@ def test_an_answer_compiles_on_while_its_lease_steps_aside_and_what_it_starts_me
             while not psutil.Process(child.pid).children() and time.monotonic() < deadline:
                 time.sleep(0.01)
             (spawned,) = psutil.Process(child.pid).children()
-            time.sleep(0.1)  # a few of the step-aside's polls
+            deadline = time.monotonic() + 2.0
+            while not stopped(spawned.pid) and time.monotonic() < deadline:  # the step-aside's next poll
+                time.sleep(0.005)
             assert stopped(spawned.pid) and not stopped(child.pid)
             timer.wait(10)
             deadline = time.monotonic() + 2.0
@@ -422,7 +424,7 @@ def test_an_answer_compiles_on_while_its_lease_steps_aside_and_what_it_starts_me
             assert not stopped(spawned.pid)  # resumed with the tree
             met = yielding_lease.counts().since(before)
             assert met.gpu_held_s >= 1.0 and met.cpu_beside_timing_s > 0.5 and met.late_stops == 1
-            assert met.freed_itself == 0 and yielding_lease.stop_spans == []
+            assert met.broken_holds == 0 and yielding_lease.stop_spans == []
             yielding_lease.upgrade(timeout_s=5.0, stop_followed=True)  # the answer's own wait: stopped whole
             yielding_lease.downgrade()
             assert len(yielding_lease.stop_spans) == 2
@@ -433,6 +435,57 @@ def test_an_answer_compiles_on_while_its_lease_steps_aside_and_what_it_starts_me
             p.kill()
         child.kill()
         child.wait()
+
+
+def test_an_answer_that_breaks_its_hold_beside_a_timing_is_never_held_beside_one_again(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A locked answer process found unlocked while the timer holds the GPU: stopped, the hold on the timeline
+    (``hold_broken``), and the lease pins the GPU for the rest of the job (a later timer waits for the job)."""
+    child = subprocess.Popen([sys.executable, "-c", BUSY_CHILD])
+    driver = Driver({child.pid})
+    use_driver(monkeypatch, driver)
+    try:
+        with pytest.warns(RuntimeWarning, match="broke its hold"), \
+                acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="evaluate") as lease, \
+                YieldingLease(lease, hold=freezer.Hold.LOCKED_RUNNING) as yielding_lease:
+            with yielding_lease.held():
+                yielding_lease.follow(child.pid)
+            timer = start_timer(tmp_path, 1.0)
+            assert timer.stdout is not None
+            float(timer.stdout.readline())
+            driver.states[child.pid] = cuda_lock.STATE_RUNNING  # it freed itself
+            deadline = time.monotonic() + 5
+            while not stopped(child.pid) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert stopped(child.pid)  # at the step-aside's next poll
+            timer.wait(10)
+            deadline = time.monotonic() + 5
+            while not yielding_lease.pinned and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert yielding_lease.pinned and yielding_lease.counts().broken_holds == 1 and not stopped(child.pid)
+            (broken,) = [e for e in _timeline(tmp_path) if e["activity"] == "hold_broken"]
+            assert broken["reasons"] == [f"locked process {child.pid} found unlocked"]
+            with yielding_lease.held():
+                yielding_lease.follow(None)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_an_answer_held_locked_running_is_stopped_whole_where_the_driver_cannot_lock(tmp_path: Path) -> None:
+    """No driver lock (the CPU, an older driver): the step-aside stops the answer's tree whole, counted as stops, not
+    as seconds it ran on."""
+    with _yielding_lease_following_a_busy_child(tmp_path, hold=freezer.Hold.LOCKED_RUNNING) as (lease, yielding_lease,
+                                                                                                child):
+        timer = start_timer(tmp_path, 0.3)
+        assert timer.stdout is not None
+        float(timer.stdout.readline())
+        assert stopped(child)
+        timer.wait(10)
+        deadline = time.monotonic() + 2.0
+        while not yielding_lease.stop_spans and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(yielding_lease.stop_spans) == 1 and yielding_lease.gpu_held_s == 0.0
 
 
 def test_a_trusted_child_the_driver_cannot_lock_keeps_its_lease_from_stepping_aside(

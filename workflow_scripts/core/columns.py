@@ -266,7 +266,9 @@ TABLES: dict[str, Table] = {
                            "(a baseline's or a yielding evaluation's shared lease standing aside for another job's "
                            "timing), timing_answer, timing_reference, timing_probe (an evaluation's timed blocks), "
                            "baseline_eager or baseline_compile (a baseline's timings), baseline_autotune (a baseline's autotuning "
-                           "benchmarks), lease_held (a lease's whole hold, with the memory admission counted it for)"),
+                           "benchmarks), lease_held (a lease's whole hold, with the memory admission counted it for), "
+                           "hold_broken (an answer's tree held running beside another job's timing broke its hold: "
+                           "that job's timing may have met its work; evaluation.compile_beside_timing)"),
         "purpose": Column("for lease intervals, what held the GPU: evaluate, baseline or vllm; null otherwise"),
         "problem": Column("the problem file's name without .py, for timed intervals; null for leases"),
         "answer": Column("the answer file timed (its path in the job's folder: one per answer judged), for an "

@@ -113,9 +113,9 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     Flag("gpu_work_not_held", True, "the answer's process tree could not be held off the GPU while its job waited "
          "to time it (a process still running, or GPU work the driver's lock could not complete or see): timing it "
          "would have let that work run into another job's timing; not timed"),
-    Flag("gpu_unlocked_itself", True, "a process of the answer's, locked by the CUDA driver while another job timed "
-         "(evaluation.compile_beside_timing), was found unlocked before this side let it go: its GPU work may have "
-         "run into that timing (evaluation/freezer.py)"),
+    Flag("hold_broken", True, "while another job timed (evaluation.compile_beside_timing), a process of the answer's "
+         "that was stopped ran again, or one locked by the CUDA driver was found unlocked: its work may have run into "
+         "that timing (evaluation/freezer.py; hold_broken on the GPU timeline)"),
     # Review flags: recorded, counted per model, never change the status.
     Flag("global_state_changed", False, "the answer changed a cudnn setting (tunes its own PyTorch calls)"),
     Flag("python_threads_started", False, "the answer started Python threads"),

@@ -171,10 +171,10 @@ class EvalConfig(RunConfig):
     # While the job's lease steps aside for another job's timing (yield_gpu), the answer's CUDA processes locked by
     # the driver and left running, so their CPU work (Triton compiling the answer's kernels, in its first calls) goes
     # on, every other process of the tree stopped (True), or the tree stopped whole (False, and wherever the driver
-    # has no lock): freezer.Hold.LOCKED_RUNNING. Off by default: the driver's lock holds the CUDA library's calls, not
-    # GPU work a process could submit without it, and the answer's CPU load beside a timing is only recorded
-    # (phases_s.cpu_beside_timing_s, flag cpu_beside_timing). Not part of the store key: no timing of the answer's
-    # own changes (its own timing and its reference's stop it whole, as before).
+    # has no lock): freezer.Hold.LOCKED_RUNNING. Off by default: native code of a locked process could undo or bypass
+    # the driver's lock, which is caught only after the fact (flag hold_broken), and the answer's CPU load beside a
+    # timing is only recorded (phases_s.cpu_beside_timing_s, flag cpu_beside_timing). Not part of the store key: no
+    # honest answer's verdict or timing changes (its own timing and its reference's stop it whole, as before).
     compile_beside_timing: bool = False
     # Trials per block of paired timing (timing.paired_blocks): the eager reference is timed on the same inputs in
     # blocks alternating with the answer's, and the speedup is taken against it. 0: the answer alone, in one window

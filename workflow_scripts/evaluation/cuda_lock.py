@@ -162,13 +162,18 @@ def _held_code(pid: int, timeout_s: float) -> int:
     return _lock_bounded(pid, timeout_s)
 
 
-def still_locked(pid: int) -> bool | None:
-    """Whether the driver still finds ``pid`` locked (the state query, bounded); None where it did not answer or the
-    process is gone."""
+def lock_state(pid: int) -> str:
+    """What the driver says of a process this side locked: "locked", "unlocked" (running again), "no_cuda" (no CUDA
+    state: it exec'd another program), or "unknown" (no answer within the margin, or another code)."""
     found = _bounded(lambda: state(pid), CALL_MARGIN_S)
-    if found is None or found[0] != CUDA_SUCCESS:
-        return None
-    return found[1] == STATE_LOCKED
+    if found is None:
+        return "unknown"
+    code, current = found
+    if code == CUDA_ERROR_NOT_INITIALIZED:
+        return "no_cuda"
+    if code != CUDA_SUCCESS:
+        return "unknown"
+    return "locked" if current == STATE_LOCKED else "unlocked"
 
 
 def mark_unknown(pids: Sequence[int], into: HeldWork) -> None:

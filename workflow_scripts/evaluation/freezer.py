@@ -25,10 +25,12 @@ How a tree is held (``Hold``), where the driver can lock:
   (``evaluation.compile_beside_timing``): its CUDA processes are locked and left running (their CPU work, e.g. Triton
   compiling the answer's kernels, goes on; their next CUDA call waits for the unlock), every other process of the tree
   is stopped, and while the hold lasts ``recheck`` (every few milliseconds) stops any process that appeared since (a
-  fresh process needs a context before it can run a kernel, which takes far longer than that: bench/README.md) and
-  any locked process the driver no longer finds locked (an answer that freed itself: ``unlocked_itself``). What it
-  cannot see: GPU work a locked process submits without the CUDA library (the driver's lock holds the library's
-  calls), and its CPU load on the host (``cpu_s``: the evidence; ``statuses.FLAGS["cpu_beside_timing"]``).
+  fresh process needs a context before it can run a kernel, expected to take far longer than that), stops again a
+  stopped process that ran (a locked one resumed it) and any locked process the driver no longer finds locked; the
+  last two break the hold (``broken``: the answer's ``hold_broken``). What it cannot see: native code of a locked
+  process undoing or bypassing the lock (part of which may live in the process itself) or submitting GPU work
+  without the CUDA library, and its CPU load on the host (``cpu_s``: the evidence;
+  ``statuses.FLAGS["cpu_beside_timing"]``). docs/evaluation.md, Scheduling.
 
 Where the driver has no lock, every tree is stopped as the first.
 """
@@ -80,27 +82,36 @@ class FrozenTree:
         self.stopped: dict[int, psutil.Process] = {}
         self.stops_complete = False  # every process of the tree that is not left running locked was seen stopped
         self.gpu_work = cuda_lock.HeldWork()  # its CUDA processes locked (their GPU work done), or not
+        self.runs_on: list[int] = []  # LOCKED_RUNNING: the locked processes left running
         self.late_stops = 0  # processes ``recheck`` stopped (they appeared while the tree was held)
-        self._cpu_from: dict[int, float] = {}  # LOCKED_RUNNING: each locked process's CPU seconds as it was locked
+        # LOCKED_RUNNING: how the answer broke the hold while it lasted (``recheck``): a stopped process found to have
+        # run again, a locked one found unlocked; and the recheck's own failures (this side's). Either way the tree is
+        # not complete.
+        self.broken: list[str] = []
+        self.recheck_errors: list[str] = []
+        self._seen_stopped: dict[int, tuple[float, int]] = {}  # a stopped process's CPU seconds and context switches
+        self._cpu_from: dict[int, float] = {}  # each process left running locked: its CPU seconds as it was locked
         self.cpu_s = 0.0  # LOCKED_RUNNING: the CPU seconds its locked processes ran while held (set by ``thaw``)
 
     @property
     def stops(self) -> bool:
-        """Every process of the tree stopped (nothing of it runs on while it is held)."""
-        return self.hold is Hold.STOPPED
+        """Nothing of the tree ran on while it was held: every process stopped."""
+        return self.hold is not Hold.GPU_HELD and not self.runs_on
 
     @property
     def complete(self) -> bool:
-        """No process of the tree has GPU work left running, and every process of it that is not locked is
-        stopped (a trusted tree, held at the GPU only: nothing needs to be)."""
-        return (self.stops_complete or self.hold is Hold.GPU_HELD) and self.gpu_work.complete
+        """No process of the tree has GPU work left running, every process of it that is not locked is stopped (a
+        trusted tree, held at the GPU only: nothing needs to be), and (``LOCKED_RUNNING``) nothing broke the hold."""
+        return ((self.stops_complete or self.hold is Hold.GPU_HELD) and self.gpu_work.complete
+                and not self.broken and not self.recheck_errors)
 
     def freeze(self) -> None:
         """Lock the tree's CUDA processes while they run (the driver answers only a running process; its lock
-        completes their work), then stop every process, or (``LOCKED_RUNNING``) every process but the locked ones;
-        one that appeared in between cannot be asked any more, so it leaves the tree incomplete. A tree held at the
-        GPU only is not stopped: a process that starts CUDA after the locks is not held (trusted code: its GPU
-        benchmarks wait for the job's windows anyway)."""
+        completes their work), then stop every process, or (``LOCKED_RUNNING``) every process but the locked ones.
+        A process that appeared in between cannot be asked any more, so it leaves the tree incomplete (one left
+        running locked beside it: only where it holds a GPU device file, as the recheck's young processes are
+        judged). A tree held at the GPU only is not stopped: a process that starts CUDA after the locks is not held
+        (trusted code: its GPU benchmarks wait for the job's windows anyway)."""
         if not cuda_lock.available():
             self._stop()
             return
@@ -108,10 +119,13 @@ class FrozenTree:
         cuda_lock.hold(listed, STOP_WAIT_S, into=self.gpu_work)  # into the tree's record: a hold cut short is undone
         if self.hold is Hold.GPU_HELD:
             return
-        running_locked = set(self.gpu_work.locked) if self.hold is Hold.LOCKED_RUNNING else set()
-        self._cpu_from = {pid: _cpu_seconds(pid) for pid in running_locked}
-        self._stop(spare=running_locked)
-        cuda_lock.mark_unknown([pid for pid in self.stopped if pid not in listed], into=self.gpu_work)
+        if self.hold is Hold.LOCKED_RUNNING:
+            self.runs_on = list(self.gpu_work.locked)
+            self._cpu_from = {pid: _cpu_seconds(pid) for pid in self.runs_on}
+        self._stop(spare=set(self.runs_on))
+        newcomers = [pid for pid in self.stopped if pid not in listed]
+        cuda_lock.mark_unknown([pid for pid in newcomers if not self.runs_on or opens_gpu_device(pid)],
+                               into=self.gpu_work)
         # A listed process the driver found without CUDA state ran on until its stop: it may have opened the GPU
         # meanwhile, or drive it without the CUDA library (whose work the driver's lock neither sees nor completes).
         # Stopped now, its open files say: a GPU device file among them (or files that cannot be read) counts too.
@@ -121,20 +135,61 @@ class FrozenTree:
 
     def recheck(self) -> None:
         """While a ``LOCKED_RUNNING`` tree is held (called every few milliseconds): stop each process of it that is
-        neither locked nor stopped (it appeared since the freeze: too young to have a context), and each locked
-        process the driver no longer finds locked (``UNLOCKED_ITSELF`` among the tree's failures: its GPU work may
-        have run beside the timing). Nothing for the other holds."""
-        if self.hold is not Hold.LOCKED_RUNNING:
+        neither locked nor stopped (it appeared since the freeze); a stopped process found running, or to have run
+        since it was seen stopped (its CPU time or context switches moved: a locked process of the tree resumed it),
+        is stopped again and breaks the hold; a locked process that runs and that the driver no longer finds locked
+        (freed, or exec'd into a program without CUDA state) is stopped and breaks it too (``UNLOCKED_ITSELF``). A
+        recheck that fails stops the whole tree. Nothing for the other holds."""
+        if self.hold is not Hold.LOCKED_RUNNING or not self.runs_on:
             return
-        for process in _tree(self.root_pid):
-            if process.pid in self.stopped or process.pid in self.gpu_work.locked:
-                continue
-            self.late_stops += self._stop_one(process)
-        for pid in list(self.gpu_work.locked):
-            if cuda_lock.still_locked(pid) is False:
-                self.gpu_work.failed[pid] = UNLOCKED_ITSELF
+        try:
+            self._recheck()
+        except Exception as e:  # noqa: BLE001 - never leave the tree running unwatched beside the timing
+            self.recheck_errors.append(repr(e)[:200])
+            for pid in self.runs_on:
                 with contextlib.suppress(psutil.Error):
                     self._stop_one(psutil.Process(pid))
+            with contextlib.suppress(Exception):
+                self._stop()  # the rest, where the tree can still be listed
+
+    def _recheck(self) -> None:
+        for process in _tree(self.root_pid):
+            if process.pid not in self.stopped and process.pid not in self.runs_on:
+                self.late_stops += self._stop_one(process)
+        for pid, process in list(self.stopped.items()):
+            if pid not in self.runs_on and self._ran_since_stopped(pid, process):
+                self.broken.append(f"stopped process {pid} ran")
+                self._stop_one(process)
+        for pid in self.runs_on:
+            if pid in self.stopped or _runs(pid) is not True:
+                continue  # already stopped by this side, stopped by another (never asked then: see cuda_lock), gone
+            state = cuda_lock.lock_state(pid)
+            if state in ("unlocked", "no_cuda"):
+                self.gpu_work.failed[pid] = UNLOCKED_ITSELF
+                self.broken.append(f"locked process {pid} found {state}")
+            elif state == "unknown":  # the driver did not answer: not held for sure, nothing held against it
+                self.gpu_work.failed[pid] = cuda_lock.UNANSWERED
+            else:
+                continue
+            with contextlib.suppress(psutil.Error):
+                self._stop_one(psutil.Process(pid))
+
+    def _ran_since_stopped(self, pid: int, process: psutil.Process) -> bool:
+        """Whether a process this side stopped runs, or ran since it was first seen stopped (its CPU seconds or
+        context switches moved); the first time it is seen stopped, its counters are noted."""
+        runs = cuda_lock.process_runs(process)
+        if runs is None:
+            return False  # gone
+        seen = self._seen_stopped.get(pid)
+        if runs:
+            return seen is not None  # not yet seen stopped: the SIGSTOP may still be landing
+        now = _run_counters(process)
+        if now is None:
+            return False
+        if seen is None:
+            self._seen_stopped[pid] = now
+            return False
+        return now != seen
 
     def _stop_one(self, process: psutil.Process) -> int:
         try:
@@ -142,6 +197,7 @@ class FrozenTree:
         except psutil.Error:
             return 0
         self.stopped[process.pid] = process
+        self._seen_stopped.pop(process.pid, None)  # noted again once seen stopped
         return 1
 
     def _stop(self, spare: Collection[int] = ()) -> None:
@@ -153,14 +209,25 @@ class FrozenTree:
                 self._stop_one(p)
             if not new and all(_stopped(p) for p in tree):
                 self.stops_complete = True
+                if spare:  # LOCKED_RUNNING: from here a stopped process's counters say whether it ran again
+                    for p in tree:
+                        counters = _run_counters(p)
+                        if counters is not None:
+                            self._seen_stopped.setdefault(p.pid, counters)
                 return
             time.sleep(0.0002)  # SIGSTOP lands within microseconds of the stopped process being scheduled
 
     def thaw(self) -> None:
-        """Resume every stopped process, then unlock (``cuda_lock.UnlockFailed`` where the driver keeps one locked)."""
+        """Resume every stopped process (and every locked one: a process of the tree may have stopped it, and the
+        driver answers only a running process), then unlock (``cuda_lock.UnlockFailed`` where the driver keeps one
+        locked)."""
         self.cpu_s += sum(max(0.0, _cpu_seconds(pid) - before) for pid, before in self._cpu_from.items())
         self._cpu_from = {}
-        for p in self.stopped.values():
+        resumed = list(self.stopped.values())
+        for pid in self.gpu_work.locked:
+            with contextlib.suppress(psutil.Error):
+                resumed.append(psutil.Process(pid))
+        for p in resumed:
             try:
                 p.send_signal(signal.SIGCONT)
             except psutil.Error:
@@ -193,6 +260,22 @@ def cpu_beside_timing_flagged(cpu_s: float, held_s: float) -> bool:
 def beside_others_timing(hold: Hold) -> str:
     """What a record says of a tree held as ``hold`` asks on this host (stopped whole where the driver cannot lock)."""
     return (hold if cuda_lock.available() else Hold.STOPPED).value
+
+
+def _runs(pid: int) -> bool | None:
+    try:
+        return cuda_lock.process_runs(psutil.Process(pid))
+    except psutil.Error:
+        return None
+
+
+def _run_counters(process: psutil.Process) -> tuple[float, int] | None:
+    """What moves only while a process runs: its CPU seconds and its context switches; None where it is gone."""
+    try:
+        times, switches = process.cpu_times(), process.num_ctx_switches()
+    except psutil.Error:
+        return None
+    return times.user + times.system, switches.voluntary + switches.involuntary
 
 
 def _cpu_seconds(pid: int) -> float:

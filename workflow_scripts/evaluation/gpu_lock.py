@@ -268,7 +268,7 @@ class HoldCounts:
     gpu_held_s: float = 0.0
     cpu_beside_timing_s: float = 0.0
     late_stops: int = 0
-    freed_itself: int = 0
+    broken_holds: int = 0
 
     def since(self, earlier: HoldCounts) -> HoldCounts:
         return HoldCounts(*(now - then for now, then in zip(dataclasses.astuple(self), dataclasses.astuple(earlier))))
@@ -286,8 +286,9 @@ class YieldingLease:
     lock). ``GPU_HELD``: a tree of trusted code (a baseline's child) has only its GPU work held and its CPU work,
     Inductor's compiling, goes on beside the other job's timing; it is so held for the job's own waits too.
     ``LOCKED_RUNNING``: an answer's locked CUDA processes run on (their kernels' compiling) while every other process
-    of it is stopped, rechecked at every poll of the step-aside (``FrozenTree.recheck``); the job's own waits for its
-    exclusive window and its downgrade stop it whole. ``gpu_held_s`` counts the seconds a tree ran on,
+    of it is stopped, rechecked at every poll of the step-aside (``FrozenTree.recheck``); a hold the tree broke pins
+    the lease for the rest of the job (``hold_broken`` on the timeline); the job's own waits for its exclusive window
+    and its downgrade stop it whole. ``gpu_held_s`` counts the seconds a tree ran on,
     ``stop_spans`` only stops whole; ``cpu_beside_timing_s`` the CPU seconds its locked processes ran meanwhile."""
 
     def __init__(self, lease: GpuLease, poll_s: float = GATE_POLL_S, steps_aside: bool = True,
@@ -299,7 +300,8 @@ class YieldingLease:
         self.gpu_held_s = 0.0  # of frozen_s: the seconds the tree ran on, its GPU work held (not stopped whole)
         self.cpu_beside_timing_s = 0.0  # LOCKED_RUNNING: CPU seconds the tree's locked processes ran while held
         self.late_stops = 0  # LOCKED_RUNNING: processes of the tree stopped as they appeared while it was held
-        self.freed_itself = 0  # LOCKED_RUNNING: holds during which a locked process of it was found unlocked
+        self.broken_holds = 0  # LOCKED_RUNNING: holds the followed tree broke (``FrozenTree.broken``)
+        self._hold_broken = False  # the last hold was broken
         self._held: freezer.FrozenTree | None = None  # the tree the watcher holds now (its step-aside rechecks it)
         # Held by the watcher while it steps aside, by the job from upgrade to downgrade and in ``held`` blocks
         # (re-entrant: a job's held block may take an exclusive window).
@@ -339,7 +341,7 @@ class YieldingLease:
 
     def counts(self) -> HoldCounts:
         return HoldCounts(self.incomplete_stops, self.gpu_held_s, self.cpu_beside_timing_s, self.late_stops,
-                          self.freed_itself)
+                          self.broken_holds)
 
     @property
     def frozen_s(self) -> float:
@@ -421,9 +423,17 @@ class YieldingLease:
                         if complete:
                             try:
                                 self._step_aside()
-                            except OSError:
+                            except BaseException:
                                 self.lease.hold_shared_again()  # before the thaw: the tree runs only with the GPU held
                                 raise
+                    if self._hold_broken:
+                        # The answer broke its hold beside the timing (its record is rejected, the timeline says
+                        # when): it is never held beside another job's timing again.
+                        self.lease.pin()
+                        warnings.warn(f"GPU {self.lease.gpu}: the {self.lease.purpose} job's followed tree broke its "
+                                      f"hold while another job timed; its lease stops stepping aside",
+                                      RuntimeWarning, stacklevel=1)
+                        return
                     self._incomplete_in_a_row = 0 if complete else self._incomplete_in_a_row + 1
                     if self._incomplete_in_a_row:  # a process still runs, or may still have GPU work: no step-aside
                         self._warn_once("a process of its child's tree could not be stopped, or its GPU work not "
@@ -497,10 +507,15 @@ class YieldingLease:
                     finally:
                         self._held = None
             finally:
+                self._hold_broken = tree is not None and bool(tree.broken)
                 if tree is not None:
                     self.cpu_beside_timing_s += tree.cpu_s
                     self.late_stops += tree.late_stops
-                    self.freed_itself += freezer.UNLOCKED_ITSELF in tree.gpu_work.failed.values()
+                if tree is not None and tree.broken:
+                    self.broken_holds += 1
+                    # On the run's timeline: the job timed meanwhile may have met the answer's work.
+                    timeline.append(self.lease.lock_path.parent, "hold_broken", self.lease.gpu, start, time.time(),
+                                    purpose=self.lease.purpose, reasons=tree.broken[:8])
                 # Added before the start is cleared (the thaw is done by now: its unlocks count too): a reader in
                 # between over-counts (a later deadline), never under.
                 seconds = time.monotonic() - self._frozen_since
@@ -516,8 +531,7 @@ class YieldingLease:
 def yielding(lease: GpuLease | None, steps_aside: bool = True,
              hold: freezer.Hold = freezer.Hold.STOPPED) -> Iterator[YieldingLease | None]:
     """``lease`` as a ``YieldingLease`` for the ``with`` block (one that never steps aside where ``steps_aside`` is
-    False; one whose child's CPU work goes on while it steps aside where ``trusted_child``); None where no lease is
-    taken (the CPU)."""
+    False; one whose tree is held as ``hold`` says while it steps aside); None where no lease is taken (the CPU)."""
     if lease is None:
         yield None
         return

@@ -169,8 +169,8 @@ class AnswerSession:
         upgrade's and the reference blocks' stops, not the watcher's), whether the lease had given up yielding
         (``lease_pinned``; after incomplete stops in a row, docs/evaluation.md "Scheduling"), and where its locked
         processes ran on while held (``evaluation.compile_beside_timing``): the seconds so held, the CPU seconds they
-        ran (``freezer.CPU_BESIDE_TIMING_CORES``), the processes stopped as they appeared, and a locked process found
-        unlocked (``gpu_unlocked_itself``)."""
+        ran (``freezer.CPU_BESIDE_TIMING_CORES``), the processes stopped as they appeared, and a hold it broke
+        (``hold_broken``: a stopped process of it ran, or a locked one was found unlocked)."""
         if self.lease is None or before is None:
             return
         met = self.lease.counts().since(before)
@@ -182,8 +182,8 @@ class AnswerSession:
             return
         self.phases.update(answer_gpu_held_s=met.gpu_held_s, cpu_beside_timing_s=met.cpu_beside_timing_s,
                            answer_late_stops=float(met.late_stops))
-        if met.freed_itself:
-            self.flag("gpu_unlocked_itself")
+        if met.broken_holds:
+            self.flag("hold_broken")
         if freezer.cpu_beside_timing_flagged(met.cpu_beside_timing_s, met.gpu_held_s):
             self.flag("cpu_beside_timing")
 
