@@ -99,6 +99,15 @@ for line in sys.stdin:
 """
 
 
+def kill_group(proc: subprocess.Popen) -> None:
+    """A helper and everything it started (its own session), waited for."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 class Commanded:
     """The COMMANDED helper: send a command, read its lines with their arrival times."""
 
@@ -136,11 +145,7 @@ class Commanded:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def close(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        kill_group(self.proc)
 
 
 class Lib:
@@ -221,11 +226,7 @@ class Helper:
         return {"cpu_per_s": round((after[1] - before[1]) / seconds), "gpu_per_s": round((after[2] - before[2]) / seconds, 1)}
 
     def close(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        kill_group(self.proc)
 
 
 def matmul_ms(n: int = 30) -> float:

@@ -25,12 +25,9 @@ from cuda_driver import TIMEOUT, Driver, use_driver
 from workflow_scripts.evaluation import cuda_lock, freezer
 
 @contextlib.contextmanager
-def parent_and_busy_child(holding: Path | None = None) -> Iterator[tuple[int, int]]:
-    """A parent and its busy child (the child stands for the answer's CUDA process); ``holding``: a file the parent
-    opens first and keeps open."""
-    opens = "f = open(sys.argv[1], 'w')\n" if holding is not None else ""
-    code = f"import os, sys, time\n{opens}if os.fork() == 0:\n    while True: pass\nwhile True: time.sleep(0.01)\n"
-    proc = subprocess.Popen([sys.executable, "-c", code, *([str(holding)] if holding is not None else [])])
+def parent_and_child(code: str, *args: str) -> Iterator[tuple[int, int]]:
+    """A process running ``code`` (which forks one child) and that child; both killed after."""
+    proc = subprocess.Popen([sys.executable, "-c", code, *args])
     try:
         deadline = time.monotonic() + 10
         while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
@@ -42,6 +39,16 @@ def parent_and_busy_child(holding: Path | None = None) -> Iterator[tuple[int, in
             p.kill()
         proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def parent_and_busy_child(holding: Path | None = None) -> Iterator[tuple[int, int]]:
+    """A parent and its busy child (the child stands for the answer's CUDA process); ``holding``: a file the parent
+    opens first and keeps open."""
+    opens = "f = open(sys.argv[1], 'w')\n" if holding is not None else ""
+    code = f"import os, sys, time\n{opens}if os.fork() == 0:\n    while True: pass\nwhile True: time.sleep(0.01)\n"
+    with parent_and_child(code, *([str(holding)] if holding is not None else [])) as pids:
+        yield pids
 
 
 @pytest.fixture
@@ -290,18 +297,8 @@ while True: time.sleep(0.01)
 
 @contextlib.contextmanager
 def parent_and_spawning_child(go: Path) -> Iterator[tuple[int, int]]:
-    proc = subprocess.Popen([sys.executable, "-c", SPAWNING_CHILD, str(go)])
-    try:
-        deadline = time.monotonic() + 10
-        while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        (child,) = psutil.Process(proc.pid).children()
-        yield proc.pid, child.pid
-    finally:
-        for p in psutil.Process(proc.pid).children(recursive=True):
-            p.kill()
-        proc.kill()
-        proc.wait()
+    with parent_and_child(SPAWNING_CHILD, str(go)) as pids:
+        yield pids
 
 
 def test_an_answer_tree_held_locked_running_runs_its_cuda_process_on_and_stops_the_rest(
