@@ -7,6 +7,10 @@ a results folder or a `dag_results.tgz` from bench/dag_bench_run.sh.
 Per answer of the second run: `phases_s.answer_gpu_locks` (locks taken while its tree was stopped),
 `answer_stop_incomplete`, `lease_incomplete_stops`, `lease_pinned`, the `gpu_work_*` flags; per baseline:
 `phases_s.stopped_s`, `gpu_held_s` and `protocol.beside_others_timing`; the evaluations' `protocol.gpu_work_held` and `yield_gpu`.
+Where answers were held running beside other jobs' timing (`evaluation.compile_beside_timing`): their
+`protocol.beside_others_timing`, the seconds so held and the CPU seconds meanwhile (`phases_s.answer_gpu_held_s`,
+`cpu_beside_timing_s`), the processes stopped as they appeared (`answer_late_stops`), the answers flagged
+`hold_broken` or `cpu_beside_timing` (where not empty, honest answers met the checks).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ def lock_evidence(evaluations: dict[str, dict], baselines: dict[str, dict]) -> d
     phases = {name: record.get("phases_s") or {} for name, record in evaluations.items()}
     flags = Counter(flag for record in evaluations.values() for flag in record.get("flags") or []
                     if flag.startswith("gpu_work_"))
+    held_running = {name: phase for name, phase in phases.items() if phase.get("answer_gpu_held_s")}
     locks = [phase.get("answer_gpu_locks", 0.0) for phase in phases.values()]
     held = {name: (record.get("phases_s") or {}) for name, record in baselines.items()}
     return {
@@ -41,6 +46,14 @@ def lock_evidence(evaluations: dict[str, dict], baselines: dict[str, dict]) -> d
         "gpu_work_held": dict(Counter(str((record.get("protocol") or {}).get("gpu_work_held"))
                                       for record in evaluations.values())),
         "yield_gpu": dict(Counter(str((record.get("protocol") or {}).get("yield_gpu")) for record in evaluations.values())),
+        "beside_others_timing": dict(Counter(str((record.get("protocol") or {}).get("beside_others_timing"))
+                                             for record in evaluations.values())),
+        "answers_held_running": len(held_running),
+        "answer_gpu_held_s": round(sum(phase["answer_gpu_held_s"] for phase in held_running.values()), 2),
+        "cpu_beside_timing_s": round(sum(phase.get("cpu_beside_timing_s", 0.0) for phase in held_running.values()), 2),
+        "answer_late_stops": sum(phase.get("answer_late_stops", 0.0) for phase in held_running.values()),
+        "hold_flags": {flag: sorted(name for name, record in evaluations.items() if flag in (record.get("flags") or []))
+                       for flag in ("hold_broken", "cpu_beside_timing")},
         "baselines": len(baselines),
         "baseline_beside_others_timing": dict(Counter(str((record.get("protocol") or {}).get("beside_others_timing"))
                                                       for record in baselines.values())),

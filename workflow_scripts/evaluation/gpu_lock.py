@@ -461,7 +461,7 @@ class YieldingLease:
         """Let the waiting timer go first (``GpuLease.step_aside``). A tree whose locked processes run on is
         rechecked at each of the gate's polls meanwhile: a process that appears is stopped before it could make a
         context."""
-        if self.hold is not freezer.Hold.LOCKED_RUNNING or self._held is None:
+        if self._held is None or not self._held.runs_on:  # stopped whole: nothing of it runs to recheck
             self.lease.step_aside(REENTRY_POLL_S, self._stop.is_set)
             return
         held = self._held
