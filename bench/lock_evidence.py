@@ -9,7 +9,8 @@ Per answer of the second run: `phases_s.answer_gpu_locks` (locks taken while its
 `phases_s.stopped_s`, `gpu_held_s` and `protocol.beside_others_timing`; the evaluations' `protocol.gpu_work_held` and `yield_gpu`.
 Where answers were held running beside other jobs' timing (`evaluation.compile_beside_timing`): their
 `protocol.beside_others_timing`, the seconds so held and the CPU seconds meanwhile (`phases_s.answer_gpu_held_s`,
-`cpu_beside_timing_s`), the processes stopped as they appeared (`answer_late_stops`), the answers flagged
+`cpu_beside_timing_s`), the processes stopped as they appeared (`answer_late_stops`), holds this side could not
+confirm (`answer_holds_unconfirmed`), the answers flagged
 `hold_broken` or `cpu_beside_timing` (where not empty, honest answers met the checks).
 """
 
@@ -52,6 +53,7 @@ def lock_evidence(evaluations: dict[str, dict], baselines: dict[str, dict]) -> d
         "answer_gpu_held_s": round(sum(phase["answer_gpu_held_s"] for phase in held_running.values()), 2),
         "cpu_beside_timing_s": round(sum(phase.get("cpu_beside_timing_s", 0.0) for phase in held_running.values()), 2),
         "answer_late_stops": sum(phase.get("answer_late_stops", 0.0) for phase in held_running.values()),
+        "answer_holds_unconfirmed": sum(phase.get("answer_holds_unconfirmed", 0.0) for phase in held_running.values()),
         "hold_flags": {flag: sorted(name for name, record in evaluations.items() if flag in (record.get("flags") or []))
                        for flag in ("hold_broken", "cpu_beside_timing")},
         "baselines": len(baselines),

@@ -423,7 +423,7 @@ def test_an_answer_compiles_on_while_its_lease_steps_aside_and_what_it_starts_me
                 time.sleep(0.01)
             assert not stopped(spawned.pid)  # resumed with the tree
             met = yielding_lease.counts().since(before)
-            assert met.gpu_held_s >= 1.0 and met.cpu_beside_timing_s > 0.5 and met.late_stops == 1
+            assert met.gpu_held_s >= 1.0 and met.cpu_beside_timing_s > 0.1 and met.late_stops == 1
             assert met.broken_holds == 0 and yielding_lease.stop_spans == []
             yielding_lease.upgrade(timeout_s=5.0, stop_followed=True)  # the answer's own wait: stopped whole
             yielding_lease.downgrade()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -162,10 +163,10 @@ def _held_code(pid: int, timeout_s: float) -> int:
     return _lock_bounded(pid, timeout_s)
 
 
-def lock_state(pid: int) -> str:
+def lock_state(pid: int, deadline_s: float = CALL_MARGIN_S) -> str:
     """What the driver says of a process this side locked: "locked", "unlocked" (running again), "no_cuda" (no CUDA
-    state: it exec'd another program), or "unknown" (no answer within the margin, or another code)."""
-    found = _bounded(lambda: state(pid), CALL_MARGIN_S)
+    state: it exec'd another program), or "unknown" (no answer within ``deadline_s``, or another code)."""
+    found = _bounded(lambda: state(pid), deadline_s)
     if found is None:
         return "unknown"
     code, current = found
@@ -217,8 +218,33 @@ def process_runs(process: psutil.Process) -> bool | None:
     except psutil.Error:
         return None
     if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
-        return None
+        # Its main thread ended; the process lives on where other threads of it do (they may run, and hold CUDA).
+        return _threads_run(process.pid)
     return status not in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+
+
+def _threads_run(pid: int) -> bool | None:
+    """For a process whose main thread ended: whether a thread of it runs (False: those left are stopped; None: none
+    is left)."""
+    live = [state for state in thread_states(pid) if state not in ("Z", "X")]
+    return None if not live else any(state not in ("T", "t") for state in live)
+
+
+def thread_states(pid: int) -> list[str]:
+    """The state letter of each thread of the process (``/proc/<pid>/task/<tid>/stat``: R, S, D, T, t, Z, ...);
+    none where it is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    states = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii", errors="replace") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except (OSError, IndexError):
+            continue  # ended since the listing
+    return states
 
 
 def _bounded(call: Callable[[], T], deadline_s: float) -> T | None:

@@ -71,6 +71,12 @@ CPU_BESIDE_TIMING_CORES = 2.0
 CPU_BESIDE_TIMING_MIN_S = 1.0
 # A locked process the driver found running again while its hold lasted (``recheck``): it freed itself, or was freed.
 UNLOCKED_ITSELF = -4
+# How long the recheck waits for the driver's word on a locked process (its polls are 5 ms apart): one that does not
+# answer in time (a stopped process is never answered) leaves the hold unconfirmed, and the tree is stopped whole.
+RECHECK_QUERY_S = 0.05
+# Rechecks after its SIGSTOP by which a process must stand stopped (the signal lands within microseconds of it being
+# scheduled; one in an uninterruptible wait stops as it returns): found running later, something resumed it.
+STOP_GRACE_POLLS = 2
 
 
 class FrozenTree:
@@ -82,14 +88,16 @@ class FrozenTree:
         self.stopped: dict[int, psutil.Process] = {}
         self.stops_complete = False  # every process of the tree that is not left running locked was seen stopped
         self.gpu_work = cuda_lock.HeldWork()  # its CUDA processes locked (their GPU work done), or not
-        self.runs_on: list[int] = []  # LOCKED_RUNNING: the locked processes left running
+        self.runs_on: dict[int, psutil.Process] = {}  # LOCKED_RUNNING: the locked processes left running
         self.late_stops = 0  # processes ``recheck`` stopped (they appeared while the tree was held)
-        # LOCKED_RUNNING: how the answer broke the hold while it lasted (``recheck``): a stopped process found to have
-        # run again, a locked one found unlocked; and the recheck's own failures (this side's). Either way the tree is
-        # not complete.
+        # LOCKED_RUNNING, what ended the hold's running part (the tree then stands stopped whole until the thaw):
+        # ``broken``, the answer's doing (a stopped process ran again, a locked one was found unlocked);
+        # ``unconfirmed``, this side's (the driver did not answer, the recheck failed). Either leaves it incomplete.
         self.broken: list[str] = []
-        self.recheck_errors: list[str] = []
-        self._seen_stopped: dict[int, tuple[float, int]] = {}  # a stopped process's CPU seconds and context switches
+        self.unconfirmed: list[str] = []
+        self._polls = 0  # rechecks so far
+        self._stop_sent: dict[int, int] = {}  # each stopped process: the recheck by which its first SIGSTOP was sent
+        self._seen_stopped: dict[int, tuple[tuple[float, int], bool]] = {}  # its run counters once stopped; stable
         self._cpu_from: dict[int, float] = {}  # each process left running locked: its CPU seconds as it was locked
         self.cpu_s = 0.0  # LOCKED_RUNNING: the CPU seconds its locked processes ran while held (set by ``thaw``)
 
@@ -101,17 +109,17 @@ class FrozenTree:
     @property
     def complete(self) -> bool:
         """No process of the tree has GPU work left running, every process of it that is not locked is stopped (a
-        trusted tree, held at the GPU only: nothing needs to be), and (``LOCKED_RUNNING``) nothing broke the hold."""
+        trusted tree, held at the GPU only: nothing needs to be), and (``LOCKED_RUNNING``) the hold held."""
         return ((self.stops_complete or self.hold is Hold.GPU_HELD) and self.gpu_work.complete
-                and not self.broken and not self.recheck_errors)
+                and not self.broken and not self.unconfirmed)
 
     def freeze(self) -> None:
         """Lock the tree's CUDA processes while they run (the driver answers only a running process; its lock
         completes their work), then stop every process, or (``LOCKED_RUNNING``) every process but the locked ones.
-        A process that appeared in between cannot be asked any more, so it leaves the tree incomplete (one left
-        running locked beside it: only where it holds a GPU device file, as the recheck's young processes are
-        judged). A tree held at the GPU only is not stopped: a process that starts CUDA after the locks is not held
-        (trusted code: its GPU benchmarks wait for the job's windows anyway)."""
+        A process that appeared in between cannot be asked any more, so it leaves the tree incomplete (where locked
+        ones run on beside it: only if it holds a GPU device file; it is too young to have made a context). A tree
+        held at the GPU only is not stopped: a process that starts CUDA after the locks is not held (trusted code:
+        its GPU benchmarks wait for the job's windows anyway)."""
         if not cuda_lock.available():
             self._stop()
             return
@@ -120,7 +128,9 @@ class FrozenTree:
         if self.hold is Hold.GPU_HELD:
             return
         if self.hold is Hold.LOCKED_RUNNING:
-            self.runs_on = list(self.gpu_work.locked)
+            for pid in self.gpu_work.locked:
+                with contextlib.suppress(psutil.Error):  # kept: a signal to it checks that its pid is still its own
+                    self.runs_on[pid] = psutil.Process(pid)
             self._cpu_from = {pid: _cpu_seconds(pid) for pid in self.runs_on}
         self._stop(spare=set(self.runs_on))
         newcomers = [pid for pid in self.stopped if pid not in listed]
@@ -134,62 +144,73 @@ class FrozenTree:
         cuda_lock.mark_unknown([pid for pid in unasked if opens_gpu_device(pid)], into=self.gpu_work)
 
     def recheck(self) -> None:
-        """While a ``LOCKED_RUNNING`` tree is held (called every few milliseconds): stop each process of it that is
-        neither locked nor stopped (it appeared since the freeze); a stopped process found running, or to have run
-        since it was seen stopped (its CPU time or context switches moved: a locked process of the tree resumed it),
-        is stopped again and breaks the hold; a locked process that runs and that the driver no longer finds locked
-        (freed, or exec'd into a program without CUDA state) is stopped and breaks it too (``UNLOCKED_ITSELF``). A
-        recheck that fails stops the whole tree. Nothing for the other holds."""
-        if self.hold is not Hold.LOCKED_RUNNING or not self.runs_on:
+        """While a ``LOCKED_RUNNING`` tree is held (at each poll of the step-aside, 5 ms apart): a process of it that
+        appeared since is stopped; a stopped process found running ``STOP_GRACE_POLLS`` after its SIGSTOP, or whose
+        CPU time or context switches moved once they had settled, ran again (a locked process resumed it); a locked
+        process found unlocked, or without CUDA state (it exec'd), freed itself: either breaks the hold. A driver that
+        does not answer, or a recheck that fails, leaves it unconfirmed. Broken or unconfirmed, the whole tree is
+        stopped for the rest of the hold. Nothing for the other holds."""
+        if self.hold is not Hold.LOCKED_RUNNING or not self.runs_on or self.broken or self.unconfirmed:
             return
+        self._polls += 1
         try:
             self._recheck()
         except Exception as e:  # noqa: BLE001 - never leave the tree running unwatched beside the timing
-            self.recheck_errors.append(repr(e)[:200])
-            for pid in self.runs_on:
-                with contextlib.suppress(psutil.Error):
-                    self._stop_one(psutil.Process(pid))
-            with contextlib.suppress(Exception):
-                self._stop()  # the rest, where the tree can still be listed
+            self._end_running(self.unconfirmed, f"recheck failed: {e!r}"[:200])
 
     def _recheck(self) -> None:
         for process in _tree(self.root_pid):
             if process.pid not in self.stopped and process.pid not in self.runs_on:
                 self.late_stops += self._stop_one(process)
         for pid, process in list(self.stopped.items()):
-            if pid not in self.runs_on and self._ran_since_stopped(pid, process):
-                self.broken.append(f"stopped process {pid} ran")
-                self._stop_one(process)
-        for pid in self.runs_on:
-            if pid in self.stopped or _runs(pid) is not True:
-                continue  # already stopped by this side, stopped by another (never asked then: see cuda_lock), gone
-            state = cuda_lock.lock_state(pid)
+            if self._ran_since_stopped(pid, process):
+                self._end_running(self.broken, f"stopped process {pid} ran")
+                return
+        for pid, process in self.runs_on.items():
+            if pid in self.stopped or cuda_lock.process_runs(process) is not True:
+                continue  # stopped: it can do nothing, and the driver would not answer; or gone
+            state = cuda_lock.lock_state(pid, RECHECK_QUERY_S)
             if state in ("unlocked", "no_cuda"):
                 self.gpu_work.failed[pid] = UNLOCKED_ITSELF
-                self.broken.append(f"locked process {pid} found {state}")
-            elif state == "unknown":  # the driver did not answer: not held for sure, nothing held against it
+                self._end_running(self.broken, f"locked process {pid} found {state}")
+                return
+            if state == "unknown":
                 self.gpu_work.failed[pid] = cuda_lock.UNANSWERED
-            else:
-                continue
-            with contextlib.suppress(psutil.Error):
-                self._stop_one(psutil.Process(pid))
+                self._end_running(self.unconfirmed, f"no word from the driver on locked process {pid}")
+                return
 
     def _ran_since_stopped(self, pid: int, process: psutil.Process) -> bool:
-        """Whether a process this side stopped runs, or ran since it was first seen stopped (its CPU seconds or
-        context switches moved); the first time it is seen stopped, its counters are noted."""
+        """Whether a process this side stopped ran again: still running ``STOP_GRACE_POLLS`` rechecks after its
+        SIGSTOP (sent again meanwhile), or its CPU time or context switches moved after two equal readings with all
+        its threads stopped (the kernel may count a last switch as it stops)."""
         runs = cuda_lock.process_runs(process)
         if runs is None:
             return False  # gone
-        seen = self._seen_stopped.get(pid)
-        if runs:
-            return seen is not None  # not yet seen stopped: the SIGSTOP may still be landing
+        if runs or not _all_threads_stopped(pid):
+            waiting = _status(process) == psutil.STATUS_DISK_SLEEP  # stops as its wait returns
+            if self._polls - self._stop_sent.get(pid, 0) >= STOP_GRACE_POLLS and not waiting:
+                return True
+            self._seen_stopped.pop(pid, None)
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signal.SIGSTOP)  # again: it may have been resumed as the first one landed
+            return False
         now = _run_counters(process)
         if now is None:
             return False
-        if seen is None:
-            self._seen_stopped[pid] = now
-            return False
-        return now != seen
+        seen = self._seen_stopped.get(pid)
+        if seen is not None and seen[1]:
+            return now != seen[0]
+        self._seen_stopped[pid] = (now, seen is not None and seen[0] == now)
+        return False
+
+    def _end_running(self, why: list[str], reason: str) -> None:
+        """The hold's running part ends: ``reason`` into ``why`` (``broken`` or ``unconfirmed``), every process of
+        the tree stopped, locked ones too, until the thaw."""
+        why.append(reason)
+        for process in [*self.runs_on.values(), *self.stopped.values()]:  # again: one may have been resumed
+            self._stop_one(process)
+        with contextlib.suppress(Exception):
+            self._stop()  # the rest, where the tree can still be listed
 
     def _stop_one(self, process: psutil.Process) -> int:
         try:
@@ -197,7 +218,7 @@ class FrozenTree:
         except psutil.Error:
             return 0
         self.stopped[process.pid] = process
-        self._seen_stopped.pop(process.pid, None)  # noted again once seen stopped
+        self._stop_sent.setdefault(process.pid, self._polls)
         return 1
 
     def _stop(self, spare: Collection[int] = ()) -> None:
@@ -209,25 +230,16 @@ class FrozenTree:
                 self._stop_one(p)
             if not new and all(_stopped(p) for p in tree):
                 self.stops_complete = True
-                if spare:  # LOCKED_RUNNING: from here a stopped process's counters say whether it ran again
-                    for p in tree:
-                        counters = _run_counters(p)
-                        if counters is not None:
-                            self._seen_stopped.setdefault(p.pid, counters)
                 return
             time.sleep(0.0002)  # SIGSTOP lands within microseconds of the stopped process being scheduled
 
     def thaw(self) -> None:
-        """Resume every stopped process (and every locked one: a process of the tree may have stopped it, and the
-        driver answers only a running process), then unlock (``cuda_lock.UnlockFailed`` where the driver keeps one
-        locked)."""
+        """Resume every stopped process (and every process left running locked: a process of the tree may have
+        stopped it, and the driver answers only a running process), then unlock (``cuda_lock.UnlockFailed`` where
+        the driver keeps one locked)."""
         self.cpu_s += sum(max(0.0, _cpu_seconds(pid) - before) for pid, before in self._cpu_from.items())
         self._cpu_from = {}
-        resumed = list(self.stopped.values())
-        for pid in self.gpu_work.locked:
-            with contextlib.suppress(psutil.Error):
-                resumed.append(psutil.Process(pid))
-        for p in resumed:
+        for p in [*self.stopped.values(), *(p for pid, p in self.runs_on.items() if pid not in self.stopped)]:
             try:
                 p.send_signal(signal.SIGCONT)
             except psutil.Error:
@@ -262,9 +274,15 @@ def beside_others_timing(hold: Hold) -> str:
     return (hold if cuda_lock.available() else Hold.STOPPED).value
 
 
-def _runs(pid: int) -> bool | None:
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread of the process stands stopped (``status`` reads its main thread alone)."""
+    states = cuda_lock.thread_states(pid)
+    return bool(states) and all(state in ("T", "t", "Z", "X") for state in states)
+
+
+def _status(process: psutil.Process) -> str | None:
     try:
-        return cuda_lock.process_runs(psutil.Process(pid))
+        return process.status()
     except psutil.Error:
         return None
 

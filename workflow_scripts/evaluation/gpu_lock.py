@@ -269,6 +269,7 @@ class HoldCounts:
     cpu_beside_timing_s: float = 0.0
     late_stops: int = 0
     broken_holds: int = 0
+    unconfirmed_holds: int = 0
 
     def since(self, earlier: HoldCounts) -> HoldCounts:
         return HoldCounts(*(now - then for now, then in zip(dataclasses.astuple(self), dataclasses.astuple(earlier))))
@@ -301,6 +302,7 @@ class YieldingLease:
         self.cpu_beside_timing_s = 0.0  # LOCKED_RUNNING: CPU seconds the tree's locked processes ran while held
         self.late_stops = 0  # LOCKED_RUNNING: processes of the tree stopped as they appeared while it was held
         self.broken_holds = 0  # LOCKED_RUNNING: holds the followed tree broke (``FrozenTree.broken``)
+        self.unconfirmed_holds = 0  # LOCKED_RUNNING: holds this side could not confirm (``FrozenTree.unconfirmed``)
         self._hold_broken = False  # the last hold was broken
         self._held: freezer.FrozenTree | None = None  # the tree the watcher holds now (its step-aside rechecks it)
         # Held by the watcher while it steps aside, by the job from upgrade to downgrade and in ``held`` blocks
@@ -341,7 +343,7 @@ class YieldingLease:
 
     def counts(self) -> HoldCounts:
         return HoldCounts(self.incomplete_stops, self.gpu_held_s, self.cpu_beside_timing_s, self.late_stops,
-                          self.broken_holds)
+                          self.broken_holds, self.unconfirmed_holds)
 
     @property
     def frozen_s(self) -> float:
@@ -511,6 +513,7 @@ class YieldingLease:
                 if tree is not None:
                     self.cpu_beside_timing_s += tree.cpu_s
                     self.late_stops += tree.late_stops
+                    self.unconfirmed_holds += bool(tree.unconfirmed)
                 if tree is not None and tree.broken:
                     self.broken_holds += 1
                     # On the run's timeline: the job timed meanwhile may have met the answer's work.

@@ -182,6 +182,8 @@ class AnswerSession:
             return
         self.phases.update(answer_gpu_held_s=met.gpu_held_s, cpu_beside_timing_s=met.cpu_beside_timing_s,
                            answer_late_stops=float(met.late_stops))
+        if met.unconfirmed_holds:  # the driver did not answer, or the recheck failed: stopped whole, not the answer's
+            self.phases["answer_holds_unconfirmed"] = float(met.unconfirmed_holds)
         if met.broken_holds:
             self.flag("hold_broken")
         if freezer.cpu_beside_timing_flagged(met.cpu_beside_timing_s, met.gpu_held_s):
