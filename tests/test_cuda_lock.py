@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -301,6 +301,18 @@ def parent_and_spawning_child(go: Path) -> Iterator[tuple[int, int]]:
         yield pids
 
 
+def _spawned_once(go: Path, child: int, meanwhile: Callable[[], None] = lambda: None) -> psutil.Process:
+    """The process ``child`` (of ``parent_and_spawning_child``) starts once ``go`` exists; ``meanwhile`` runs at each
+    wait for it."""
+    go.touch()
+    deadline = time.monotonic() + 10
+    while not psutil.Process(child).children() and time.monotonic() < deadline:
+        meanwhile()
+        time.sleep(0.005)
+    (spawned,) = psutil.Process(child).children()
+    return spawned
+
+
 def test_an_answer_tree_held_locked_running_runs_its_cuda_process_on_and_stops_the_rest(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # evaluation.compile_beside_timing: the answer's CUDA process is locked and computes on (its kernels' compiling),
@@ -331,13 +343,8 @@ def test_a_process_that_appears_while_an_answer_tree_is_held_is_stopped_by_the_r
         use_driver(monkeypatch, Driver({child}))
         with freezer.frozen(parent, freezer.Hold.LOCKED_RUNNING) as held:
             assert held is not None
-            go.touch()
-            deadline = time.monotonic() + 10
-            while not psutil.Process(child).children() and time.monotonic() < deadline:
-                held.recheck()  # nothing new yet: nothing stopped
-                time.sleep(0.005)
+            spawned = _spawned_once(go, child, held.recheck)  # rechecked meanwhile: nothing new, nothing stopped
             held.recheck()
-            (spawned,) = psutil.Process(child).children()
             assert held.late_stops == 1 and spawned.pid in held.stopped
             assert _comes_to_stop(spawned.pid) and psutil.Process(child).status() != psutil.STATUS_STOPPED
             assert held.complete  # it could not have run GPU work: nothing of the tree's does beside the timing
@@ -431,11 +438,7 @@ def test_a_process_kept_running_by_sigcont_as_each_stop_lands_breaks_the_hold(
         use_driver(monkeypatch, Driver({child}))
         with freezer.frozen(parent, freezer.Hold.LOCKED_RUNNING) as held:
             assert held is not None
-            go.touch()
-            deadline = time.monotonic() + 10
-            while not psutil.Process(child).children() and time.monotonic() < deadline:
-                time.sleep(0.005)
-            (spawned,) = psutil.Process(child).children()
+            spawned = _spawned_once(go, child)
             for _ in range(freezer.STOP_GRACE_POLLS + 1):
                 held.recheck()
                 if held.broken:
