@@ -20,6 +20,7 @@ for earlier in ${EARLIER_CALLS:-}; do EARLIER_RECORDS+=("$earlier/dag_vs_kernelb
 $PY bench/wall_bound.py --pipeline "${EARLIER_RECORDS[@]}" "$CALL/dag_vs_kernelbench.json" --kernelbench "$KB" \
   --timeline "$TIMELINE" --out "${PREFIX}_wall_bound.json"
 $PY bench/project_study.py --timeline "$TIMELINE" --results "$RESULTS" --out "${PREFIX}_projection.json"
+$PY bench/answer_phases.py "$CALL/dag_results.tgz" --out "${PREFIX}_answer_phases.json" > /dev/null
 if [ -n "$BEFORE" ]; then
   $PY bench/compare_baselines.py "$BEFORE" "$CALL/dag_results.tgz" --out "${PREFIX}_compare_baselines.json"
   $PY bench/lock_evidence.py "$BEFORE" "$CALL/dag_results.tgz" --out "${PREFIX}_lock_evidence.json"

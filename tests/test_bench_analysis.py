@@ -1,6 +1,7 @@
 """The readings of a whole-DAG run (issue 34): bench/wall_bound.py's, where the wall went while nothing was timed and
 how long jobs waited to get onto the GPU (done-when 2), bench/declared_resources.py's reading of what Snakemake's
-bounds let run at once, and bench/project_study.py's projection to the study (done-when 4)."""
+bounds let run at once, bench/project_study.py's projection to the study (done-when 4), and bench/answer_phases.py's
+reading of where the answers' wall went."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
+from answer_phases import answer_phases  # noqa: E402
 from declared_resources import parse_log, usage  # noqa: E402
 from project_study import BUDGET_S, admitted_concurrency, project, study_admission  # noqa: E402
 
@@ -231,3 +233,21 @@ def test_a_job_that_failed_or_never_ended_holds_its_resources_until_then() -> No
 def test_a_log_without_jobs_is_refused() -> None:
     with pytest.raises(ValueError, match="no job"):
         usage({"gpu": 1}, parse_log(SNAKEMAKE_LOG.split("[Mon Dec  7 17:00:00 2026]")[0])[1])
+
+
+def test_answer_phases_divide_each_phase_by_the_answers_it_applies_to() -> None:
+    evaluations = {
+        "a/1.json": {"phases_s": {"answer_wall_s": 10.0, "stepped_aside_s": 4.0, "timing_s": 1.0,
+                                  "timing_reference_s": 0.5, "answer_gpu_held_s": 3.0, "cpu_beside_timing_s": 2.0},
+                     "protocol": {"beside_others_timing": "locked_running"}},
+        "b/1.json": {"phases_s": {"answer_wall_s": 6.0, "stepped_aside_s": 2.0},
+                     "protocol": {"beside_others_timing": "locked_running"}},
+        "c/1.json": {"phases_s": {"answer_wall_s": 2.0}, "protocol": {}},
+    }
+    found = answer_phases(evaluations)
+    assert (found["answers"], found["answers_timed"], found["answers_held_running"]) == (3, 1, 1)
+    assert found["per_answer_s"]["answer_wall_s"] == 6.0 and found["per_answer_s"]["stepped_aside_s"] == 2.0
+    assert found["per_answer_s"]["answer_gpu_held_s"] == 1.0 and found["per_answer_s"]["load_s"] == 0.0
+    assert found["per_timed_answer_s"] == {"timing_s": 1.0, "timing_reference_s": 0.5, "gpu_lock_wait_s": 0.0,
+                                           "answer_stopped_s": 0.0}
+    assert found["beside_others_timing"] == {"None": 1, "locked_running": 2}
