@@ -408,3 +408,18 @@ def test_each_result_says_how_often_its_tree_was_not_held_and_whether_its_lease_
         assert not yielding_lease.pinned
         lease.pin()
         assert yielding_lease.pinned
+
+
+def test_a_hold_broken_before_timing_rejects_the_answer_before_it_is_timed() -> None:
+    """``_flag_broken_holds`` runs between the correctness trials and ``_timeable``: an integrity flag then keeps the
+    answer from being timed at all."""
+    session = types.SimpleNamespace(lease=_Lease(gpu_lock.HoldCounts(broken_holds=1)),
+                                    lease_counts_from=gpu_lock.HoldCounts(), flags=[])
+    session.flag = session.flags.append
+    AnswerSession._flag_broken_holds(session)  # type: ignore[arg-type]
+    assert session.flags == ["hold_broken"]
+    session = types.SimpleNamespace(lease=_Lease(gpu_lock.HoldCounts(broken_holds=1)),
+                                    lease_counts_from=gpu_lock.HoldCounts(broken_holds=1), flags=[])
+    session.flag = session.flags.append
+    AnswerSession._flag_broken_holds(session)  # type: ignore[arg-type]
+    assert session.flags == []  # broken while an earlier answer was followed: not this one's

@@ -76,6 +76,7 @@ class AnswerSession:
                  gate: StartGate | None = None) -> None:
         self.reference = reference
         self.slot = slot
+        self.lease_counts_from: gpu_lock.HoldCounts | None = None  # the lease's counts as this answer's run began
         self.gate = gate  # the later answers' processes start in the gaps between timings
         # Shared; where it steps aside (``evaluation.yield_gpu``) it does so outside this side's GPU steps
         # (``_gpu_turn``), the answer's process stopped meanwhile once it runs the answer's code (followed from the
@@ -148,6 +149,7 @@ class AnswerSession:
         self.deadline = t_start + self.cfg.effective_timeout()
         ans = self.slot.child
         counts_before = self.lease.counts() if self.lease is not None else None
+        self.lease_counts_from = counts_before
         try:
             self._drive(ans, t_start)
         except ReferenceUnusable as e:
@@ -201,6 +203,7 @@ class AnswerSession:
             # steps aside stops its tree (``_recv`` moves its deadline by that).
             if not self._load(ans) or not self._correctness(ans):
                 return
+            self._flag_broken_holds()
             if self._timeable(ans) and self.cfg.time_answer:
                 if not self._timing(ans):
                     return
@@ -315,6 +318,13 @@ class AnswerSession:
         if ignores_input(self.answer_prints, self.reference_prints):
             self.flag("output_ignores_input")
         return self.failure is None
+
+    def _flag_broken_holds(self) -> None:
+        """A hold the answer broke beside another job's timing so far rejects it (``hold_broken``): flagged before it
+        could be timed (``_lease_phases`` flags one broken later)."""
+        if (self.lease is not None and self.lease_counts_from is not None
+                and self.lease.counts().since(self.lease_counts_from).broken_holds):
+            self.flag("hold_broken")
 
     def _timeable(self, ans: ChildProcess) -> bool:
         """Only answers that can still be correct are timed: every trial passed, no integrity flag (where cheats are
