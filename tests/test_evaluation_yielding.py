@@ -142,9 +142,9 @@ class _Lease:
 ])
 def test_what_an_answer_did_while_held_running_goes_into_its_record(met: gpu_lock.HoldCounts,
                                                                      flags: list[str]) -> None:
-    session = types.SimpleNamespace(lease=_Lease(met), phases={}, flags=[])
+    session = types.SimpleNamespace(lease=_Lease(met), lease_counts_from=gpu_lock.HoldCounts(), phases={}, flags=[])
     session.flag = session.flags.append
-    AnswerSession._lease_phases(session, gpu_lock.HoldCounts())  # type: ignore[arg-type]
+    AnswerSession._lease_phases(session)  # type: ignore[arg-type]
     assert session.flags == flags
     assert session.phases == {"answer_gpu_held_s": 2.0, "cpu_beside_timing_s": met.cpu_beside_timing_s,
                               "answer_late_stops": 0.0}

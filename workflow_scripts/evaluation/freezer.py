@@ -131,7 +131,7 @@ class FrozenTree:
             for pid in self.gpu_work.locked:
                 with contextlib.suppress(psutil.Error):  # kept: a signal to it checks that its pid is still its own
                     self.runs_on[pid] = psutil.Process(pid)
-            self._cpu_from = {pid: _cpu_seconds(pid) for pid in self.runs_on}
+            self._cpu_from = {pid: _cpu_seconds(process) for pid, process in self.runs_on.items()}
         self._stop(spare=set(self.runs_on))
         newcomers = [pid for pid in self.stopped if pid not in listed]
         cuda_lock.mark_unknown([pid for pid in newcomers if not self.runs_on or opens_gpu_device(pid)],
@@ -237,7 +237,7 @@ class FrozenTree:
         """Resume every stopped process (and every process left running locked: a process of the tree may have
         stopped it, and the driver answers only a running process), then unlock (``cuda_lock.UnlockFailed`` where
         the driver keeps one locked)."""
-        self.cpu_s += sum(max(0.0, _cpu_seconds(pid) - before) for pid, before in self._cpu_from.items())
+        self.cpu_s += sum(max(0.0, _cpu_seconds(self.runs_on[pid]) - before) for pid, before in self._cpu_from.items())
         self._cpu_from = {}
         for p in [*self.stopped.values(), *(p for pid, p in self.runs_on.items() if pid not in self.stopped)]:
             try:
@@ -296,13 +296,10 @@ def _run_counters(process: psutil.Process) -> tuple[float, int] | None:
     return times.user + times.system, switches.voluntary + switches.involuntary
 
 
-def _cpu_seconds(pid: int) -> float:
+def _cpu_seconds(process: psutil.Process) -> float:
     """The process's CPU seconds so far (user and system, its threads included); 0 where it is gone."""
-    try:
-        times = psutil.Process(pid).cpu_times()
-    except psutil.Error:
-        return 0.0
-    return times.user + times.system
+    counters = _run_counters(process)
+    return counters[0] if counters is not None else 0.0
 
 
 def _tree(root_pid: int) -> list[psutil.Process]:

@@ -514,11 +514,11 @@ class YieldingLease:
                     self.cpu_beside_timing_s += tree.cpu_s
                     self.late_stops += tree.late_stops
                     self.unconfirmed_holds += bool(tree.unconfirmed)
-                if tree is not None and tree.broken:
-                    self.broken_holds += 1
-                    # On the run's timeline: the job timed meanwhile may have met the answer's work.
-                    timeline.append(self.lease.lock_path.parent, "hold_broken", self.lease.gpu, start, time.time(),
-                                    purpose=self.lease.purpose, reasons=tree.broken[:8])
+                    if tree.broken:
+                        self.broken_holds += 1
+                        # On the run's timeline: the job timed meanwhile may have met the answer's work.
+                        timeline.append(self.lease.lock_path.parent, "hold_broken", self.lease.gpu, start,
+                                        time.time(), purpose=self.lease.purpose, reasons=tree.broken[:8])
                 # Added before the start is cleared (the thaw is done by now: its unlocks count too): a reader in
                 # between over-counts (a later deadline), never under.
                 seconds = time.monotonic() - self._frozen_since

@@ -148,8 +148,7 @@ class AnswerSession:
         t_start = time.monotonic()
         self.deadline = t_start + self.cfg.effective_timeout()
         ans = self.slot.child
-        counts_before = self.lease.counts() if self.lease is not None else None
-        self.lease_counts_from = counts_before
+        self.lease_counts_from = self.lease.counts() if self.lease is not None else None
         try:
             self._drive(ans, t_start)
         except ReferenceUnusable as e:
@@ -163,9 +162,9 @@ class AnswerSession:
                     self.lease.follow(None)  # before the kill: its pid, once reused, is never stopped
                 ans.kill()
             self.phases["total_s"] = time.monotonic() - t_start
-            self._lease_phases(counts_before)
+            self._lease_phases()
 
-    def _lease_phases(self, before: gpu_lock.HoldCounts | None) -> None:
+    def _lease_phases(self) -> None:
         """What the job's lease met while this answer was its followed tree: its stops that did not hold the tree
         (``lease_incomplete_stops``: the upgrade's and the yielding watcher's; ``answer_stop_incomplete`` says so of the
         upgrade's and the reference blocks' stops, not the watcher's), whether the lease had given up yielding
@@ -173,9 +172,9 @@ class AnswerSession:
         processes ran on while held (``evaluation.compile_beside_timing``): the seconds so held, the CPU seconds they
         ran (``freezer.CPU_BESIDE_TIMING_CORES``), the processes stopped as they appeared, and a hold it broke
         (``hold_broken``: a stopped process of it ran, or a locked one was found unlocked)."""
-        if self.lease is None or before is None:
+        if self.lease is None or self.lease_counts_from is None:
             return
-        met = self.lease.counts().since(before)
+        met = self.lease.counts().since(self.lease_counts_from)
         if met.incomplete_stops:
             self.phases["lease_incomplete_stops"] = float(met.incomplete_stops)
         if self.lease.steps_aside and self.lease.pinned:
