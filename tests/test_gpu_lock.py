@@ -19,6 +19,7 @@ import psutil
 import pytest
 from cuda_driver import Driver, use_driver
 from gpu_timers import lock_refused, start_timer, stopped
+from processes import computes, cpu_seconds
 
 from workflow_scripts.evaluation import cuda_lock, freezer
 from workflow_scripts.evaluation.gpu_lock import (GpuLease, GpuLockTimeout, TreeNotHeld, YieldingLease, acquire_gpu,
@@ -372,9 +373,7 @@ def test_a_trusted_child_compiles_on_while_its_lease_steps_aside_with_its_gpu_wo
         assert timer.stdout is not None
         assert float(timer.stdout.readline()) < 1.0  # it stepped aside at once
         assert _others_exclusive(tmp_path) and driver.states[child] == cuda_lock.STATE_LOCKED
-        cpu_before = psutil.Process(child).cpu_times().user
-        time.sleep(0.3)
-        assert not stopped(child) and psutil.Process(child).cpu_times().user > cpu_before  # it runs on
+        assert not stopped(child) and computes(child)  # it runs on
         timer.wait(10)
         deadline = time.monotonic() + 2.0
         while driver.states[child] == cuda_lock.STATE_LOCKED and time.monotonic() < deadline:
@@ -404,6 +403,7 @@ def test_an_answer_compiles_on_while_its_lease_steps_aside_and_what_it_starts_me
             with yielding_lease.held():
                 yielding_lease.follow(child.pid)
             before = yielding_lease.counts()
+            child_cpu_from = cpu_seconds(child.pid)
             timer = start_timer(tmp_path, 1.5)
             assert timer.stdout is not None
             assert float(timer.stdout.readline()) < 1.0  # it stepped aside at once
@@ -423,7 +423,10 @@ def test_an_answer_compiles_on_while_its_lease_steps_aside_and_what_it_starts_me
                 time.sleep(0.01)
             assert not stopped(spawned.pid)  # resumed with the tree
             met = yielding_lease.counts().since(before)
-            assert met.gpu_held_s >= 1.0 and met.cpu_beside_timing_s > 0.1 and met.late_stops == 1
+            # It ran while held (it started the process that was stopped); no more than the kernel counted for it
+            # over a span that holds the hold (how much depends on the host's load: a 2-core CI host is busy).
+            assert 0 < met.cpu_beside_timing_s <= cpu_seconds(child.pid) - child_cpu_from + 0.02
+            assert met.gpu_held_s >= 1.0 and met.late_stops == 1
             assert met.broken_holds == 0 and yielding_lease.stop_spans == []
             yielding_lease.upgrade(timeout_s=5.0, stop_followed=True)  # the answer's own wait: stopped whole
             yielding_lease.downgrade()
