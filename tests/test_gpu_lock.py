@@ -663,6 +663,75 @@ def test_a_yielding_lease_never_steps_aside_in_its_own_exclusive_window(tmp_path
                      "lease_held"]  # no yield
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_job_taking_turns_back_to_back_lets_a_waiting_timer_in_after_the_current_turn(tmp_path: Path,
+                                                                                       threads: int) -> None:
+    """A job whose threads take their GPU turns back to back (the start gate, page-locking, the preparation) never
+    leave the turn free at the watcher's poll: the watcher goes first once the current turn ends (s39: a timer waited
+    11.3 s behind one job's turns). Each turn is 0.2 s: the timer waits one, not until the job's threads stop."""
+    done = threading.Event()
+    turns_after_the_timer: list[float] = []
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="evaluate") as lease, \
+            YieldingLease(lease) as yielding_lease:
+        def take_turns() -> None:
+            while not done.is_set():
+                with yielding_lease.held():
+                    time.sleep(0.2)
+                    turns_after_the_timer.append(time.monotonic())
+
+        workers = [threading.Thread(target=take_turns, daemon=True) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        try:
+            time.sleep(0.3)
+            timer = start_timer(tmp_path, 0.3, give_up_s=8.0)
+            assert timer.stdout is not None
+            timer_started = time.monotonic()
+            waited = timer.stdout.readline()
+            timer.wait(10)
+            time.sleep(0.5)
+        finally:
+            done.set()
+            for worker in workers:
+                worker.join()
+    assert waited and float(waited) < 1.0  # about one turn (0.2 s): before, the timer gave up after 8 s
+    waited_s = float(waited)
+    assert [t for t in turns_after_the_timer if t > timer_started + waited_s + 0.3]  # the job's turns went on
+    yielded = [e for e in _timeline(tmp_path) if e["activity"] == "lease_yielded"]
+    assert len(yielded) == 1
+
+
+def test_a_turn_taken_again_inside_one_never_waits_for_the_watcher(tmp_path: Path) -> None:
+    """A thread that holds the turn may take it again (a nested held block, a held block that takes an exclusive
+    window) while the watcher waits for it: it goes on at once."""
+    waits: dict[str, float] = {}
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=tmp_path, purpose="evaluate") as lease, \
+            YieldingLease(lease) as yielding_lease:
+        holds_turn, timer_waits = threading.Event(), threading.Event()
+
+        def nested_turns() -> None:
+            with yielding_lease.held():
+                holds_turn.set()
+                timer_waits.wait(10)
+                time.sleep(0.3)  # the watcher waits for the turn by now
+                t0 = time.monotonic()
+                with yielding_lease.held():
+                    waits["nested"] = time.monotonic() - t0
+                waits["upgrade"] = yielding_lease.upgrade(timeout_s=5.0)
+                yielding_lease.downgrade()
+
+        job = threading.Thread(target=nested_turns)
+        job.start()
+        assert holds_turn.wait(10)
+        timer = start_timer(tmp_path, 0.3, give_up_s=8.0)
+        timer_waits.set()
+        job.join(10)
+        assert not job.is_alive()  # no deadlock between the job's own turns and the waiting watcher
+        assert timer.stdout is not None and float(timer.stdout.readline()) >= 0.3  # behind the job's turn
+        timer.wait(10)
+    assert waits["nested"] < 0.1 and "upgrade" in waits
+
+
 def test_a_yielding_lease_stays_put_while_a_pinned_holder_keeps_the_timer_out(tmp_path: Path) -> None:
     """An evaluation that never steps aside pins the GPU while shared: a baseline stepping aside then would stop its
     compile for nothing (the timer cannot start before the evaluation lets go). The baseline steps aside once the

@@ -305,9 +305,16 @@ class YieldingLease:
         self.unconfirmed_holds = 0  # LOCKED_RUNNING: holds this side could not confirm (``FrozenTree.unconfirmed``)
         self._hold_broken = False  # the last hold was broken
         self._held: freezer.FrozenTree | None = None  # the tree the watcher holds now (its step-aside rechecks it)
-        # Held by the watcher while it steps aside, by the job from upgrade to downgrade and in ``held`` blocks
-        # (re-entrant: a job's held block may take an exclusive window).
+        # Held by the watcher while it looks for a waiting timer and steps aside, by the job from upgrade to
+        # downgrade and in ``held`` blocks (re-entrant: a job's held block may take an exclusive window).
         self._turn = threading.RLock()
+        # The watcher goes first (``_watcher_turn``): while it waits for the turn, no thread of the job begins a new
+        # one (``_take_turn``). Without it, a job whose threads take turns back to back (the start gate's device
+        # parts, page-locking, the preparation, each trial's reference) kept the watcher's non-blocking poll out for
+        # seconds while a timer waited (s39: one timer 11.3 s).
+        self._watcher_waits = False
+        self._turn_free = threading.Condition()
+        self._turns_here = threading.local()  # ``depth``: the turns the current thread holds (re-entered ones too)
         self._upgraded = False  # the job holds an exclusive window (upgrade ... downgrade)
         self._pid_lock = threading.Lock()  # the followed pid is not changed while its tree is stopped
         self._pid: int | None = None
@@ -359,8 +366,50 @@ class YieldingLease:
         if not self.steps_aside:
             yield
             return
-        with self._turn:
+        self._take_turn()
+        try:
             yield
+        finally:
+            self._give_turn()
+
+    def _take_turn(self) -> None:
+        """The turn for the current thread of the job; a thread that holds none yet lets a watcher that waits for
+        the turn go first (``_watcher_turn``)."""
+        depth = getattr(self._turns_here, "depth", 0)
+        while True:
+            if depth == 0:
+                with self._turn_free:
+                    self._turn_free.wait_for(lambda: not self._watcher_waits)
+            self._turn.acquire()
+            if depth or not self._watcher_waits:
+                break
+            self._turn.release()  # taken as the watcher began to wait for it (another thread's turn was ending)
+        self._turns_here.depth = depth + 1
+
+    def _give_turn(self) -> None:
+        self._turns_here.depth -= 1
+        self._turn.release()
+
+    @contextlib.contextmanager
+    def _watcher_turn(self) -> Iterator[bool]:
+        """The watcher's turn, taken at once where it is free, else as soon as the job's current one ends (the job
+        begins no new one meanwhile); yields False where the lease ended first."""
+        got = self._turn.acquire(blocking=False)
+        if not got:
+            with self._turn_free:
+                self._watcher_waits = True
+            try:
+                while not (got := self._turn.acquire(timeout=self._poll_s)) and not self._stop.is_set():
+                    pass
+            finally:
+                with self._turn_free:
+                    self._watcher_waits = False
+                    self._turn_free.notify_all()
+        try:
+            yield got
+        finally:
+            if got:
+                self._turn.release()
 
     def follow(self, pid: int | None) -> None:
         """The process tree stopped whenever the lease is not held (the job's current child); None: none. Set to
@@ -384,7 +433,7 @@ class YieldingLease:
         still shared. The watcher leaves the lease alone until ``downgrade``."""
         if self._upgraded:
             return 0.0
-        self._turn.acquire()
+        self._take_turn()
         try:
             for _ in range(self.UPGRADE_STOP_TRIES):
                 with self._stopped_tree() if stop_followed else contextlib.nullcontext(True) as complete:
@@ -399,7 +448,7 @@ class YieldingLease:
                               f"{self.UPGRADE_STOP_TRIES} stops")
         except BaseException:
             if not self._upgraded:
-                self._turn.release()
+                self._give_turn()
             raise
 
     def downgrade(self) -> None:
@@ -412,52 +461,60 @@ class YieldingLease:
                 self.lease.downgrade()
         finally:
             self._upgraded = False
-            self._turn.release()
+            self._give_turn()
 
     def _watch(self) -> None:
         while not self._stop.wait(self._poll_s):
-            if not self._turn.acquire(blocking=False):
-                continue  # the job holds (or is taking) an exclusive window
-            try:
-                if (self.lease.mode == "shared" and self.lease.timer_waiting()
-                        and not self.lease.timer_blocked_elsewhere()):
-                    with self._stopped_tree(self.hold) as complete:
-                        if complete:
-                            try:
-                                self._step_aside()
-                            except BaseException:
-                                self.lease.hold_shared_again()  # before the thaw: the tree runs only with the GPU held
-                                raise
-                    if self._hold_broken:
-                        # The answer broke its hold beside the timing (its record is rejected, the timeline says
-                        # when): it is never held beside another job's timing again.
-                        self.lease.pin()
-                        warnings.warn(f"GPU {self.lease.gpu}: the {self.lease.purpose} job's followed tree broke its "
-                                      f"hold while another job timed; its lease stops stepping aside",
-                                      RuntimeWarning, stacklevel=1)
-                        return
-                    self._incomplete_in_a_row = 0 if complete else self._incomplete_in_a_row + 1
-                    if self._incomplete_in_a_row:  # a process still runs, or may still have GPU work: no step-aside
-                        self._warn_once("a process of its child's tree could not be stopped, or its GPU work not "
-                                        "held (cuda_lock)")
-                    if self._incomplete_in_a_row >= self.INCOMPLETE_STOPS_BEFORE_PIN:
-                        # None for the rest of the job, whose lease pins the GPU as a whole-job lease does: stopping
-                        # the tree at every poll while the timer waits would only hold the answer back (each stop
-                        # may wait seconds on the driver), and a driver that exports the lock but refuses it
-                        # (``yield_gpu: auto`` checks only that it is there) would leave every stop incomplete.
-                        self.lease.pin()
-                        return
-            except (OSError, cuda_lock.UnlockFailed) as e:
-                # a lock call failed, or the driver kept the child locked: hold the shared lock again and stop
-                # yielding, visibly
-                self.lease.hold_shared_again()
-                self.lease.pin()  # it keeps the GPU (pinned while shared): yielding leases elsewhere leave the timer
-                warnings.warn(f"GPU {self.lease.gpu}: the {self.lease.purpose} job's lease stops stepping aside for "
-                              f"timing jobs: {e}",
-                              RuntimeWarning, stacklevel=1)
-                return
-            finally:
-                self._turn.release()
+            with self._watcher_turn() as got:
+                if not got or not self._looked_for_a_timer():
+                    return
+
+    def _looked_for_a_timer(self) -> bool:
+        """In the watcher's turn: where the lease is shared and a timing job waits (not kept out by another job's
+        pin), the followed tree held and the timer let go first. False: the lease stops stepping aside for the
+        rest of the job (it pins its GPU)."""
+        try:
+            if not (self.lease.mode == "shared" and self.lease.timer_waiting()
+                    and not self.lease.timer_blocked_elsewhere()):
+                return True
+            with self._stopped_tree(self.hold) as complete:
+                if complete:
+                    try:
+                        self._step_aside()
+                    except BaseException:
+                        self.lease.hold_shared_again()  # before the thaw: the tree runs only with the GPU held
+                        raise
+            return self._steps_aside_again(complete)
+        except (OSError, cuda_lock.UnlockFailed) as e:
+            # a lock call failed, or the driver kept the child locked: hold the shared lock again and stop
+            # yielding, visibly
+            self.lease.hold_shared_again()
+            self.lease.pin()  # it keeps the GPU (pinned while shared): yielding leases elsewhere leave the timer
+            warnings.warn(f"GPU {self.lease.gpu}: the {self.lease.purpose} job's lease stops stepping aside for "
+                          f"timing jobs: {e}", RuntimeWarning, stacklevel=1)
+            return False
+
+    def _steps_aside_again(self, complete: bool) -> bool:
+        """After a hold of the followed tree (``complete``: held as its hold says): whether the lease may step aside
+        again; where not, it pins its GPU from now on."""
+        if self._hold_broken:
+            # The answer broke its hold beside the timing (its record is rejected, the timeline says when): it is
+            # never held beside another job's timing again.
+            self.lease.pin()
+            warnings.warn(f"GPU {self.lease.gpu}: the {self.lease.purpose} job's followed tree broke its hold while "
+                          f"another job timed; its lease stops stepping aside", RuntimeWarning, stacklevel=1)
+            return False
+        self._incomplete_in_a_row = 0 if complete else self._incomplete_in_a_row + 1
+        if self._incomplete_in_a_row:  # a process still runs, or may still have GPU work: no step-aside
+            self._warn_once("a process of its child's tree could not be stopped, or its GPU work not held (cuda_lock)")
+        if self._incomplete_in_a_row >= self.INCOMPLETE_STOPS_BEFORE_PIN:
+            # None for the rest of the job, whose lease pins the GPU as a whole-job lease does: stopping the tree at
+            # every poll while the timer waits would only hold the answer back (each stop may wait seconds on the
+            # driver), and a driver that exports the lock but refuses it (``yield_gpu: auto`` checks only that it is
+            # there) would leave every stop incomplete.
+            self.lease.pin()
+            return False
+        return True
 
     def _step_aside(self) -> None:
         """Let the waiting timer go first (``GpuLease.step_aside``). A tree whose locked processes run on is
