@@ -5,9 +5,10 @@ answer's process after it started."""
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,50 @@ def test_seeded_inputs_from_parallel_helpers_equal_the_serial_ones(monkeypatch: 
         assert all(torch.equal(x, y) for x, y in zip(a.outputs, b.outputs, strict=True))
     serial.close()
     parallel.close()
+
+
+def test_the_preparation_draws_seeded_inputs_outside_its_gpu_turns_with_the_same_numbers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trusted side's GPU work runs in the job's turns (``ReferenceSide.on_device``), one per seeded trial's
+    forward and a few more, not one for the whole preparation: the seeded inputs are drawn and sealed on the host
+    between turns, where the job's lease may step aside for another job's timing. The numbers are the same."""
+    seeds = kernelbench_trial_seeds(42, 3)
+    whole = reference.ReferenceSide(DEMO_PROBLEM, 42, "cpu", None, "pytorch_default", timing_seed=1234)
+    whole.prepare(seeds, timing=True)
+    in_turn = [False]
+    turns: list[str] = []
+    draws_in_turn: list[bool] = []
+
+    @contextlib.contextmanager
+    def device_turn() -> Iterator[None]:
+        assert not in_turn[0]  # turns never nest
+        in_turn[0] = True
+        turns.append("turn")
+        try:
+            yield
+        finally:
+            in_turn[0] = False
+
+    seeded_inputs = reference.ReferenceSide._seeded_inputs
+
+    def recording_draw(self: reference.ReferenceSide, seed: int, device: Any) -> list[Any]:
+        draws_in_turn.append(in_turn[0])
+        return seeded_inputs(self, seed, device)
+
+    monkeypatch.setattr(reference.ReferenceSide, "_seeded_inputs", recording_draw)
+    split = reference.ReferenceSide(DEMO_PROBLEM, 42, "cpu", None, "pytorch_default", timing_seed=1234,
+                                    device_turn=device_turn)
+    split.prepare(seeds, timing=True)
+    assert draws_in_turn == [False] * len(seeds)  # every seeded trial's inputs drawn on the host, in no turn
+    # The model's build, a turn per seeded trial, the audit's, the timing inputs' and forwards', the builder's check.
+    assert len(turns) == 1 + len(seeds) + 3
+    for a, b in zip(whole.seeded, split.seeded, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a.outputs, b.outputs, strict=True))
+    assert whole.timing_trial is not None and split.timing_trial is not None
+    assert all(torch.equal(x, y) for x, y in zip(whole.timing_trial.outputs, split.timing_trial.outputs, strict=True))
+    assert whole.audit == split.audit and split.fresh_source == whole.fresh_source
+    whole.close()
+    split.close()
 
 
 def test_the_first_answers_child_starts_before_the_problem_is_prepared(monkeypatch: pytest.MonkeyPatch,

@@ -115,8 +115,7 @@ class ProblemEvaluator:
         context and Triton get ready while the inputs are built) and, where the inputs are small enough, the rest of
         the first batch of the ``answers`` to come (``_early_count``): their host parts overlap the preparation, and
         their device parts follow one at a time (``start_gate``) instead of holding up the first answer's timing (on
-        a GPU, after the preparation: each is a GPU turn of the job, as the preparation is). Each gets its areas once
-        they exist."""
+        a GPU, each is a GPU turn of the job, between the preparation's). Each gets its areas once they exist."""
         t0 = time.monotonic()
         self.phases["triton_driver_shared"] = float(self.triton_template is not None)  # built by an earlier problem
         try:
@@ -145,18 +144,19 @@ class ProblemEvaluator:
                 self.hand_areas(slot)
 
     def _prepare_reference(self, answers: int) -> None:
-        """The trusted side built on the GPU in one of the job's GPU turns; ``self.reference`` once fully prepared."""
+        """The trusted side built, its GPU work in the job's GPU turns (``ReferenceSide.on_device``: one per seeded
+        trial's forward, not one for the whole preparation, so a timer waits at most one while the inputs are drawn
+        on the CPU); ``self.reference`` once fully prepared."""
         cfg = self.cfg
         reference = None
         try:
-            with self.gpu_turn():
-                t_init = time.monotonic()
-                reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32,
-                                          timing_seed=cfg.timing_seed, cast_integers=cfg.integer_inputs == "cast")
-                self.phases["prepare_reference_init_s"] = time.monotonic() - t_init  # its model built on the device
-                reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer,
-                                  atol=cfg.atol, rtol=cfg.rtol,
-                                  answer_processes=min(answers, cfg.prestart_count() + 1))
+            t_init = time.monotonic()
+            reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32,
+                                      timing_seed=cfg.timing_seed, cast_integers=cfg.integer_inputs == "cast",
+                                      device_turn=self.gpu_turn)
+            self.phases["prepare_reference_init_s"] = time.monotonic() - t_init  # its model built on the device
+            reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer,
+                              atol=cfg.atol, rtol=cfg.rtol, answer_processes=min(answers, cfg.prestart_count() + 1))
         except ReferenceFailed:
             if reference is not None:
                 reference.close()

@@ -29,10 +29,10 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from workflow_scripts.evaluation import environment, memory_plan, placement_audit, timing
 from workflow_scripts.evaluation.memory_plan import LARGE_OUTPUT_BYTES, PARALLEL_INPUTS_MIN_BYTES
@@ -80,12 +80,17 @@ class ReferenceTrial:
 
 class ReferenceSide:
     def __init__(self, problem_path: Path, seed: int, device: str, gpu: str | None, tf32: str,
-                 timing_seed: int | None = None, cast_integers: bool = False) -> None:
+                 timing_seed: int | None = None, cast_integers: bool = False,
+                 device_turn: Callable[[], AbstractContextManager[None]] = nullcontext) -> None:
         if device == "cuda":
             bind_gpu(gpu)
         import torch
 
         self.torch = torch
+        # Each block of this side's GPU work runs in one (``on_device``): the job's GPU turn, between two of which
+        # its lease may step aside for another job's timing while this side's host work (drawing inputs on the CPU,
+        # writing their areas) goes on.
+        self.device_turn = device_turn
         self.seed = seed
         self.cast_integers = cast_integers
         self.device_kind = device
@@ -134,7 +139,7 @@ class ReferenceSide:
             self.init_entries = init_area.write(init_inputs)
             init_area.seal()
             self.areas["init"] = init_area
-            with torch.no_grad(), self.seeding(seed):
+            with self.on_device(), torch.no_grad(), self.seeding(seed):
                 model = self.problem.Model(*[self._process(x) for x in init_inputs])
                 self.model = model.to(device=self.device, dtype=torch.float32)
             self.param_bytes = tensor_bytes(list(self.model.parameters()) + list(self.model.buffers()))
@@ -166,6 +171,14 @@ class ReferenceSide:
         if self.device_kind == "cuda":
             self.torch.cuda.synchronize()
 
+    @contextmanager
+    def on_device(self) -> Iterator[None]:
+        """A block of this side's GPU work, in one of the job's GPU turns (``device_turn``), its work done before
+        the turn ends: nothing of it runs into a timing the lease steps aside for."""
+        with self.device_turn():
+            yield
+            self._sync()
+
     # -- building inputs and reference outputs -------------------------------------------------------------------
     def prepare(self, trial_seeds: list[int], timing: bool, atol: float = 1e-4, rtol: float = 1e-4,
                 answer_processes: int = 1) -> None:
@@ -185,10 +198,12 @@ class ReferenceSide:
         on_device, built = self._build_seeded_inputs(trial_seeds, on_host, timing)
         self._seeded_forwards(trial_seeds, on_device, built, timing)
         if timing:
-            if "timing" not in self.areas:
-                self._build_timing_inputs()
-            self._timing_forwards(atol, rtol)
-            self._check_input_builder()
+            with self.on_device():
+                if "timing" not in self.areas:
+                    self._build_timing_inputs()
+                self._timing_forwards(atol, rtol)
+            with self.on_device():
+                self._check_input_builder()
         if ooms is not None:  # a full card while the reference first ran (reference_timer says why it matters)
             self.prepare_phases["prepare_device_ooms"] = float(device_ooms(self.torch, self.device_kind) - ooms)
 
@@ -206,10 +221,12 @@ class ReferenceSide:
                                             beside=on_host < len(trial_seeds))
             phases["prepare_parallel_start_s"] = clock() - t0
             if timing and builders is not None:
-                self._build_timing_inputs()  # on the device, while the helpers build on the CPU
+                with self.on_device():
+                    self._build_timing_inputs()  # on the device, while the helpers build on the CPU
             t0 = clock()
             for i in range(on_host, len(trial_seeds)):  # one at a time here, the helpers' trials meanwhile
-                on_device[i] = self._seeded_inputs(trial_seeds[i], self.device)
+                with self.on_device():
+                    on_device[i] = self._seeded_inputs(trial_seeds[i], self.device)
             phases["prepare_device_inputs_s"] = clock() - t0
             t0 = clock()
             built = builders.collect() if builders is not None else None
@@ -229,26 +246,31 @@ class ReferenceSide:
         for i, seed in enumerate(trial_seeds):
             t0 = clock()
             kept = on_device.pop(i, None)
-            area, entries, device_inputs = self._seeded_trial_inputs(i, seed, kept, built)
-            t1 = clock()
-            phases["prepare_seeded_inputs_s"] += t1 - t0
-            base = self._memory_mark()
-            trial = self._forward(device_inputs, "seeded", seed, area.name if area else None, entries)
-            del device_inputs
-            trial.device_inputs = kept
-            if self.output_plan is None:
-                self.output_plan = self._plan_outputs(trial, base, len(trial_seeds), timing,
-                                                      on_host=len(trial_seeds) - len(on_device) - (kept is not None))
-            audit.add(trial.outputs)
-            self._place(trial, self.output_plan.place(i))
+            area, entries, host_inputs = self._seeded_trial_area(i, seed, kept, built)  # host work: no turn
+            with self.on_device():
+                device_inputs = self._seeded_device_inputs(area, entries, host_inputs, kept)
+                del host_inputs
+                t1 = clock()
+                phases["prepare_seeded_inputs_s"] += t1 - t0
+                base = self._memory_mark()
+                trial = self._forward(device_inputs, "seeded", seed, area.name if area else None, entries)
+                del device_inputs
+                trial.device_inputs = kept
+                if self.output_plan is None:
+                    self.output_plan = self._plan_outputs(
+                        trial, base, len(trial_seeds), timing,
+                        on_host=len(trial_seeds) - len(on_device) - (kept is not None))
+                audit.add(trial.outputs)
+                self._place(trial, self.output_plan.place(i))
             if i == 0 and trial.placement != "recompute":
                 audit.first = trial.outputs  # later trials compare with the kept copy (the plan keeps the first's)
             self.seeded.append(trial)
             phases["prepare_seeded_forward_s"] += clock() - t1
-        self.audit = dataclasses.replace(audit.result(), tf32_sensitive=self._tf32_sensitive())
-        del audit
-        if self.device_kind == "cuda":
-            self.torch.cuda.empty_cache()
+        with self.on_device():
+            self.audit = dataclasses.replace(audit.result(), tf32_sensitive=self._tf32_sensitive())
+            del audit
+            if self.device_kind == "cuda":
+                self.torch.cuda.empty_cache()
         if self.output_plan is not None:  # where the seeded outputs wait, in every answer's phases_s
             phases.update(seeded_outputs_on_device=float(self.output_plan.on_device),
                           seeded_outputs_on_host=float(self.output_plan.on_host),
@@ -275,27 +297,36 @@ class ReferenceSide:
             self.release_cached_memory()
             self.prepare_phases["prepare_tf32_audit_s"] = time.monotonic() - t0
 
-    def _seeded_trial_inputs(self, i: int, seed: int, kept: list[Any] | None,
-                             built: list[tuple[Area, list[dict[str, Any]]]] | None
-                             ) -> tuple[Area | None, list[dict[str, Any]], list[Any]]:
-        """Seeded trial ``i``'s area (None where its inputs wait on the device: ``kept``), the area's entries, and
-        the inputs the reference's forward runs on, on this side's device."""
+    def _seeded_trial_area(self, i: int, seed: int, kept: list[Any] | None,
+                           built: list[tuple[Area, list[dict[str, Any]]]] | None
+                           ) -> tuple[Area | None, list[dict[str, Any]], list[Any] | None]:
+        """Seeded trial ``i``'s sealed area (None where its inputs wait on the device: ``kept``), the area's
+        entries, and, where they were drawn here, the inputs on the host: work on the host only."""
         if kept is not None:
             self.input_bytes = max(self.input_bytes, tensor_bytes(kept))
-            return None, [], [self._copy(x) for x in kept]  # a forward may change its inputs: not the kept ones
+            return None, [], None
+        inputs = None
         if built is not None:
             area, entries = built[i]
-            device_inputs = area.read(entries, self.device)
         else:
             inputs = self._seeded_inputs(seed, "cpu")
             area = Area(f"seeded{i}", max(tensor_bytes(inputs), 1))
             entries = self._write(area, inputs)
             area.seal()
-            device_inputs = [self._process(x) for x in inputs]
-            del inputs
         self.areas[area.name] = area
         self.input_bytes = max(self.input_bytes, area.size)
-        return area, entries, device_inputs
+        return area, entries, inputs
+
+    def _seeded_device_inputs(self, area: Area | None, entries: list[dict[str, Any]], host_inputs: list[Any] | None,
+                              kept: list[Any] | None) -> list[Any]:
+        """The inputs a seeded trial's reference forward runs on, on this side's device (``_seeded_trial_area``'s):
+        copies of the ``kept`` ones (a forward may change its inputs), the host's moved, or its area's read."""
+        if kept is not None:
+            return [self._copy(x) for x in kept]
+        if host_inputs is not None:
+            return [self._process(x) for x in host_inputs]
+        assert area is not None
+        return area.read(entries, self.device)
 
     def _memory_mark(self) -> int:
         """The device memory this side holds now, its peak counter reset: what a forward's peak is measured from
