@@ -38,8 +38,9 @@ shared, dropped with the shared lock as its upgrade begins): while one does, a w
 yielding lease leaves it alone and its child keeps compiling (``timer_blocked_elsewhere``; only a hint, the lock alone
 decides who holds the GPU). Where ``evaluation.yield_gpu`` holds (``EvalConfig.yields_gpu``), an evaluation job yields
 the same way between its steps and during its answer's own work: its trusted side's own GPU work (the reference side's
-preparation, each correctness trial's reference, inputs and judging, an answer process's device start) runs in ``held``
-blocks, which the watcher never cuts, and the answer's process, once it runs the answer's code, is the followed tree,
+preparation, a block per piece of it, each correctness trial's reference, inputs and judging, an answer process's device
+start) runs in ``held`` blocks, which the watcher never cuts but goes first after (the job begins no new block while it
+waits), and the answer's process, once it runs the answer's code, is the followed tree,
 stopped during its import and its calls too (the seconds move its deadlines). A stopped process's queued GPU work still
 runs, so a hostile answer could leave a kernel running into the other job's timing; where the driver has the checkpoint
 lock (``cuda_lock``), a stop also completes and holds the tree's GPU work, and a tree whose work could not be held is
