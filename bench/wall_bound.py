@@ -29,6 +29,11 @@ purpose only, and those with no lease held at all (the hand-over between holders
 waiting to time and nothing timed (no timed work ready), and of them those with an evaluation holding it shared;
 seconds held exclusively with nothing timed.
 
+``sole_holdbacks_s``: of the seconds a job waited to time with nothing timed, those in which exactly one other job held
+the GPU shared (the job that alone kept the timer out), by that job's purpose and by whether it had timed anything yet
+(an evaluation before its first timing: its preparation, its answers' starts and first checks), and the seconds two or
+more held it (s39's call 1: 47.9 of the 59.3 s behind evaluations were one evaluation before its first timing).
+
 ``entry_waits``: how long jobs waited to take their first lease on the GPU (``lease_acquire``, by the job's purpose:
 jobs, seconds in all, the longest, and the polling rounds refused by the memory admission, by the gate a waiting timer
 holds, or by the lock itself). A job waits there before any of its work, untimed work included. A round is one poll:
@@ -42,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,6 +151,45 @@ def _idle_on_one_gpu(lines: list[dict]) -> dict[str, float]:
     return out
 
 
+def sole_holdbacks(lines: list[dict]) -> dict[str, float]:
+    """The seconds a job waited to time (or to enter alone) with nothing timed and exactly one other job holding the
+    GPU shared: the job that alone kept it out, by its purpose and by whether it had timed anything yet
+    (``before_first_timing``: an evaluation's preparation, its answers' starts and first checks; a baseline's
+    compile) or not; ``several_holders``: the seconds two or more held it. Each GPU on its own, seconds added."""
+    found: dict[str, float] = defaultdict(float)
+    for gpu in sorted({str(e.get("gpu")) for e in lines}):
+        _sole_holdbacks_on_one_gpu([e for e in lines if str(e.get("gpu")) == gpu], found)
+    return {k: round(v, 1) for k, v in sorted(found.items())}
+
+
+def _sole_holdbacks_on_one_gpu(lines: list[dict], found: dict[str, float]) -> None:
+    first_timing: dict[object, float] = {}
+    for e in lines:
+        if e["activity"] in TIMED_KINDS:
+            first_timing[e.get("pid")] = min(first_timing.get(e.get("pid"), float("inf")), float(e["start"]))
+    edges = []
+    for e in lines:
+        waits = e["activity"] == "lease_wait" or (e["activity"] == "lease_acquire" and e.get("mode") == "exclusive")
+        key = ("timed" if e["activity"] in TIMED_KINDS or e["activity"] == "lease_exclusive" else
+               "waiting" if waits else ("shared", e.get("pid"), e.get("purpose")) if e["activity"] == "lease_shared"
+               else None)
+        if key is not None:
+            edges += [(float(e["start"]), +1, key), (float(e["end"]), -1, key)]
+    live: dict[object, int] = defaultdict(int)
+    previous = None
+    for at, step, key in sorted(edges, key=lambda edge: (edge[0], edge[1])):
+        holders = [k for k, n in live.items() if n > 0 and isinstance(k, tuple)]
+        if previous is not None and at > previous and live["waiting"] > 0 and live["timed"] <= 0 and holders:
+            if len(holders) > 1:
+                found["several_holders"] += at - previous
+            else:
+                _, pid, purpose = holders[0]
+                state = "after_first_timing" if first_timing.get(pid, float("inf")) <= previous else "before_first_timing"
+                found[f"{SHARED_HOLDERS.get(purpose, 'other_shared')}_{state}"] += at - previous
+        live[key] += step
+        previous = at
+
+
 def entry_waits(lines: list[dict]) -> dict[str, dict[str, float]]:
     """The jobs' waits for their first lease (``lease_acquire``) by purpose: see the module's docstring."""
     found: dict[str, dict[str, float]] = {}
@@ -195,11 +240,12 @@ def main() -> None:
     timed = timed_seconds(lines)
     record = {"inputs": {"pipeline": [str(p) for p in args.pipeline], "kernelbench": str(args.kernelbench),
                          "timeline": str(args.timeline)},
-              "timed_s": timed, "idle_s": idle_breakdown(lines), "entry_waits": entry_waits(lines),
+              "timed_s": timed, "idle_s": idle_breakdown(lines), "sole_holdbacks_s": sole_holdbacks(lines),
+              "entry_waits": entry_waits(lines),
               "autotune_windows": autotune_windows(lines),
               "bound": bound(pipeline_wall([json.loads(p.read_text()) for p in args.pipeline]),
                              side_wall(json.loads(args.kernelbench.read_text()), "kernelbench"), timed)}
-    emit(record, ("timed_s", "idle_s", "entry_waits", "autotune_windows", "bound"), args.out)
+    emit(record, ("timed_s", "idle_s", "sole_holdbacks_s", "entry_waits", "autotune_windows", "bound"), args.out)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from declared_resources import parse_log, usage  # noqa: E402
 from project_study import BUDGET_S, admitted_concurrency, project, study_admission  # noqa: E402
 
 from workflow_scripts.evaluation.resources import Memory  # noqa: E402
-from wall_bound import autotune_windows, entry_waits, idle_breakdown, pipeline_wall  # noqa: E402
+from wall_bound import autotune_windows, entry_waits, idle_breakdown, pipeline_wall, sole_holdbacks  # noqa: E402
 
 
 def span(activity: str, start: float, end: float, **fields: object) -> dict:
@@ -49,6 +49,23 @@ def test_idle_seconds_are_split_by_who_held_the_gpu_while_a_timer_waited() -> No
         "nobody_waiting_evaluation_shared": 2.0, "exclusive_none_timed": 0.5}
     parts = ("waiting_evaluation_shared", "waiting_baseline_shared", "waiting_other_shared", "waiting_none_held")
     assert sum(idle[k] for k in parts) == idle["waiting_none_timed"]  # each stretch counted once
+
+
+def test_a_timer_s_wait_is_laid_to_the_one_job_that_alone_held_the_gpu_and_to_its_state() -> None:
+    lines = [
+        span("timing_answer", 0.0, 1.0, pid=7),  # job 7 timed from 0: after its first timing from then on
+        span("lease_wait", 1.0, 6.0, purpose="evaluate", pid=9),
+        span("lease_shared", 0.5, 3.0, purpose="evaluate", pid=8),  # 1-2: job 8 alone, before its first timing
+        span("lease_shared", 2.0, 4.0, purpose="evaluate", pid=7),  # 2-3: both; 3-4: job 7 alone, after its first
+        span("lease_shared", 4.5, 5.5, purpose="baseline", pid=6),  # 4-4.5: nobody; 4.5-5: a baseline alone
+        span("baseline_eager", 5.0, 5.5, pid=6),  # 5-5.5: timed: no holdback
+        span("timing_answer", 6.0, 7.0, pid=9),
+        {**span("lease_shared", 1.0, 6.0, purpose="evaluate", pid=5), "gpu": "1"},  # another GPU's: not this wait's
+        span("timing_answer", 7.0, 8.0, pid=8),
+    ]
+    assert sole_holdbacks(lines) == {"baseline_shared_before_first_timing": 0.5,
+                                     "evaluation_shared_after_first_timing": 1.0,
+                                     "evaluation_shared_before_first_timing": 1.0, "several_holders": 1.0}
 
 
 def test_each_gpu_is_swept_on_its_own() -> None:
