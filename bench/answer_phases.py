@@ -1,8 +1,8 @@
 """Where one run's answers spent their wall (issue 34): each evaluation record's ``phases_s`` summed over the run and
 divided by the answers judged, the answers timed or those held running, as each phase applies. Which part stood
 stopped while other jobs timed (``stepped_aside_s``), which ran on held beside them (``answer_gpu_held_s``,
-``evaluation.compile_beside_timing``), and what the answer's own steps took. A run is a results folder or a
-``dag_results.tgz`` from bench/dag_bench_run.sh.
+``evaluation.compile_beside_timing``), and what the answer's own steps took; per problem, what its job's preparation
+of the trusted side took. A run is a results folder or a ``dag_results.tgz`` from bench/dag_bench_run.sh.
 
     python3 bench/answer_phases.py RUN [--out F.json]
 """
@@ -21,6 +21,10 @@ from compare_baselines import required_records
 PER_ANSWER = ("answer_wall_s", "stepped_aside_s", "correctness_s", "load_s", "child_startup_s", "child_gate_wait_s",
               "gpu_turn_wait_s", "answer_gpu_held_s", "cpu_beside_timing_s", "answer_late_stops")
 PER_TIMED = ("timing_s", "timing_reference_s", "gpu_lock_wait_s", "answer_stopped_s")
+# The job's preparation of a problem's trusted side, which every answer of the problem's job carries alike: summed once
+# per problem (the problem's file name, whichever model's record), then divided by the problems.
+PER_PROBLEM = ("reference_prepare_s", "prepare_reference_init_s", "prepare_seeded_inputs_s", "prepare_seeded_forward_s",
+               "prepare_tf32_audit_s", "prepare_timing_s")
 
 
 def answer_phases(evaluations: dict[str, dict]) -> dict[str, Any]:
@@ -40,8 +44,26 @@ def answer_phases(evaluations: dict[str, dict]) -> dict[str, Any]:
         "answers_held_running": held,
         "per_answer_s": {name: round(sums[name] / answers, 3) for name in PER_ANSWER} if answers else {},
         "per_timed_answer_s": {name: round(sums[name] / timed, 3) for name in PER_TIMED} if timed else {},
+        **_per_problem(evaluations),
         "beside_others_timing": dict(sorted(_count(evaluations, "beside_others_timing").items())),
     }
+
+
+def _per_problem(evaluations: dict[str, dict]) -> dict[str, Any]:
+    """``problems`` and ``per_problem_s``: each of ``PER_PROBLEM`` taken once per problem (records are keyed
+    ``<model>/<problem file>``; the largest of the problem's records, which carry the same value)."""
+    by_problem: dict[str, dict[str, float]] = defaultdict(dict)
+    for key, record in evaluations.items():
+        phases = record.get("phases_s") or {}
+        own = by_problem[key.rsplit("/", 1)[-1]]
+        for name in PER_PROBLEM:
+            value = phases.get(name)
+            if isinstance(value, (int, float)):
+                own[name] = max(own.get(name, 0.0), float(value))
+    problems = len(by_problem)
+    return {"problems": problems,
+            "per_problem_s": {name: round(sum(own.get(name, 0.0) for own in by_problem.values()) / problems, 3)
+                              for name in PER_PROBLEM} if problems else {}}
 
 
 def _count(evaluations: dict[str, dict], key: str) -> dict[str, int]:

@@ -268,3 +268,14 @@ def test_answer_phases_divide_each_phase_by_the_answers_it_applies_to() -> None:
     assert found["per_timed_answer_s"] == {"timing_s": 1.0, "timing_reference_s": 0.5, "gpu_lock_wait_s": 0.0,
                                            "answer_stopped_s": 0.0}
     assert found["beside_others_timing"] == {"None": 1, "locked_running": 2}
+    assert found["problems"] == 1 and found["per_problem_s"]["reference_prepare_s"] == 0.0
+
+
+def test_answer_phases_take_a_problem_s_preparation_once_whichever_models_judged_it() -> None:
+    evaluations = {f"{model}/level2_{problem}.json": {"phases_s": {"reference_prepare_s": seconds,
+                                                                    "prepare_seeded_inputs_s": seconds / 2}}
+                   for model in ("a", "b", "c") for problem, seconds in ((1, 6.0), (2, 2.0))}
+    found = answer_phases(evaluations)
+    assert found["problems"] == 2 and found["answers"] == 6
+    assert found["per_problem_s"]["reference_prepare_s"] == 4.0  # (6 + 2) / 2, not three times each
+    assert found["per_problem_s"]["prepare_seeded_inputs_s"] == 2.0 and found["per_problem_s"]["prepare_timing_s"] == 0
