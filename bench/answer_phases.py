@@ -24,7 +24,7 @@ PER_TIMED = ("timing_s", "timing_reference_s", "gpu_lock_wait_s", "answer_stoppe
 # The job's preparation of a problem's trusted side, which every answer of the problem's job carries alike: summed once
 # per problem (the problem's file name, whichever model's record), then divided by the problems.
 PER_PROBLEM = ("reference_prepare_s", "prepare_reference_init_s", "prepare_seeded_inputs_s", "prepare_seeded_forward_s",
-               "prepare_tf32_audit_s", "prepare_timing_s")
+               "prepare_tf32_audit_s", "prepare_timing_s", "prepare_turn_wait_s")
 
 
 def answer_phases(evaluations: dict[str, dict]) -> dict[str, Any]:

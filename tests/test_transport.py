@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -86,12 +87,17 @@ def test_seeded_inputs_from_parallel_helpers_equal_the_serial_ones(monkeypatch: 
     parallel.close()
 
 
+@pytest.mark.parametrize("kept_on_device", [0, 2])
 def test_the_preparation_draws_seeded_inputs_outside_its_gpu_turns_with_the_same_numbers(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The trusted side's GPU work runs in the job's turns (``ReferenceSide.on_device``), one per seeded trial's
-    forward and a few more, not one for the whole preparation: the seeded inputs are drawn and sealed on the host
-    between turns, where the job's lease may step aside for another job's timing. The numbers are the same."""
+        monkeypatch: pytest.MonkeyPatch, kept_on_device: int) -> None:
+    """The trusted side's GPU work runs in the job's turns (``ReferenceSide.device_work``), one per seeded trial's
+    forward and a few more, not one for the whole preparation: every seeded trial's inputs are drawn on the host
+    between turns (also those kept on the device beyond the host's share), where the job's lease may step aside for
+    another job's timing. The numbers are the same, and the waits for the turns are counted apart from the phases."""
     seeds = kernelbench_trial_seeds(42, 3)
+    if kept_on_device:  # the sizes are probed (on a host of 2 cores they are not: nothing to decide there)
+        monkeypatch.setattr(os, "cpu_count", lambda: 8)
+        monkeypatch.setattr(memory_plan, "host_input_trials", lambda trials, *_: trials - kept_on_device)
     whole = reference.ReferenceSide(DEMO_PROBLEM, 42, "cpu", None, "pytorch_default", timing_seed=1234)
     whole.prepare(seeds, timing=True)
     in_turn = [False]
@@ -101,6 +107,7 @@ def test_the_preparation_draws_seeded_inputs_outside_its_gpu_turns_with_the_same
     @contextlib.contextmanager
     def device_turn() -> Iterator[None]:
         assert not in_turn[0]  # turns never nest
+        time.sleep(0.2)  # the turn comes after another job's timing
         in_turn[0] = True
         turns.append("turn")
         try:
@@ -119,10 +126,16 @@ def test_the_preparation_draws_seeded_inputs_outside_its_gpu_turns_with_the_same
                                     device_turn=device_turn)
     split.prepare(seeds, timing=True)
     assert draws_in_turn == [False] * len(seeds)  # every seeded trial's inputs drawn on the host, in no turn
-    # The model's build, a turn per seeded trial, the audit's, the timing inputs' and forwards', the builder's check.
-    assert len(turns) == 1 + len(seeds) + 3
+    # The model's build, a turn per seeded trial (and per trial kept on the device, for its upload), the audit's, the
+    # timing inputs' and forwards', the builder's check.
+    assert len(turns) == 1 + len(seeds) + kept_on_device + 3
+    assert split.turn_wait_s >= 0.2 * len(turns) and split.prepare_phases["prepare_turn_wait_s"] == split.turn_wait_s
+    assert split.prepare_phases["prepare_seeded_inputs_s"] < 0.2  # not the 0.2 s waited for each trial's turn
+    assert split.prepare_phases["prepare_device_inputs_s"] < 0.2
     for a, b in zip(whole.seeded, split.seeded, strict=True):
+        assert a.placement == b.placement and (a.device_inputs is None) == (b.device_inputs is None)
         assert all(torch.equal(x, y) for x, y in zip(a.outputs, b.outputs, strict=True))
+    assert sum(t.device_inputs is not None for t in split.seeded) == kept_on_device
     assert whole.timing_trial is not None and split.timing_trial is not None
     assert all(torch.equal(x, y) for x, y in zip(whole.timing_trial.outputs, split.timing_trial.outputs, strict=True))
     assert whole.audit == split.audit and split.fresh_source == whole.fresh_source

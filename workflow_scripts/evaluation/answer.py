@@ -144,7 +144,7 @@ class ProblemEvaluator:
                 self.hand_areas(slot)
 
     def _prepare_reference(self, answers: int) -> None:
-        """The trusted side built, its GPU work in the job's GPU turns (``ReferenceSide.on_device``: one per seeded
+        """The trusted side built, its GPU work in the job's GPU turns (``ReferenceSide.device_work``: one per seeded
         trial's forward, not one for the whole preparation, so a timer waits at most one while the inputs are drawn
         on the CPU); ``self.reference`` once fully prepared."""
         cfg = self.cfg
@@ -154,7 +154,8 @@ class ProblemEvaluator:
             reference = ReferenceSide(self.problem_path, cfg.seed, cfg.device, self.gpu, cfg.tf32,
                                       timing_seed=cfg.timing_seed, cast_integers=cfg.integer_inputs == "cast",
                                       device_turn=self.gpu_turn)
-            self.phases["prepare_reference_init_s"] = time.monotonic() - t_init  # its model built on the device
+            # Its model built on the device, the wait for the GPU turn left out (``prepare_turn_wait_s``).
+            self.phases["prepare_reference_init_s"] = time.monotonic() - t_init - reference.turn_wait_s
             reference.prepare(kernelbench_trial_seeds(cfg.seed, cfg.correctness_trials), timing=cfg.time_answer,
                               atol=cfg.atol, rtol=cfg.rtol, answer_processes=min(answers, cfg.prestart_count() + 1))
         except ReferenceFailed:

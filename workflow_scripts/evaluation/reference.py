@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -87,7 +87,7 @@ class ReferenceSide:
         import torch
 
         self.torch = torch
-        # Each block of this side's GPU work runs in one (``on_device``): the job's GPU turn, between two of which
+        # Each block of this side's GPU work runs in one (``device_work``): the job's GPU turn, between two of which
         # its lease may step aside for another job's timing while this side's host work (drawing inputs on the CPU,
         # writing their areas) goes on.
         self.device_turn = device_turn
@@ -130,6 +130,7 @@ class ReferenceSide:
         # Where prepare's time goes (seconds; merged into every answer's phases_s): the seeded inputs built, read onto
         # the device and run, and the timing inputs with their two reference forwards.
         self.prepare_phases: dict[str, float] = {}
+        self.turn_wait_s = 0.0  # seconds this side waited for the job's GPU turn (``device_work``)
         try:
             self.problem_path = Path(problem_path)
             self.problem = load_problem(problem_path)
@@ -139,7 +140,7 @@ class ReferenceSide:
             self.init_entries = init_area.write(init_inputs)
             init_area.seal()
             self.areas["init"] = init_area
-            with self.on_device(), torch.no_grad(), self.seeding(seed):
+            with self.device_work(), torch.no_grad(), self.seeding(seed):
                 model = self.problem.Model(*[self._process(x) for x in init_inputs])
                 self.model = model.to(device=self.device, dtype=torch.float32)
             self.param_bytes = tensor_bytes(list(self.model.parameters()) + list(self.model.buffers()))
@@ -172,11 +173,22 @@ class ReferenceSide:
             self.torch.cuda.synchronize()
 
     @contextmanager
-    def on_device(self) -> Iterator[None]:
+    def device_work(self) -> Iterator[None]:
         """A block of this side's GPU work, in one of the job's GPU turns (``device_turn``), its work done before
-        the turn ends: nothing of it runs into a timing the lease steps aside for."""
+        the turn ends (a failed block's too, as far as the device lets): nothing of it runs into a timing the lease
+        steps aside for. The wait for the turn (another job's timing, an answer process's device start) is counted
+        apart (``turn_wait_s``, ``prepare_turn_wait_s``), out of the phases that span it."""
+        asked = time.monotonic()
         with self.device_turn():
-            yield
+            waited = time.monotonic() - asked
+            self.turn_wait_s += waited
+            self.prepare_phases["prepare_turn_wait_s"] = self.prepare_phases.get("prepare_turn_wait_s", 0.0) + waited
+            try:
+                yield
+            except BaseException:
+                with suppress(Exception):  # a device error raises again here: the block's own error is the one told
+                    self._sync()
+                raise
             self._sync()
 
     # -- building inputs and reference outputs -------------------------------------------------------------------
@@ -198,11 +210,11 @@ class ReferenceSide:
         on_device, built = self._build_seeded_inputs(trial_seeds, on_host, timing)
         self._seeded_forwards(trial_seeds, on_device, built, timing)
         if timing:
-            with self.on_device():
+            with self.device_work():
                 if "timing" not in self.areas:
                     self._build_timing_inputs()
                 self._timing_forwards(atol, rtol)
-            with self.on_device():
+            with self.device_work():
                 self._check_input_builder()
         if ooms is not None:  # a full card while the reference first ran (reference_timer says why it matters)
             self.prepare_phases["prepare_device_ooms"] = float(device_ooms(self.torch, self.device_kind) - ooms)
@@ -221,13 +233,15 @@ class ReferenceSide:
                                             beside=on_host < len(trial_seeds))
             phases["prepare_parallel_start_s"] = clock() - t0
             if timing and builders is not None:
-                with self.on_device():
+                with self.device_work():
                     self._build_timing_inputs()  # on the device, while the helpers build on the CPU
-            t0 = clock()
+            t0, waited = clock(), self.turn_wait_s
             for i in range(on_host, len(trial_seeds)):  # one at a time here, the helpers' trials meanwhile
-                with self.on_device():
-                    on_device[i] = self._seeded_inputs(trial_seeds[i], self.device)
-            phases["prepare_device_inputs_s"] = clock() - t0
+                drawn = self._seeded_inputs(trial_seeds[i], "cpu")  # on the host, in no turn
+                with self.device_work():
+                    on_device[i] = [self._process(x) for x in drawn]
+                del drawn
+            phases["prepare_device_inputs_s"] = clock() - t0 - (self.turn_wait_s - waited)
             t0 = clock()
             built = builders.collect() if builders is not None else None
             phases["prepare_parallel_inputs_s"] = clock() - t0
@@ -244,14 +258,14 @@ class ReferenceSide:
         phases["prepare_seeded_inputs_s"] = phases["prepare_seeded_forward_s"] = 0.0
         audit = OutputAudit(self.atol, self.rtol)
         for i, seed in enumerate(trial_seeds):
-            t0 = clock()
+            t0, waited = clock(), self.turn_wait_s
             kept = on_device.pop(i, None)
             area, entries, host_inputs = self._seeded_trial_area(i, seed, kept, built)  # host work: no turn
-            with self.on_device():
+            with self.device_work():
                 device_inputs = self._seeded_device_inputs(area, entries, host_inputs, kept)
                 del host_inputs
                 t1 = clock()
-                phases["prepare_seeded_inputs_s"] += t1 - t0
+                phases["prepare_seeded_inputs_s"] += t1 - t0 - (self.turn_wait_s - waited)
                 base = self._memory_mark()
                 trial = self._forward(device_inputs, "seeded", seed, area.name if area else None, entries)
                 del device_inputs
@@ -266,7 +280,7 @@ class ReferenceSide:
                 audit.first = trial.outputs  # later trials compare with the kept copy (the plan keeps the first's)
             self.seeded.append(trial)
             phases["prepare_seeded_forward_s"] += clock() - t1
-        with self.on_device():
+        with self.device_work():
             self.audit = dataclasses.replace(audit.result(), tf32_sensitive=self._tf32_sensitive())
             del audit
             if self.device_kind == "cuda":
