@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+import threading
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -186,6 +187,56 @@ def test_an_evaluation_steps_aside_for_another_job_s_timing_between_its_gpu_step
     assert max(_overlap(hold, step) for step in turns + own_windows) < 0.005
     # The waits for the step-aside moved the answers' deadlines, never counted against them.
     assert sum(r.phases_s.get("gpu_turn_wait_s", 0.0) for r in results) > 0.0
+
+
+@pytest.mark.integration
+def test_a_timer_goes_first_while_the_trusted_side_draws_its_inputs_on_the_host(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preparation's GPU work runs in turns of its own, its inputs drawn on the host between them: a timer that
+    asks for the GPU while the trusted side draws (0.4 s a draw here, as a level-2 problem's on a GPU host) gets it
+    within about a poll, not once the whole preparation is done (s39: a timer waited 11.3 s behind one job's start),
+    and none of the job's turns runs during the timer's hold."""
+    problem = tmp_path / "1_SlowInputs.py"
+    problem.write_text(ADD.read_text().replace("import torch\n", "import time\nimport torch\n", 1).replace(
+        "    a = torch.rand(rows, cols)\n", "    time.sleep(0.4)  # a large draw on the host\n    a = torch.rand(rows, cols)\n"))
+    lock_dir = tmp_path / "locks"
+    lock_dir.mkdir()
+    turns: list[tuple[float, float]] = []
+    held = YieldingLease.held
+
+    @contextlib.contextmanager
+    def recorded(self: YieldingLease) -> Iterator[None]:
+        with held(self):
+            start = time.time()
+            try:
+                yield
+            finally:
+                turns.append((start, time.time()))
+
+    monkeypatch.setattr(YieldingLease, "held", recorded)
+    cfg = EvalConfig(device="cpu", run_static=False, lock_dir=str(lock_dir), timing_trials=5, prestart=0)
+    timers: list[subprocess.Popen] = []
+    with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=lock_dir, purpose="evaluate") as lease, \
+            YieldingLease(lease) as yielding_lease:
+        evaluator = answer_module.ProblemEvaluator(problem, cfg, yielding_lease)
+        asks = threading.Timer(1.0, lambda: timers.append(start_timer(lock_dir, 0.3, give_up_s=60.0)))
+        try:
+            started = time.time()
+            asks.start()
+            evaluator.prepare(1)
+            prepared = time.time()
+        finally:
+            asks.join()
+            evaluator.close()
+    (timer,) = timers
+    assert timer.stdout is not None
+    waited = float(timer.stdout.readline())
+    timer.wait(10)
+    assert evaluator.reference is not None and prepared - started > 2.0  # seven draws of 0.4 s, and more
+    (hold,) = [(e["start"], e["end"]) for e in _timeline(lock_dir)
+               if e["pid"] == timer.pid and e["activity"] == "lease_exclusive"]
+    assert waited < 1.0 and hold[1] < prepared  # the timer went first, well before the preparation ended
+    assert len(turns) >= 5 and max(_overlap(hold, turn) for turn in turns) < 0.005
 
 
 @pytest.mark.integration
