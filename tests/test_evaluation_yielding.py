@@ -39,6 +39,24 @@ def _overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
     return max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
 
 
+def _recorded_turns(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, float]]:
+    """The job's GPU steps (``YieldingLease.held`` blocks) from now on, each (start, end) in epoch seconds."""
+    turns: list[tuple[float, float]] = []
+    held = YieldingLease.held
+
+    @contextlib.contextmanager
+    def recorded(self: YieldingLease) -> Iterator[None]:
+        with held(self):
+            start = time.time()
+            try:
+                yield
+            finally:
+                turns.append((start, time.time()))
+
+    monkeypatch.setattr(YieldingLease, "held", recorded)
+    return turns
+
+
 def _three_honest_answers_judged(lock_dir: Path, steps_aside: bool,
                                  on_result: Callable[[int, object], None] | None = None,
                                  hold: freezer.Hold = freezer.Hold.STOPPED) -> list:
@@ -156,19 +174,7 @@ def test_what_an_answer_did_while_held_running_goes_into_its_record(met: gpu_loc
 @pytest.mark.integration
 def test_an_evaluation_steps_aside_for_another_job_s_timing_between_its_gpu_steps(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    turns: list[tuple[float, float]] = []  # the job's GPU steps (YieldingLease.held blocks), epoch seconds
-    held = YieldingLease.held
-
-    @contextlib.contextmanager
-    def recorded(self: YieldingLease) -> Iterator[None]:
-        with held(self):
-            start = time.time()
-            try:
-                yield
-            finally:
-                turns.append((start, time.time()))
-
-    monkeypatch.setattr(YieldingLease, "held", recorded)
+    turns = _recorded_turns(monkeypatch)
     results, timer, job_end = _judged_beside_a_timer(tmp_path, steps_aside=True)
     assert timer.stdout is not None
     waited = float(timer.stdout.readline())
@@ -201,19 +207,7 @@ def test_a_timer_goes_first_while_the_trusted_side_draws_its_inputs_on_the_host(
         "    a = torch.rand(rows, cols)\n", "    time.sleep(0.4)  # a large draw on the host\n    a = torch.rand(rows, cols)\n"))
     lock_dir = tmp_path / "locks"
     lock_dir.mkdir()
-    turns: list[tuple[float, float]] = []
-    held = YieldingLease.held
-
-    @contextlib.contextmanager
-    def recorded(self: YieldingLease) -> Iterator[None]:
-        with held(self):
-            start = time.time()
-            try:
-                yield
-            finally:
-                turns.append((start, time.time()))
-
-    monkeypatch.setattr(YieldingLease, "held", recorded)
+    turns = _recorded_turns(monkeypatch)
     cfg = EvalConfig(device="cpu", run_static=False, lock_dir=str(lock_dir), timing_trials=5, prestart=0)
     timers: list[subprocess.Popen] = []
     with acquire_gpu(exclusive=False, gpus=["0"], lock_dir=lock_dir, purpose="evaluate") as lease, \
