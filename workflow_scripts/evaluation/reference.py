@@ -130,7 +130,6 @@ class ReferenceSide:
         # Where prepare's time goes (seconds; merged into every answer's phases_s): the seeded inputs built, read onto
         # the device and run, and the timing inputs with their two reference forwards.
         self.prepare_phases: dict[str, float] = {}
-        self.turn_wait_s = 0.0  # seconds this side waited for the job's GPU turn (``device_work``)
         try:
             self.problem_path = Path(problem_path)
             self.problem = load_problem(problem_path)
@@ -172,17 +171,20 @@ class ReferenceSide:
         if self.device_kind == "cuda":
             self.torch.cuda.synchronize()
 
+    @property
+    def turn_wait_s(self) -> float:
+        """Seconds this side has waited for the job's GPU turn so far (``device_work``)."""
+        return self.prepare_phases.get("prepare_turn_wait_s", 0.0)
+
     @contextmanager
     def device_work(self) -> Iterator[None]:
         """A block of this side's GPU work, in one of the job's GPU turns (``device_turn``), its work done before
         the turn ends (a failed block's too, as far as the device lets): nothing of it runs into a timing the lease
         steps aside for. The wait for the turn (another job's timing, an answer process's device start) is counted
-        apart (``turn_wait_s``, ``prepare_turn_wait_s``), out of the phases that span it."""
+        apart (``prepare_turn_wait_s``, ``turn_wait_s``), out of the phases that span it."""
         asked = time.monotonic()
         with self.device_turn():
-            waited = time.monotonic() - asked
-            self.turn_wait_s += waited
-            self.prepare_phases["prepare_turn_wait_s"] = self.prepare_phases.get("prepare_turn_wait_s", 0.0) + waited
+            self.prepare_phases["prepare_turn_wait_s"] = self.turn_wait_s + time.monotonic() - asked
             try:
                 yield
             except BaseException:
