@@ -172,9 +172,9 @@ class AnswerSession:
         processes ran on while held (``evaluation.compile_beside_timing``): the seconds so held, the CPU seconds they
         ran (``freezer.CPU_BESIDE_TIMING_CORES``), the processes stopped as they appeared, and a hold it broke
         (``hold_broken``: a stopped process of it ran, or a locked one was found unlocked)."""
-        if self.lease is None or self.lease_counts_from is None:
+        met = _lease_met(self.lease, self.lease_counts_from)
+        if self.lease is None or met is None:
             return
-        met = self.lease.counts().since(self.lease_counts_from)
         if met.incomplete_stops:
             self.phases["lease_incomplete_stops"] = float(met.incomplete_stops)
         if self.lease.steps_aside and self.lease.pinned:
@@ -321,8 +321,8 @@ class AnswerSession:
     def _flag_broken_holds(self) -> None:
         """A hold the answer broke beside another job's timing so far rejects it (``hold_broken``): flagged before it
         could be timed (``_lease_phases`` flags one broken later)."""
-        if (self.lease is not None and self.lease_counts_from is not None
-                and self.lease.counts().since(self.lease_counts_from).broken_holds):
+        met = _lease_met(self.lease, self.lease_counts_from)
+        if met is not None and met.broken_holds:
             self.flag("hold_broken")
 
     def _timeable(self, ans: ChildProcess) -> bool:
@@ -856,3 +856,11 @@ class AnswerSession:
             v = environment.sample_sm_clock(self.gpu)
             if v is not None:
                 self.sm_clocks.append(v)
+
+
+def _lease_met(lease: gpu_lock.YieldingLease | None, counts_from: gpu_lock.HoldCounts | None
+               ) -> gpu_lock.HoldCounts | None:
+    """What a job's lease met since ``counts_from`` (its counts as an answer's run began); None without a lease."""
+    if lease is None or counts_from is None:
+        return None
+    return lease.counts().since(counts_from)
