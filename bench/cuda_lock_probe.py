@@ -38,6 +38,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -99,6 +100,16 @@ for line in sys.stdin:
 """
 
 
+def wait_ready(proc: subprocess.Popen, ready: threading.Event, timeout_s: float = 120.0) -> None:
+    """Until the helper says it is ready; a helper that exits first fails the probe at once, not at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not ready.wait(0.1):
+        if proc.poll() is not None:
+            raise RuntimeError(f"helper exited with {proc.returncode} before it was ready")
+        if time.monotonic() > deadline:
+            raise RuntimeError("helper never became ready")
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     """A helper and everything it started (its own session), waited for."""
     try:
@@ -112,13 +123,16 @@ class Commanded:
     """The COMMANDED helper: send a command, read its lines with their arrival times."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", COMMANDED], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        # From a file: Triton's @jit reads its function's source, which a ``python -c`` program has none of (s41's
+        # probe call: "@jit functions should be defined in a Python file", and the probe waited out its 120 s).
+        script = Path(tempfile.mkdtemp(prefix="cuda_lock_probe_")) / "commanded_helper.py"
+        script.write_text(COMMANDED)
+        self.proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, start_new_session=True)
         self.lines: list[tuple[float, str]] = []
         self.ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
-        if not self.ready.wait(120):
-            raise RuntimeError("helper never became ready")
+        wait_ready(self.proc, self.ready)
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -195,8 +209,7 @@ class Helper:
         self.ready = threading.Event()
         self.queued = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
-        if not self.ready.wait(120):
-            raise RuntimeError("helper never became ready")
+        wait_ready(self.proc, self.ready)
         self.pid = self._cuda_pid(namespaced)
 
     def _read(self) -> None:
