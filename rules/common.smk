@@ -18,8 +18,7 @@ from workflow_scripts.evaluation.config import fill_protocol_defaults
 from workflow_scripts.evaluation.environment import gpu_memory_gib, live_facts
 from workflow_scripts.evaluation.gpu_lock import visible_gpus
 from workflow_scripts.evaluation.resources import (baseline_reserved_cores, baseline_slots, compile_threads,
-                                                   evaluate_job_priority, host_memory_bytes, host_resources,
-                                                   job_memory)
+                                                   host_memory_bytes, host_resources, job_memory)
 from workflow_scripts.evaluation.timeline import mark_run_start
 from workflow_scripts.generation.kinds import calibration_models, kind_of, models_for_rule
 from workflow_scripts.generation.preflight import RunContext, startup_problems
@@ -122,12 +121,13 @@ BASELINES_EARLY = 5
 
 
 def evaluation_priority(wildcards):
-    """Among ready evaluate jobs, the first configured model's first, then the second's, ... (evaluate_job_priority:
-    one first job outweighs all the others' together), all below BASELINES_EARLY. One model's
-    jobs are of different problems, so the slots judge as many problems at once (in an H100 run three of its first
-    four evaluate jobs were one problem's, bench/README.md s30); the other models' jobs then find their results
+    """Among ready evaluate jobs, the first configured model's first, then the second's, ...: all in (0, 1], below
+    BASELINES_EARLY. A problem's first job judges every model's answer along, holding each answer's lock; a second
+    job of the same problem started beside it only waits on its own answer's lock, holding an evaluation slot (in an
+    H100 run three of its first four evaluate jobs were one problem's, bench/README.md s30). One model's jobs are of
+    different problems, so the slots judge as many problems at once; the other models' jobs then find their results
     stored."""
-    return evaluate_job_priority(MODELS.index(wildcards.model), len(MODELS), len(MODELS) * len(PROBLEMS or [None]))
+    return 1.0 - MODELS.index(wildcards.model) / len(MODELS)
 
 
 for _name in [config["summary"]["reference"], *(config["summary"]["compare"] or [])]:

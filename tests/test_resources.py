@@ -5,14 +5,12 @@ declaring it per job (rules/common.smk memory_resources)."""
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import re
 import resource
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -21,10 +19,9 @@ import yaml
 
 from workflow_scripts.devtools.workspace import copy_workflow
 from workflow_scripts.evaluation.resources import (CHILD_PROCESS_GIB, FLOOR_MEM_MB, HOST_MEMORY_SHARE, JOBS_PER_GPU,
-                                                   LEADER_PRIORITY, MAX_COMPILE_THREADS,
+                                                   MAX_COMPILE_THREADS,
                                                    Memory, Sizes, baseline_memory, baseline_reserved_cores,
-                                                   baseline_slots, compile_threads, evaluate_job_priority,
-                                                   evaluate_memory, forward_gib,
+                                                   baseline_slots, compile_threads, evaluate_memory, forward_gib,
                                                    host_memory_bytes, host_resources, job_memory, problem_gpu_gib,
                                                    sizes_bound_gib, sizes_of, table_sizes, traced_bound_gib)
 from workflow_scripts.suite.sizes import problem_sizes, with_sizes
@@ -490,51 +487,3 @@ def test_the_readme_command_gives_each_visible_gpu_its_jobs_unless_told_otherwis
     assert told["gpu"] == 3 and told["mem_mb"] == found["mem_mb"]
     # A run given --jobs (a cluster's submission, as profiles/slurm) bounds nothing by the submitting host.
     assert not {"gpu", "evaluations", "mem_mb", "gpu_mem_gb", "baselines"} & set(provided("--jobs", "2"))
-
-
-@dataclass(eq=False)
-class _ReadyJob:
-    """What Snakemake's MILP scheduler reads of a ready job (snakemake_interface_scheduler_plugins' job interface)."""
-
-    name: str
-    priority: float
-    gpu_mem_gb: int
-    input: tuple = ()
-
-    @property
-    def scheduler_resources(self) -> dict[str, int]:
-        return {"_cores": 1, "evaluations": 1, "gpu": 1, "gpu_mem_gb": self.gpu_mem_gb}
-
-
-def _snakemake_picks(jobs: list[_ReadyJob], evaluations: int, gpu_mem_gb: int) -> list[str]:
-    """The jobs Snakemake's own scheduler (its default, the MILP) starts among ``jobs`` with these resources free."""
-    from snakemake.scheduling.milp import Scheduler, SchedulerSettings
-
-    scheduler = Scheduler(None, SchedulerSettings(), logging.getLogger("scheduler"))
-    free = {"_cores": 64, "evaluations": evaluations, "gpu": 64, "gpu_mem_gb": gpu_mem_gb}
-    return sorted(job.name for job in scheduler.select_jobs(jobs, jobs, free, {}))
-
-
-def test_a_problems_first_evaluate_job_outweighs_any_set_of_later_models_jobs_in_snakemakes_scheduler() -> None:
-    # s41's H100 run, 4 models: the first model's job for level 2 problem 4 (34 GiB) beside later models' jobs of
-    # problems whose first jobs were running (they would only wait on their answers' locks). Snakemake maximizes the
-    # sum of priorities: at 1, 0.75, 0.5, 0.25 two such jobs (1.5) took the room the first job needed.
-    def ready(models: int, jobs: int) -> list[_ReadyJob]:
-        priority = [evaluate_job_priority(index, models, jobs) for index in range(models)]
-        return [_ReadyJob("first_p4", priority[0], 34), _ReadyJob("second_p1", priority[1], 21),
-                _ReadyJob("second_p59", priority[1], 17), _ReadyJob("third_p1", priority[2], 21),
-                _ReadyJob("fourth_p59", priority[3], 17)]
-
-    assert _snakemake_picks(ready(4, 80), evaluations=2, gpu_mem_gb=41) == ["first_p4"]
-    assert _snakemake_picks(ready(4, 80), evaluations=4, gpu_mem_gb=60) == ["first_p4", "second_p59"]
-    # The study's shape on 8 GPUs: 15 models, 200 problems, 32 evaluation slots: one first job still outweighs 31
-    # later models' jobs that would fill every other slot and its memory.
-    models, jobs = 15, 15 * 200
-    crowd = [_ReadyJob(f"later_{i}", evaluate_job_priority(1 + i % 14, models, jobs), 4) for i in range(31)]
-    first = _ReadyJob("first", evaluate_job_priority(0, models, jobs), 124)
-    assert _snakemake_picks([first, *crowd], evaluations=31, gpu_mem_gb=124) == ["first"]
-    # Later models keep their order among themselves, and the first model's jobs are all LEADER_PRIORITY.
-    later = [_ReadyJob("second", evaluate_job_priority(1, 4, 80), 8),
-             _ReadyJob("third", evaluate_job_priority(2, 4, 80), 8)]
-    assert _snakemake_picks(later, evaluations=1, gpu_mem_gb=79) == ["second"]
-    assert evaluate_job_priority(0, 4, 80) == LEADER_PRIORITY

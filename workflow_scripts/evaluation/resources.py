@@ -74,10 +74,6 @@ LARGE_OUTPUT_GIB = LARGE_OUTPUT_BYTES / GIB  # reference timing outputs this lar
 # start their answer processes, compile, build inputs and check correctness. The whole-DAG bench runs with it
 # (bench/dag_bench_run.sh).
 JOBS_PER_GPU = 4
-# The first configured model's evaluate jobs' Snakemake priority (``evaluate_job_priority``); below the answers' and the
-# baselines' (rules/common.smk ANSWERS_FIRST, BASELINES_EARLY), so every answer table is written before a problem's
-# first evaluate job starts.
-LEADER_PRIORITY = 1.0
 # The share of the host's memory (or of what the run's cgroups allow) a local run lets its jobs declare at once
 # (Snakemake's `mem_mb`) where --resources sets none: the rest is Snakemake's own, the page cache's and the system's.
 HOST_MEMORY_SHARE = 0.9
@@ -142,22 +138,6 @@ def baseline_slots(cores: int | None, threads: int) -> int:
     ``BASELINES_CORE_SHARE`` of the cores it may use (``_usable_cores``) at ``threads`` (the cores each reserves,
     ``baseline_reserved_cores``) each, and at least one."""
     return max(1, int(_usable_cores(cores) * BASELINES_CORE_SHARE) // max(1, threads))
-
-
-def evaluate_job_priority(model_index: int, models: int, evaluate_jobs: int) -> float:
-    """An evaluate job's Snakemake priority, by its model's place among the configured ones: the first model's
-    (``LEADER_PRIORITY``) first, then the second's, ... . A problem's first job judges every model's answer along,
-    so a later model's job started beside it only waits on its answer's lock, holding an evaluation slot and its
-    declared memory; started after it, it finds its result stored.
-
-    Snakemake's scheduler (its MILP) starts the set of ready jobs with the greatest sum of priorities that fits, so
-    at 1, 0.75, 0.5, ... two later models' jobs outweighed a first job that needed their room (s41's run had them
-    waiting 119 s on their problems' first jobs in all, bench/README.md). Hence all later models' jobs of the run
-    (``evaluate_jobs``: its evaluate jobs) weigh at most half a first job together: enough for it to outweigh them
-    beside the scheduler's second term, the cores the jobs use (one each; tests/test_resources.py runs the MILP)."""
-    if model_index == 0:
-        return LEADER_PRIORITY
-    return LEADER_PRIORITY * (1 - model_index / models) / (2 * max(1, evaluate_jobs))
 
 
 def _usable_cores(cores: int | None) -> int:
