@@ -107,6 +107,7 @@ def wait_ready(proc: subprocess.Popen, ready: threading.Event, timeout_s: float 
         if proc.poll() is not None:
             raise RuntimeError(f"helper exited with {proc.returncode} before it was ready")
         if time.monotonic() > deadline:
+            kill_group(proc)  # a helper stuck in its start must not hold the GPU for the next probe
             raise RuntimeError("helper never became ready")
 
 
