@@ -109,18 +109,28 @@ def idle_breakdown(lines: list[dict]) -> dict[str, float]:
     """The run's wall split by what the GPU's leases were doing while nothing was timed (exact, by a sweep over the
     intervals' ends, each GPU on its own and the GPUs' seconds added): see the module's docstring."""
     found = dict.fromkeys(IDLE_FIELDS, 0.0)
-    for gpu in sorted({str(e.get("gpu")) for e in lines}):
-        for field, seconds in _idle_on_one_gpu([e for e in lines if str(e.get("gpu")) == gpu]).items():
+    for gpu_lines in _by_gpu(lines):
+        for field, seconds in _idle_on_one_gpu(gpu_lines).items():
             found[field] += seconds
     return {k: round(v, 1) for k, v in found.items()}
+
+
+def _by_gpu(lines: list[dict]) -> list[list[dict]]:
+    """A timeline's lines, GPU by GPU (each GPU's idle seconds are its own; the readings add them up)."""
+    return [[e for e in lines if str(e.get("gpu")) == gpu] for gpu in sorted({str(e.get("gpu")) for e in lines})]
+
+
+def _waits_to_time(e: dict) -> bool:
+    """A line of a job waiting to hold the GPU alone: a timer's wait, or a job entering exclusively (the device
+    rates, a vLLM job), which waits as a timer does."""
+    return e["activity"] == "lease_wait" or (e["activity"] == "lease_acquire" and e.get("mode") == "exclusive")
 
 
 def _idle_on_one_gpu(lines: list[dict]) -> dict[str, float]:
     def kind(e: dict) -> str | None:
         if e["activity"] in TIMED_KINDS:
             return "timed"
-        # A job entering exclusively (the device rates, a vLLM job) waits to hold the GPU alone, as a timer does.
-        if e["activity"] == "lease_wait" or (e["activity"] == "lease_acquire" and e.get("mode") == "exclusive"):
+        if _waits_to_time(e):
             return "lease_wait"
         if e["activity"] == "lease_exclusive":
             return "lease_exclusive"
@@ -157,8 +167,8 @@ def sole_holdbacks(lines: list[dict]) -> dict[str, float]:
     (``before_first_timing``: an evaluation's preparation, its answers' starts and first checks; a baseline's
     compile) or not; ``several_holders``: the seconds two or more held it. Each GPU on its own, seconds added."""
     found: dict[str, float] = defaultdict(float)
-    for gpu in sorted({str(e.get("gpu")) for e in lines}):
-        _sole_holdbacks_on_one_gpu([e for e in lines if str(e.get("gpu")) == gpu], found)
+    for gpu_lines in _by_gpu(lines):
+        _sole_holdbacks_on_one_gpu(gpu_lines, found)
     return {k: round(v, 1) for k, v in sorted(found.items())}
 
 
@@ -169,9 +179,8 @@ def _sole_holdbacks_on_one_gpu(lines: list[dict], found: dict[str, float]) -> No
             first_timing[e.get("pid")] = min(first_timing.get(e.get("pid"), float("inf")), float(e["start"]))
     edges = []
     for e in lines:
-        waits = e["activity"] == "lease_wait" or (e["activity"] == "lease_acquire" and e.get("mode") == "exclusive")
         key = ("timed" if e["activity"] in TIMED_KINDS or e["activity"] == "lease_exclusive" else
-               "waiting" if waits else ("shared", e.get("pid"), e.get("purpose")) if e["activity"] == "lease_shared"
+               "waiting" if _waits_to_time(e) else ("shared", e.get("pid"), e.get("purpose")) if e["activity"] == "lease_shared"
                else None)
         if key is not None:
             edges += [(float(e["start"]), +1, key), (float(e["end"]), -1, key)]
